@@ -1,0 +1,414 @@
+"""BERT (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for Language
+Understanding"), written out by hand so it can be read top to bottom.
+
+Shape legend
+    B   batch size
+    T   tokens per sequence (after padding)
+    D   hidden size (config.hidden_size)
+    nh  attention heads (config.num_attention_heads)
+    hs  head size, D / nh
+    F   feed-forward size (config.intermediate_size)
+
+Module attribute paths are exactly Hugging Face's BERT names (``embeddings.word_embeddings``,
+``encoder.layer.N.attention.self.query``, ...), so a pretrained checkpoint loads with
+``load_state_dict(strict=True)`` after a small key fix-up (see ``minbert/pretrained.py``).
+
+Plug-ins (adapters, PALs, LHUC, LoRA; ``minbert/plugins.py``) act at a few named call sites inside
+each layer, gathered in ``LayerSites``. With nothing attached every site is the identity, so the
+plain model is exactly BERT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Keys of a Hugging Face config.json that describe the file or the training run, not the network.
+METADATA_KEYS = frozenset(
+    {
+        "_name_or_path",
+        "architectures",
+        "model_type",
+        "transformers_version",
+        "gradient_checkpointing",
+        "use_cache",
+        "torch_dtype",
+        "dtype",
+        "classifier_dropout",
+        "output_past",
+        "id2label",
+        "label2id",
+    }
+)
+
+
+@dataclass
+class BertConfig:
+    """Hyperparameters of BERT, with Hugging Face's field names (so ``config.json`` reads in)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    position_embedding_type: str = "absolute"
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not a multiple of "
+                f"num_attention_heads {self.num_attention_heads}"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(
+                f"hidden_act {self.hidden_act!r} is not supported; use one of {sorted(ACTIVATIONS)}"
+            )
+        if self.position_embedding_type != "absolute":
+            raise ValueError(
+                f"position_embedding_type {self.position_embedding_type!r} is not supported; "
+                "only 'absolute' position embeddings are implemented"
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> BertConfig:
+        """Build a config from a ``config.json`` dict; unknown keys are reported with a warning."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in values if k not in fields and k not in METADATA_KEYS)
+        if unknown:
+            warnings.warn(
+                f"BertConfig: ignoring config keys this implementation does not use: {unknown}",
+                stacklevel=2,
+            )
+        return cls(**{k: v for k, v in values.items() if k in fields})
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """GELU(x) = x · Φ(x) = x · ½(1 + erf(x / √2)) (Hendrycks & Gimpel 2016).
+
+    The exact (erf) form, which BERT uses."""
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+ACTIVATIONS = {"gelu": gelu, "relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}
+
+
+class LayerSites:
+    """The named places where plug-ins act inside one layer, for one task.
+
+    Every site is the identity when no plug-in is attached (``NO_SITES``):
+
+    * ``linear(name, module, x)``: a linear map of the layer (``query``, ``key``, ``value``,
+      ``attention_output``, ``intermediate``, ``output``), where LoRA adds its low-rank term;
+    * ``after_attention(h)``: the attention output projection, before its add & norm (adapter);
+    * ``after_feed_forward(h)``: the feed-forward output, before its add & norm (adapter);
+    * ``parallel(x, mask)``: a term computed from the layer input x (B, T, D), given the additive
+      attention mask (B, 1, 1, T), and added before the layer's final LayerNorm (PAL), or ``None``;
+    * ``after_layer(h)``: the layer output (LHUC).
+    """
+
+    def linear(self, name: str, module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        return module(x)
+
+    def after_attention(self, h: torch.Tensor) -> torch.Tensor:
+        return h
+
+    def after_feed_forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h
+
+    def parallel(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def after_layer(self, h: torch.Tensor) -> torch.Tensor:
+        return h
+
+
+NO_SITES = LayerSites()
+
+
+def extended_attention_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Turn a (B, T) mask of 1 (token) / 0 (padding) into the additive mask M of the attention
+    equation: 0 where a key may be attended to, the most negative finite number where it may not."""
+    mask = attention_mask[:, None, None, :].to(dtype)  # (B, T) -> (B, 1, 1, T)
+    return (1.0 - mask) * torch.finfo(dtype).min
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, dropout_p: float = 0.0
+) -> torch.Tensor:
+    """Attention(Q, K, V) = softmax(QKᵀ / √d_k + M) · V, written out (Vaswani et al. 2017).
+
+    q, k, v: (B, nh, T, hs); mask: additive, broadcastable to (B, nh, T, T).
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + mask  # (B, nh, T, T)
+    probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
+    return probs @ v  # (B, nh, T, T) @ (B, nh, T, hs) -> (B, nh, T, hs)
+
+
+class BertEmbeddings(nn.Module):
+    """E = dropout(LayerNorm(word[input_ids] + position[0..T-1] + token_type[token_type_ids]))."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        position_ids = torch.arange(config.max_position_embeddings)[None, :]
+        self.register_buffer("position_ids", position_ids, persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        B, T = input_ids.shape
+        positions = self.position_ids[:, :T]  # (1, T)
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(token_type_ids)
+        )  # (B, T) -> (B, T, D)
+        return self.dropout(self.LayerNorm(x))
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head self-attention: head_i = Attention(X W_i^Q, X W_i^K, X W_i^V), heads concatenated.
+
+    ``use_fast_path`` routes the equation through PyTorch's fused
+    ``torch.nn.functional.scaled_dot_product_attention``; ``tests/test_bert.py`` checks that both
+    give the same numbers.
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+        self.use_fast_path = True
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
+    ) -> torch.Tensor:
+        B, T, D = x.shape
+
+        def split_heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(B, T, self.num_heads, D // self.num_heads).transpose(1, 2)
+
+        q = split_heads(sites.linear("query", self.query, x))  # (B, T, D) -> (B, nh, T, hs)
+        k = split_heads(sites.linear("key", self.key, x))
+        v = split_heads(sites.linear("value", self.value, x))
+        dropout_p = self.dropout_p if self.training else 0.0
+        if self.use_fast_path:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        else:
+            y = scaled_dot_product_attention(q, k, v, mask, dropout_p)
+        return y.transpose(1, 2).reshape(B, T, D)  # (B, nh, T, hs) -> (B, T, D)
+
+
+class BertSelfOutput(nn.Module):
+    """Attention output projection and add & norm: LayerNorm(x + adapter(dropout(W_O · heads)))."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self, heads: torch.Tensor, x: torch.Tensor, sites: LayerSites = NO_SITES
+    ) -> torch.Tensor:
+        h = self.dropout(sites.linear("attention_output", self.dense, heads))
+        return self.LayerNorm(x + sites.after_attention(h))
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertSelfOutput(config)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
+    ) -> torch.Tensor:
+        return self.output(self.self(x, mask, sites), x, sites)
+
+
+class BertIntermediate(nn.Module):
+    """First half of the feed-forward network: act(x W_1 + b_1), (B, T, D) -> (B, T, F)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+
+    def forward(self, x: torch.Tensor, sites: LayerSites = NO_SITES) -> torch.Tensor:
+        return self.act(sites.linear("intermediate", self.dense, x))  # (B, T, D) -> (B, T, F)
+
+
+class BertOutput(nn.Module):
+    """Second half of the feed-forward network and add & norm:
+    LayerNorm(x + adapter(dropout(h W_2 + b_2)) + parallel), where ``parallel`` is a PAL's term."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        x: torch.Tensor,
+        sites: LayerSites = NO_SITES,
+        parallel: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        h = self.dropout(sites.linear("output", self.dense, h))  # (B, T, F) -> (B, T, D)
+        h = x + sites.after_feed_forward(h)
+        if parallel is not None:
+            h = h + parallel
+        return self.LayerNorm(h)
+
+
+class BertLayer(nn.Module):
+    """One Transformer encoder layer (post-norm, as in BERT):
+
+    a = LayerNorm(x + MultiHead(x))
+    y = LayerNorm(a + FFN(a)),  FFN(a) = act(a W_1 + b_1) W_2 + b_2
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
+    ) -> torch.Tensor:
+        parallel = sites.parallel(x, mask)  # PAL attends over the layer input, in parallel
+        a = self.attention(x, mask, sites)
+        y = self.output(self.intermediate(a, sites), a, sites, parallel)
+        return sites.after_layer(y)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+
+class BertPooler(nn.Module):
+    """pooler_output = tanh(W_p · h_[CLS] + b_p), the representation of the first token."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))  # (B, T, D) -> (B, D)
+
+
+class BertModel(nn.Module):
+    """BERT: embeddings, a stack of encoder layers, and the pooler.
+
+    The course split is kept: ``embed`` maps token ids to vectors, ``encode`` runs the layers on
+    vectors (so SMART can perturb embeddings and encode again),
+    ``forward`` = ``encode(embed(...))``.
+    Plug-ins attached to ``self.plugins`` (a container keyed by plug-in name) act through the
+    sites of each layer for the task named in the call.
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config)
+        self.plugins = nn.ModuleDict()  # filled by minbert.plugins; empty for plain BERT
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Random initialisation of BERT: N(0, initializer_range²) weights, zero biases,
+        unit LayerNorm; only used when no checkpoint is loaded (tests, pretraining from scratch)."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            nn.init.zeros_(module.weight[module.padding_idx])
+        if isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def set_fast_attention(self, enabled: bool) -> None:
+        """Choose fused attention (default) or the written-out equation in every layer."""
+        for layer in self.encoder.layer:
+            layer.attention.self.use_fast_path = enabled
+
+    def embed(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Token ids (B, T) -> input vectors (B, T, D)."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        B, T = input_ids.shape
+        if T > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence of {T} tokens is longer than the position table "
+                f"({self.config.max_position_embeddings}); truncate it when tokenizing"
+            )
+        return self.embeddings(input_ids, token_type_ids)
+
+    def layer_sites(self, layer: int, task: str | None) -> LayerSites:
+        """The plug-in sites of one layer for ``task`` (the identity when nothing is attached)."""
+        if len(self.plugins) == 0:
+            return NO_SITES
+        from minbert.plugins import PluginSites  # the plug-ins depend on the model, not back
+
+        return PluginSites(list(self.plugins.values()), layer, task)
+
+    def encode(
+        self, embeddings: torch.Tensor, attention_mask: torch.Tensor, task: str | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Run the encoder layers and the pooler on input vectors (B, T, D).
+
+        attention_mask: (B, T), 1 for real tokens and 0 for padding.
+        task: the active task; plug-ins use it to choose their per-task parameters.
+        """
+        B, T, D = embeddings.shape
+        mask = extended_attention_mask(attention_mask, embeddings.dtype)  # (B, T) -> (B, 1, 1, T)
+        hidden = embeddings
+        for i, layer in enumerate(self.encoder.layer):
+            hidden = layer(hidden, mask, self.layer_sites(i, task))
+        return {"last_hidden_state": hidden, "pooler_output": self.pooler(hidden)}
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        task: str | None = None,
+    ) -> dict[str, torch.Tensor]:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        return self.encode(self.embed(input_ids, token_type_ids), attention_mask, task)

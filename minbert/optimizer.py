@@ -1,0 +1,208 @@
+"""AdamW and the linear warmup / linear decay learning-rate schedule, written out by hand.
+
+AdamW is Adam (Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization") with the weight
+decay taken out of the gradient and applied to the weights directly ("decoupled"), as proposed by
+Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization" (ICLR 2019).
+
+``AdamW`` computes the same numbers as ``torch.optim.AdamW`` (non-fused, non-foreach, no amsgrad):
+the operations below are done in the same order with the same rounding, and its per-parameter
+state uses the same keys (``step``, ``exp_avg``, ``exp_avg_sq``), so a state dict saved by one
+loads into the other. ``tests/test_optimizer.py`` and ``sanity_check.py`` check both claims.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+
+class AdamW(torch.optim.Optimizer):
+    """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter 2019).
+
+    For each parameter θ with gradient g, at step t = 1, 2, ... (all operations elementwise):
+
+    1. t ← t + 1
+    2. decoupled weight decay, before the Adam update:  θ ← θ − lr·λ·θ = (1 − lr·λ)·θ
+    3. first moment (mean of g):                        m ← β₁·m + (1 − β₁)·g
+    4. second moment (uncentred variance of g):         v ← β₂·v + (1 − β₂)·g²
+    5. bias corrections (m and v start at 0, so early averages are too small):
+                                                         m̂ = m / (1 − β₁ᵗ),  v̂ = v / (1 − β₂ᵗ)
+    6. update:                                          θ ← θ − lr · m̂ / (√v̂ + ε)
+
+    In step 6 the division by (1 − β₁ᵗ) is folded into the step size and √(1 − β₂ᵗ) divides √v
+    before ε is added, exactly as torch.optim.AdamW does, so the two agree to the last bit on CPU:
+    θ ← θ − (lr / (1 − β₁ᵗ)) · m / (√v / √(1 − β₂ᵗ) + ε).
+
+    As in torch, the decay in step 2 is multiplied by the current learning rate lr (which follows
+    the schedule); the paper writes it as η_t·λ·θ with η_t the schedule multiplier alone, which
+    differs only by the constant factor of the base learning rate absorbed into λ.
+
+    Args:
+        params: parameters, or parameter groups (dicts with ``params`` and any of the options
+            below, which then override the defaults for that group); see ``param_groups``.
+        lr: learning rate (α in Kingma & Ba).
+        betas: (β₁, β₂), decay rates of the first and second moment averages.
+        eps: ε, added to the denominator for numerical stability.
+        weight_decay: λ, the decoupled weight decay coefficient.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[nn.Parameter] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ) -> None:
+        if lr < 0.0:
+            raise ValueError(f"invalid learning rate {lr}: must be >= 0")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"invalid betas {betas}: each must be in [0, 1)")
+        if eps < 0.0:
+            raise ValueError(f"invalid eps {eps}: must be >= 0")
+        if weight_decay < 0.0:
+            raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """Do one AdamW update of every parameter that has a gradient.
+
+        closure: optional function that re-evaluates the model and returns the loss.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+
+        for group in self.param_groups:
+            lr = group["lr"]
+            beta1, beta2 = group["betas"]
+            eps = group["eps"]
+            weight_decay = group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                if grad.is_sparse:
+                    raise RuntimeError("AdamW does not support sparse gradients")
+
+                state = self.state[p]
+                if len(state) == 0:
+                    # A float32 tensor on the CPU, as torch keeps it, so state dicts interchange.
+                    state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+
+                # 1. t ← t + 1
+                state["step"] += 1
+                t = float(state["step"])
+
+                # 2. θ ← (1 − lr·λ)·θ, decoupled from the gradient: decay does not pass through
+                # the adaptive scaling of step 6, so every weight decays at the same rate.
+                if weight_decay != 0:
+                    p.mul_(1 - lr * weight_decay)
+
+                # 3. m ← β₁·m + (1 − β₁)·g, written as m + (1 − β₁)·(g − m) (lerp) as torch does.
+                m.lerp_(grad, 1 - beta1)
+                # 4. v ← β₂·v + (1 − β₂)·g²
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+
+                # 5. bias corrections
+                bias_correction1 = 1 - beta1**t
+                bias_correction2 = 1 - beta2**t
+
+                # 6. θ ← θ − (lr / (1 − β₁ᵗ)) · m / (√v / √(1 − β₂ᵗ) + ε)
+                step_size = lr / bias_correction1
+                denom = (v.sqrt() / math.sqrt(bias_correction2)).add_(eps)
+                p.addcdiv_(m, denom, value=-step_size)
+
+        return loss
+
+
+class LinearWarmupDecay:
+    """The learning-rate multiplier of linear warmup followed by linear decay.
+
+    With w = warmup_steps, N = total_steps and s = the number of optimizer steps taken so far:
+
+        factor(s) = s / w                          for s < w        (rises 0 → 1)
+        factor(s) = max(0, (N − s) / (N − w))      for s ≥ w        (falls 1 → 0 at s = N)
+
+    With w = 0 there is no warmup: factor(0) = 1. (N − w) is taken as at least 1 so that w = N is
+    allowed (warmup to the last step, then 0).
+
+    A small class rather than a lambda so that ``LambdaLR.state_dict()`` saves w and N with it.
+    """
+
+    def __init__(self, warmup_steps: int, total_steps: int) -> None:
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        if total_steps <= 0:
+            raise ValueError(f"total_steps must be > 0, got {total_steps}")
+        if warmup_steps > total_steps:
+            raise ValueError(f"warmup_steps {warmup_steps} exceeds total_steps {total_steps}")
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
+        return max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
+
+
+def linear_warmup_decay(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+) -> LambdaLR:
+    """Linear warmup over ``warmup_steps``, then linear decay to 0 at ``total_steps``.
+
+    The learning rate of every group is lr_base · factor(s), with factor as in
+    ``LinearWarmupDecay``; call ``scheduler.step()`` once after each ``optimizer.step()``.
+
+    1. s = 0 … w − 1:  factor(s) = s / w                (the first step has lr 0 when w > 0)
+    2. s = w … N:      factor(s) = (N − s) / (N − w)    (1 at s = w, 0 at s = N)
+    3. s > N:          factor(s) = 0
+
+    To resume a run, build the optimizer and this scheduler as at the start, then load the
+    optimizer's state dict and then the scheduler's: the scheduler's constructor sets each
+    group's lr, and the optimizer's saved state puts the saved lr back.
+    """
+    return LambdaLR(optimizer, LinearWarmupDecay(warmup_steps, total_steps))
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Split the trainable parameters of ``model`` into a decayed and a non-decayed group.
+
+    The choice is structural, never by parameter name: a parameter is decayed when it is a
+    matrix or higher (ndim ≥ 2: linear and embedding weights) and does not belong to a
+    LayerNorm. Biases, LayerNorm gains and biases, and any other vector or scalar (e.g. LHUC
+    scales) get no decay, because shrinking them towards 0 is not a useful prior: a LayerNorm
+    gain of 0 switches the unit off. Frozen parameters (``requires_grad=False``) are left out,
+    and a parameter shared by several modules is listed once. Empty groups are omitted.
+
+    Returns groups for ``AdamW(param_groups(model, 0.01), lr=...)``:
+    ``[{"params": [...], "weight_decay": weight_decay}, {"params": [...], "weight_decay": 0.0}]``.
+    """
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    seen: set[int] = set()
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            if id(p) in seen or not p.requires_grad:
+                continue
+            seen.add(id(p))
+            if p.ndim >= 2 and not isinstance(module, nn.LayerNorm):
+                decay.append(p)
+            else:
+                no_decay.append(p)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]

@@ -1,0 +1,124 @@
+"""Houlsby bottleneck adapters (Houlsby et al. 2019, "Parameter-Efficient Transfer Learning for
+NLP").
+
+Shape legend
+    B   batch size
+    T   tokens per sequence
+    D   hidden size
+    m   adapter bottleneck size
+
+An adapter is a small residual bottleneck applied to a sub-layer's output before its add & norm:
+
+    adapter(h) = h + W_up · GELU(W_down · h + b_down) + b_up,   W_down: m×D, W_up: D×m
+
+W_up and b_up start at zero, so every adapter is exactly the identity at initialisation. One
+adapter has 2·m·D + D + m parameters.
+
+Placement:
+    "houlsby"   after the attention output projection and after the feed-forward output
+                (two adapters per layer), as in the paper;
+    "pfeiffer"  after the feed-forward output only (one adapter per layer).
+
+``share=k`` lets k consecutive layers use one adapter per position (layers 0..k-1 share the
+first, k..2k-1 the second, ...; "3-shared" is k=3), so a task has
+positions · ⌈L / k⌉ adapters. Training the encoder's LayerNorms as well, as the paper does, is a
+freezing option: ``freeze_for_plugins(model, train_layernorms=True)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from minbert.bert import BertConfig, gelu
+from minbert.plugins.base import Plugin
+
+PLACEMENTS = {"houlsby": ("attention", "feed_forward"), "pfeiffer": ("feed_forward",)}
+
+
+class Bottleneck(nn.Module):
+    """h + W_up · GELU(W_down · h + b_down) + b_up, the identity at initialisation."""
+
+    def __init__(self, hidden_size: int, size: int, init_std: float) -> None:
+        super().__init__()
+        self.down = nn.Linear(hidden_size, size)
+        self.up = nn.Linear(size, hidden_size)
+        nn.init.normal_(self.down.weight, std=init_std)
+        nn.init.zeros_(self.down.bias)
+        nn.init.zeros_(self.up.weight)
+        nn.init.zeros_(self.up.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        z = gelu(self.down(h))  # (B, T, D) -> (B, T, m)
+        return h + self.up(z)  # (B, T, m) -> (B, T, D)
+
+
+class HoulsbyAdapter(Plugin):
+    """Per task, bottleneck adapters at the chosen positions of every layer (or group of ``share``
+    layers). Options: ``size`` m (64), ``placement`` ("houlsby" | "pfeiffer"), ``share`` k (1).
+
+    W_down is drawn from N(0, initializer_range²) (BERT's own initialisation); W_up, b_up = 0.
+    """
+
+    kind = "adapter"
+
+    def __init__(
+        self,
+        config: BertConfig,
+        tasks: Iterable[str],
+        size: int = 64,
+        placement: str = "houlsby",
+        share: int = 1,
+    ) -> None:
+        super().__init__(config)
+        if placement not in PLACEMENTS:
+            raise ValueError(f"adapter placement {placement!r}: use one of {sorted(PLACEMENTS)}")
+        if size < 1:
+            raise ValueError(f"adapter size must be at least 1, got {size}")
+        if share < 1:
+            raise ValueError(f"adapter share must be at least 1 layer, got {share}")
+        self.size = size
+        self.placement = placement
+        self.positions = PLACEMENTS[placement]
+        self.share = share
+        self.groups = math.ceil(config.num_hidden_layers / share)
+        self.add_tasks(tasks)
+
+    def build_task(self) -> nn.Module:
+        D, std = self.config.hidden_size, self.config.initializer_range
+        return nn.ModuleDict(
+            {
+                position: nn.ModuleList(Bottleneck(D, self.size, std) for _ in range(self.groups))
+                for position in self.positions
+            }
+        )
+
+    @classmethod
+    def parameters_per_task(
+        cls, config: BertConfig, size: int = 64, placement: str = "houlsby", share: int = 1
+    ) -> int:
+        """positions · ⌈L / k⌉ adapters of 2·m·D + D + m parameters each."""
+        D, m = config.hidden_size, size
+        adapters = len(PLACEMENTS[placement]) * math.ceil(config.num_hidden_layers / share)
+        return adapters * (2 * m * D + D + m)
+
+    def _adapt(self, position: str, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        adapters = self.by_task[task]
+        if position not in adapters:
+            return h
+        return adapters[position][layer // self.share](h)
+
+    def after_attention(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        return self._adapt("attention", layer, task, h)
+
+    def after_feed_forward(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        return self._adapt("feed_forward", layer, task, h)
+
+    def extra_repr(self) -> str:
+        return (
+            f"tasks={self.tasks}, size={self.size}, placement={self.placement!r}, "
+            f"share={self.share}"
+        )

@@ -1,0 +1,127 @@
+"""What every plug-in shares: per-task parameters in a container keyed by task name, task checks,
+and the five per-layer sites, each the identity unless a plug-in overrides it.
+
+Shape legend
+    B   batch size
+    T   tokens per sequence
+    D   hidden size
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from minbert.bert import BertConfig
+
+
+class Plugin(nn.Module):
+    """A parameter-efficient method attached to a ``BertModel`` under ``model.plugins[kind]``.
+
+    Every parameter of a plug-in belongs to exactly one task and lives in
+    ``self.by_task[task]`` (an ``nn.ModuleDict`` keyed by task name), so the state-dict keys read
+    ``plugins.<kind>.by_task.<task>....`` and one task's tensors are one sub-tree.
+
+    A subclass sets ``kind``, builds one task's modules in ``build_task``, overrides the sites it
+    acts at, and gives its parameter count per task in ``parameters_per_task`` (the documented
+    formula, which the tests compare with the real count). Sites receive the layer index and the
+    task explicitly: nothing about the active task is stored between calls.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.by_task = nn.ModuleDict()
+
+    # ----- tasks -----
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.by_task.keys())
+
+    def build_task(self) -> nn.Module:
+        """Fresh modules for one task, initialised so that the plug-in is the identity."""
+        raise NotImplementedError
+
+    def add_tasks(self, tasks: Iterable[str]) -> None:
+        if isinstance(tasks, str):
+            raise ValueError(f"tasks must be a list of task names, not the string {tasks!r}")
+        tasks = list(tasks)
+        if not tasks:
+            raise ValueError(f"plug-in {self.kind!r} needs at least one task")
+        for name in tasks:
+            self.add_task(name)
+
+    def add_task(self, name: str) -> nn.Module:
+        """Add a task (for example one learnt after the others), identity-initialised, on the
+        device and dtype of the plug-in's existing parameters and in its train/eval mode.
+        Returns its modules."""
+        if not isinstance(name, str) or not name or "." in name:
+            raise ValueError(f"a task name must be a non-empty string without '.', got {name!r}")
+        if name in self.by_task:
+            raise ValueError(f"plug-in {self.kind!r} already has task {name!r}")
+        if hasattr(self.by_task, name):  # "keys", "items", ...: would shadow a ModuleDict method
+            raise ValueError(f"task name {name!r} clashes with an attribute of nn.ModuleDict")
+        modules = self.build_task()
+        existing = next(self.parameters(), None)
+        if existing is not None:
+            modules.to(device=existing.device, dtype=existing.dtype)
+        modules.train(self.training)
+        self.by_task[name] = modules
+        return modules
+
+    def task_parameters(self, task: str) -> list[nn.Parameter]:
+        """The parameters that belong to ``task`` (and to no other task)."""
+        self.check_task(task)
+        return list(self.by_task[task].parameters())
+
+    def check_task(self, task: str | None) -> None:
+        """Raise a ValueError naming the known tasks unless ``task`` is one of them."""
+        if task is None:
+            raise ValueError(
+                f"plug-in {self.kind!r} is attached, so the forward pass needs a task: "
+                f"pass task= one of {self.tasks}"
+            )
+        if task not in self.by_task:
+            raise ValueError(
+                f"unknown task {task!r} for plug-in {self.kind!r}; known tasks: {self.tasks}"
+            )
+
+    def attach(self, model: nn.Module) -> None:
+        """Called by ``add_plugin`` once the plug-in sits in ``model.plugins`` (LoRA keeps a
+        reference to the layers so it can merge its update into their weights)."""
+
+    @classmethod
+    def parameters_per_task(cls, config: BertConfig, **options) -> int:
+        """The number of parameters one task adds, from the plug-in's formula."""
+        raise NotImplementedError
+
+    # ----- sites: the identity unless overridden (see minbert.bert.LayerSites) -----
+
+    def linear(
+        self, layer: int, task: str, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        """``y = module(x)`` of the linear map ``name``; returns the (possibly changed) output."""
+        return y
+
+    def after_attention(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        return h
+
+    def after_feed_forward(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        return h
+
+    def parallel(
+        self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        return None
+
+    def after_layer(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        return h
+
+    def extra_repr(self) -> str:
+        return f"tasks={self.tasks}"

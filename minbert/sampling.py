@@ -1,0 +1,119 @@
+"""Which task each training step works on: round-robin, proportional or annealed sampling.
+
+With K tasks of training-set sizes N_1..N_K, a step draws task i with probability
+
+    p_i = N_i^α / Σ_j N_j^α
+
+α = 1 is proportional sampling (every example is equally likely to be seen; big tasks dominate),
+α = 0 is uniform (small tasks are seen as often as big ones and risk over-fitting). Annealed
+sampling (Stickland & Murray 2019, "BERT and PALs: Projected Attention Layers for Efficient
+Adaptation in Multi-Task Learning", ICML 2019) moves from one to the other over training:
+
+    α(e) = 1 − 0.8 · (e − 1) / (E − 1),   e = 1..E  (α = 1 when E = 1)
+
+so epoch 1 samples proportionally and epoch E with α = 0.2, close to uniform: the model first
+learns from the data as it is and towards the end stops neglecting the small tasks.
+
+Round-robin ignores the sizes and cycles through the tasks in a fixed order (the order of
+``sizes``), one step each.
+
+A schedule (the task of every step of an epoch) is a pure function of (seed, epoch): resuming at
+an epoch, or several processes computing the schedule on their own, give the same steps without
+sharing any state.
+
+Sizes always come from the data the caller read; nothing here knows any dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+__all__ = ["MODES", "TaskSampler", "annealed_alpha", "task_probabilities"]
+
+MODES = ("round-robin", "proportional", "annealed")
+
+
+def task_probabilities(sizes: Mapping[str, int], alpha: float) -> dict[str, float]:
+    """p_i = N_i^α / Σ_j N_j^α for each task (same key order as ``sizes``)."""
+    if not sizes:
+        raise ValueError("need at least one task")
+    for name, size in sizes.items():
+        if size <= 0:
+            raise ValueError(f"task {name!r} has {size} training examples; cannot sample it")
+    weights = {name: float(size) ** alpha for name, size in sizes.items()}
+    total = sum(weights.values())
+    return {name: weight / total for name, weight in weights.items()}
+
+
+def annealed_alpha(epoch: int, epochs: int) -> float:
+    """α(e) = 1 − 0.8 · (e − 1) / (E − 1) for e = 1..E; 1.0 when E = 1 (Stickland & Murray 2019)."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    if not 1 <= epoch <= epochs:
+        raise ValueError(f"epoch must be in 1..{epochs}, got {epoch}")
+    if epochs == 1:
+        return 1.0
+    return 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
+
+
+class TaskSampler:
+    """Chooses the task of each training step.
+
+    Args:
+        mode: "round-robin", "proportional" (α = 1) or "annealed" (α from ``annealed_alpha``).
+        sizes: task name -> number of training examples N_i; the key order is the round-robin
+            order.
+        epochs: E, the number of epochs (annealing needs it).
+        seed: the run's seed; with the epoch it fixes the schedule.
+    """
+
+    def __init__(self, mode: str, sizes: Mapping[str, int], epochs: int, seed: int) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown sampling mode {mode!r}; choose one of {', '.join(MODES)}")
+        if epochs < 1:
+            raise ValueError(f"epochs must be at least 1, got {epochs}")
+        if seed < 0:
+            raise ValueError(f"seed must be non-negative, got {seed}")
+        task_probabilities(sizes, 1.0)  # validates the sizes
+        self.mode = mode
+        self.sizes = dict(sizes)
+        self.tasks = list(sizes)
+        self.epochs = epochs
+        self.seed = seed
+
+    def alpha(self, epoch: int) -> float | None:
+        """The exponent α of ``epoch`` (None for round-robin, which does not sample)."""
+        annealed_alpha(epoch, self.epochs)  # validates the epoch for every mode
+        if self.mode == "proportional":
+            return 1.0
+        if self.mode == "annealed":
+            return annealed_alpha(epoch, self.epochs)
+        return None
+
+    def probabilities(self, epoch: int) -> dict[str, float]:
+        """The task probabilities of ``epoch`` (1..E); round-robin: uniform (its long-run share)."""
+        alpha = self.alpha(epoch)
+        return task_probabilities(self.sizes, 0.0 if alpha is None else alpha)
+
+    def schedule(self, epoch: int, steps: int) -> list[str]:
+        """The task of each of the ``steps`` steps of ``epoch``.
+
+        Round-robin: tasks[0], tasks[1], ..., tasks[K−1], tasks[0], ... (restarting each epoch).
+        Otherwise ``steps`` i.i.d. draws from ``probabilities(epoch)`` with a generator seeded from
+        (seed, epoch) alone (``numpy.random.default_rng((seed, epoch))``), so the schedule is the
+        same every time it is asked for (for a given NumPy version).
+        """
+        if steps < 0:
+            raise ValueError(f"steps must be non-negative, got {steps}")
+        probabilities = self.probabilities(epoch)
+        if self.mode == "round-robin":
+            return [self.tasks[step % len(self.tasks)] for step in range(steps)]
+        rng = np.random.default_rng((self.seed, epoch))
+        p = np.array([probabilities[name] for name in self.tasks], dtype=np.float64)
+        draws = rng.choice(len(self.tasks), size=steps, replace=True, p=p / p.sum())
+        return [self.tasks[i] for i in draws]
+
+    def __repr__(self) -> str:
+        return f"TaskSampler(mode={self.mode!r}, sizes={self.sizes}, epochs={self.epochs})"

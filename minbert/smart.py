@@ -1,0 +1,403 @@
+"""SMART (Jiang et al. 2020, "SMART: Robust and Efficient Fine-Tuning for Pre-trained Natural
+Language Models through Principled Regularized Optimization"), as a loss term.
+
+Shape legend
+    B   batch size
+    T   tokens per sequence (after padding)
+    D   hidden size
+    C   head outputs (classes for "multiclass", 1 for "binary" and "regression")
+
+Objective, for the parameters θ that train (trainable plug-ins, heads, or all of BERT):
+
+    min_θ  L(θ) + λ_s·R_s(θ) + μ·D_Breg(θ, θ̃_t)
+
+    L(θ)             = 1/n Σ_i ℓ(f(x_i; θ), y_i)                              the task loss
+    R_s(θ)           = 1/n Σ_i max_{‖x̃_i − x_i‖ ≤ ε} ℓ_s(f(x_i; θ), f(x̃_i; θ))   smoothness
+    D_Breg(θ, θ̃_t)   = 1/n Σ_i ℓ_s(f(x_i; θ), f(x_i; θ̃_t))                    Bregman proximal
+    θ̃_{t+1}          = β·θ̃_t + (1 − β)·θ_{t+1}                                 momentum teacher
+
+Here x_i is the output of ``BertModel.embed`` (token + position + type embeddings after
+LayerNorm), not the token ids, and ℓ_s is the divergence between two predictions:
+
+    multiclass  ℓ_s(P, Q) = KL(P‖Q) + KL(Q‖P) = Σ_c (p_c − q_c)(log p_c − log q_c),
+                P = softmax(a), Q = softmax(b)
+    binary      the same for Bernoulli(sigmoid(a)) and Bernoulli(sigmoid(b)), which simplifies
+                to (sigmoid(a) − sigmoid(b))·(a − b)
+    regression  ℓ_s(a, b) = (a − b)²
+
+summed over the C outputs and averaged over the batch. The written-out form Σ (p − q)(log p − log q)
+is the symmetric KL exactly; every term is ≥ 0, so it does not lose the O(δ²) value to cancellation
+between two O(δ) terms the way KL(P‖Q) + KL(Q‖P) computed separately does for nearby P and Q.
+
+Algorithm (one training step, Algorithm 1 of the paper with S = 1 inner step per outer step)
+    1. e ← embed(x), computed once by the caller; clean outputs f(e; θ) and the task loss L.
+    2. For each embedding tensor e_j (two for a pair encoded one sentence at a time):
+       δ_j ← Π_ε(ν_j), ν_j ~ N(0, σ²I) of shape (B, T, D).
+    3. Repeat K times (the inner ascent; the clean outputs and e are constants here):
+           g_j ← ∇_{δ_j} ℓ_s(sg[f(e; θ)], f(sg[e] + δ; θ))
+           δ_j ← Π_ε(δ_j + η · g_j / ‖g_j‖)          ‖·‖ per token (see "norm" below)
+       where sg[·] stops gradients and Π_ε projects each token's δ onto the ε-ball.
+    4. R_s ← ℓ_s(f(e; θ), f(e + sg[δ]; θ)), one more forward from the perturbed embeddings.
+    5. D_Breg ← ℓ_s(f(x; θ), sg[f(x; θ̃)]), the teacher's outputs computed under no_grad with θ̃
+       swapped into the live parameters (``MomentumTeacher.swapped_in``).
+    6. loss ← L + λ_s·R_s + μ·D_Breg; backward; optimizer step.
+    7. θ̃ ← β·θ̃ + (1 − β)·θ (``MomentumTeacher.update``), after every optimizer step.
+
+Choices where the paper leaves room (and why)
+    * Norm ("linf", the default, or "l2"): the paper normalises the gradient by its ℓ∞ norm and
+      projects onto an ℓ∞ ball. We normalise per token (over D, as mt-dnn does by default), so
+      every token moves by η along its own steepest coordinate instead of only the tokens with the
+      largest gradients; the ℓ∞ ball itself is the same per token or per example (a clamp of every
+      coordinate to [−ε, ε]). "l2" normalises and projects each token's D-vector in ℓ2.
+    * The start is projected too, so δ lies in the ε-ball after every step, K = 0 included.
+    * With the paper's η = 1e-3 ≫ ε = 1e-5, one step reaches the boundary on every coordinate
+      whose normalised gradient exceeds ε/η = 1%: K = 1 is nearly a signed-gradient step of size ε.
+    * Clean predictions: detached in the ascent (step 3: they do not depend on δ, and detaching
+      keeps ``autograd.grad`` away from the main graph), NOT detached in the final R_s (step 4):
+      the paper's ℓ_s(f(x; θ), f(x̃; θ)) is symmetric in its two arguments and the gradient of
+      R_s w.r.t. θ flows through both, pulling the two predictions towards each other. (mt-dnn
+      instead sums two KLs each with a detached target; our gradient is that of R_s itself.)
+      δ is held fixed in step 4, the usual Danskin-style treatment of the inner max.
+    * The embeddings: the ascent always starts from sg[e]; the final forward uses the tensors as
+      passed. Pass the attached output of ``embed`` and R_s also trains a trainable embedding
+      layer through its perturbed argument (the paper's full gradient); pass ``e.detach()`` and it
+      reaches the embedding layer only through the clean outputs. With a frozen embedding layer
+      (every parameter-efficient option) the two are the same.
+    * Padding is not masked. In this BERT a padding position is a key with an additive mask of
+      the most negative float, whose softmax weight is exactly 0, and heads read [CLS] or a masked
+      mean; so a padding position's δ cannot change any output, its ascent gradient is exactly 0
+      (its normalised step is 0) and only the random start stays there, harmlessly.
+    * λ_s = 1 by default: the paper tunes λ_s per task over a small grid starting at 1 (mt-dnn's
+      default ``adv_alpha`` is 1 as well); μ = 1, σ = ε = 1e-5, η = 1e-3, K = 1, β = 0.99 as in
+      the paper, which raises β to 0.999 after the first 10% of the updates (``paper_momentum``).
+    * Dropout: the regulariser's forwards run in whatever mode the model is in. In training mode
+      (as in mt-dnn) the clean, perturbed and teacher forwards draw different dropout masks, so
+      R_s and D_Breg also penalise disagreement between dropout samples; with ε = 1e-5 that part
+      dominates R_s.
+
+Scale and precision. The embeddings are LayerNorm outputs with entries of size ~1, so a
+perturbation of ε = 1e-5 changes the predictions by O(ε) and R_s by O(ε²): small next to L. The
+public implementations (mt-dnn, smart-pytorch) rescale the perturbation to unit per-token norm
+instead of projecting it, a much stronger perturbation; raise ``epsilon`` (with ``step_size``)
+to get a stronger R_s. Under bf16 autocast, ε = 1e-5 is below bf16's resolution (2⁻⁸ relative),
+so the perturbation vanishes when the first linear map casts e + δ; use a larger ε or float32.
+Divergences are computed in float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+KINDS = ("multiclass", "binary", "regression")
+NORMS = ("linf", "l2")
+
+
+@dataclass
+class SmartConfig:
+    """Hyperparameters of SMART; the defaults are the paper's (see the module docstring)."""
+
+    sigma: float = 1e-5  # σ: standard deviation of the random start ν ~ N(0, σ²I)
+    epsilon: float = 1e-5  # ε: radius of the per-token perturbation ball
+    step_size: float = 1e-3  # η: step of the normalised gradient ascent on δ
+    ascent_steps: int = 1  # K: number of ascent steps (T_x̃ in the paper)
+    weight: float = 1.0  # λ_s: weight of R_s in the loss
+    bregman_weight: float = 1.0  # μ: weight of D_Breg in the loss
+    momentum: float = 0.99  # β: EMA coefficient of the teacher θ̃
+    norm: str = "linf"  # ball and gradient normalisation, per token: "linf" or "l2"
+
+    def __post_init__(self) -> None:
+        if self.norm not in NORMS:
+            raise ValueError(f"unknown SMART norm {self.norm!r}; choose one of {NORMS}")
+        for name in ("sigma", "epsilon", "step_size", "weight", "bregman_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SmartConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.ascent_steps < 0:
+            raise ValueError(f"SmartConfig.ascent_steps must be >= 0, got {self.ascent_steps}")
+        if not 0.0 <= self.momentum <= 1.0:
+            raise ValueError(f"SmartConfig.momentum must be in [0, 1], got {self.momentum}")
+
+
+def paper_momentum(step: int, total_steps: int) -> float:
+    """The paper's schedule for β: 0.99 for the first 10% of the updates, 0.999 after."""
+    return 0.99 if step <= 0.1 * total_steps else 0.999
+
+
+# --------------------------------------------------------------------------------------------
+# Divergences ℓ_s
+# --------------------------------------------------------------------------------------------
+
+
+def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(P‖Q) + KL(Q‖P) = Σ_c (p_c − q_c)(log p_c − log q_c) for P = softmax(p_logits),
+    Q = softmax(q_logits); (B, C) x 2 -> scalar, the mean over the batch. Computed in float32."""
+    if p_logits.shape != q_logits.shape or p_logits.dim() != 2:
+        raise ValueError(
+            f"symmetric_kl needs two (B, C) tensors, got {tuple(p_logits.shape)} and "
+            f"{tuple(q_logits.shape)}"
+        )
+    log_p = F.log_softmax(p_logits.float(), dim=-1)
+    log_q = F.log_softmax(q_logits.float(), dim=-1)
+    return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1).mean()
+
+
+def _per_example(x: torch.Tensor) -> torch.Tensor:
+    """(B,) or (B, C, ...) -> (B, C') in float32, so outputs sum over everything but the batch."""
+    return x.float().reshape(x.shape[0], -1)
+
+
+def divergence(a_outputs: torch.Tensor, b_outputs: torch.Tensor, kind: str) -> torch.Tensor:
+    """ℓ_s between two batches of head outputs, summed over outputs, mean over the batch.
+
+    kind "multiclass": symmetric KL of softmax(a) and softmax(b), inputs (B, C).
+    kind "binary": symmetric KL of Bernoulli(sigmoid(a)) and Bernoulli(sigmoid(b)), inputs (B,)
+        or (B, 1) logits. With p = sigmoid(a), q = sigmoid(b):
+        (p − q)(log p − log q) + (q − p)(log(1 − p) − log(1 − q)) = (p − q)(a − b),
+        since log p − log(1 − p) = a.
+    kind "regression": squared difference (a − b)², inputs (B,) or (B, C).
+    """
+    if a_outputs.shape != b_outputs.shape:
+        raise ValueError(
+            f"divergence needs outputs of the same shape, got {tuple(a_outputs.shape)} and "
+            f"{tuple(b_outputs.shape)}"
+        )
+    if kind == "multiclass":
+        return symmetric_kl(a_outputs, b_outputs)
+    a, b = _per_example(a_outputs), _per_example(b_outputs)
+    if kind == "binary":
+        return ((torch.sigmoid(a) - torch.sigmoid(b)) * (a - b)).sum(-1).mean()
+    if kind == "regression":
+        return (a - b).square().sum(-1).mean()
+    raise ValueError(f"unknown divergence kind {kind!r}; choose one of {KINDS}")
+
+
+# --------------------------------------------------------------------------------------------
+# R_s: the smoothness-inducing adversarial regularizer
+# --------------------------------------------------------------------------------------------
+
+
+def _gaussian_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """N(0, 1) noise shaped like x, drawn from ``generator`` (on its own device) when given."""
+    device = generator.device if generator is not None else x.device
+    noise = torch.randn(x.shape, generator=generator, device=device, dtype=torch.float32)
+    return noise.to(device=x.device, dtype=x.dtype)
+
+
+def _token_norm(x: torch.Tensor, norm: str) -> torch.Tensor:
+    """The norm of each token's D-vector: (B, T, D) -> (B, T, 1)."""
+    if norm == "linf":
+        return x.abs().amax(dim=-1, keepdim=True)
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+
+
+def _normalise(g: torch.Tensor, norm: str) -> torch.Tensor:
+    """g / ‖g‖ per token; a token whose gradient is exactly 0 (padding) gets a 0 step."""
+    g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+    return g / _token_norm(g, norm).clamp_min(torch.finfo(g.dtype).tiny)
+
+
+def project(delta: torch.Tensor, epsilon: float, norm: str) -> torch.Tensor:
+    """Π_ε: the nearest point of the per-token ball {‖δ_t‖ ≤ ε}, (B, T, D) -> (B, T, D).
+
+    linf: clamp every coordinate to [−ε, ε]; l2: scale a token's vector down to length ε when it
+    is longer.
+    """
+    if epsilon == 0:
+        return torch.zeros_like(delta)
+    if norm == "linf":
+        return delta.clamp(-epsilon, epsilon)
+    if norm == "l2":
+        return delta * (epsilon / _token_norm(delta, "l2").clamp_min(epsilon))
+    raise ValueError(f"unknown SMART norm {norm!r}; choose one of {NORMS}")
+
+
+def _ascent_step(
+    delta: torch.Tensor, grad: torch.Tensor | None, config: SmartConfig
+) -> torch.Tensor:
+    """δ ← Π_ε(δ + η · g / ‖g‖), per token; an embedding the outputs ignore (g None) keeps δ."""
+    delta = delta.detach()
+    if grad is not None:
+        delta = delta + config.step_size * _normalise(grad, config.norm)
+    return project(delta, config.epsilon, config.norm)
+
+
+def adversarial_perturbation(
+    forward_from_embeddings: Callable[[list[torch.Tensor]], torch.Tensor],
+    embeddings: list[torch.Tensor],
+    clean_outputs: torch.Tensor,
+    kind: str,
+    config: SmartConfig,
+    generator: torch.Generator | None = None,
+) -> list[torch.Tensor]:
+    """Steps 2-3 of the algorithm: the perturbations δ_j (detached), one per embedding tensor,
+    each with the shape of its (B, T, D) embeddings and inside the per-token ε-ball."""
+    base = [e.detach() for e in embeddings]
+    target = clean_outputs.detach()
+    deltas = [
+        project(config.sigma * _gaussian_like(e, generator), config.epsilon, config.norm)
+        for e in base
+    ]
+    for _ in range(config.ascent_steps):
+        for d in deltas:
+            d.requires_grad_(True)
+        with torch.enable_grad():  # the ascent needs gradients even if the caller disabled them
+            perturbed = forward_from_embeddings([e + d for e, d in zip(base, deltas, strict=True)])
+            ascent_objective = divergence(target, perturbed, kind)
+            grads = torch.autograd.grad(ascent_objective, deltas, allow_unused=True)
+        deltas = [_ascent_step(d, g, config) for d, g in zip(deltas, grads, strict=True)]
+    return [d.detach() for d in deltas]
+
+
+def smart_regularizer(
+    forward_from_embeddings: Callable[[list[torch.Tensor]], torch.Tensor],
+    embeddings: list[torch.Tensor],
+    clean_outputs: torch.Tensor,
+    kind: str,
+    config: SmartConfig,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """R_s = ℓ_s(f(e; θ), f(e + δ; θ)) with δ from K steps of normalised projected gradient ascent.
+
+    forward_from_embeddings: maps a list of (B, T, D) embeddings to (B, C) head outputs by running
+        ``encode`` and the head, never ``embed`` (the embeddings are computed once, by the caller).
+    embeddings: the output(s) of ``embed`` for this batch; a pair encoded sentence by sentence
+        has two, and each gets its own perturbation. Attached or detached; see the module
+        docstring for what each means for the embedding layer's gradient.
+    clean_outputs: f(e; θ), the (B, C) outputs the task loss was computed from (not detached:
+        R_s's gradient flows through both of its arguments).
+    kind: "multiclass", "binary" or "regression" (picks ℓ_s).
+    generator: random source for the start ν, for reproducible runs.
+    Returns a scalar (mean over the batch), not yet multiplied by λ_s.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown divergence kind {kind!r}; choose one of {KINDS}")
+    deltas = adversarial_perturbation(
+        forward_from_embeddings, embeddings, clean_outputs, kind, config, generator
+    )
+    perturbed = forward_from_embeddings([e + d for e, d in zip(embeddings, deltas, strict=True)])
+    return divergence(clean_outputs, perturbed, kind)
+
+
+# --------------------------------------------------------------------------------------------
+# D_Breg: the momentum Bregman proximal point term
+# --------------------------------------------------------------------------------------------
+
+
+class MomentumTeacher:
+    """θ̃, an exponential moving average of the trainable parameters (the paper's momentum
+    Bregman proximal point): θ̃ ← β·θ̃ + (1 − β)·θ after every optimizer step, θ̃ = θ at the start.
+
+    Only parameters with ``requires_grad`` are tracked (duplicates once): a frozen parameter never
+    changes, so its average is itself and the live tensor serves the teacher exactly. Create the
+    teacher after the model is on its device and frozen/unfrozen the way it will train.
+    """
+
+    def __init__(self, parameters: Iterable[nn.Parameter], momentum: float = 0.99) -> None:
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"teacher momentum must be in [0, 1], got {momentum}")
+        seen: set[int] = set()
+        self.parameters: list[nn.Parameter] = []
+        for p in parameters:
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                self.parameters.append(p)
+        if not self.parameters:
+            raise ValueError("MomentumTeacher got no trainable parameters (none requires grad)")
+        self.shadow: list[torch.Tensor] = [p.detach().clone() for p in self.parameters]
+        self.momentum = momentum
+        self.num_updates = 0
+        self._swapped = False
+
+    @torch.no_grad()
+    def update(self) -> None:
+        """θ̃ ← β·θ̃ + (1 − β)·θ; call once after every optimizer step."""
+        if self._swapped:
+            raise RuntimeError("MomentumTeacher.update() called inside swapped_in()")
+        beta = self.momentum
+        for t, p in zip(self.shadow, self.parameters, strict=True):
+            t.mul_(beta).add_(p.detach(), alpha=1.0 - beta)
+        self.num_updates += 1
+
+    @contextmanager
+    def swapped_in(self) -> Iterator[None]:
+        """Temporarily make the live parameters hold θ̃ (for a forward pass under no_grad).
+
+        The swap exchanges each parameter's ``.data`` tensor rather than copying values in place:
+        an in-place copy would bump the parameters' version counters and break the backward of any
+        graph built before the swap (the student's forward), even after restoring the values. The
+        live tensors are put back bit for bit on exit, exceptions included. Autocast's cache of
+        low-precision weight casts is keyed by the parameter, not its data, so it is switched off
+        inside (otherwise a teacher forward inside the student's autocast region would reuse the
+        student's cached bf16 weights). Do not step an optimizer inside.
+        """
+        live = [p.data for p in self.parameters]
+        for p, t in zip(self.parameters, self.shadow, strict=True):
+            if p.shape != t.shape or p.dtype != t.dtype or p.device != t.device:
+                raise RuntimeError(
+                    f"teacher tensor {tuple(t.shape)} {t.dtype} {t.device} does not match its "
+                    f"parameter {tuple(p.shape)} {p.dtype} {p.device}; create the teacher after "
+                    "moving the model"
+                )
+        cache_enabled = torch.is_autocast_cache_enabled()
+        torch.set_autocast_cache_enabled(False)
+        self._swapped = True
+        try:
+            for p, t in zip(self.parameters, self.shadow, strict=True):
+                p.data = t
+            yield
+        finally:
+            for p, d in zip(self.parameters, live, strict=True):
+                p.data = d
+            self._swapped = False
+            torch.set_autocast_cache_enabled(cache_enabled)
+
+    def state_dict(self) -> dict[str, Any]:
+        """β, the update count and θ̃ (a list in parameter order; the tensors themselves, like
+        ``nn.Module.state_dict``)."""
+        return {"momentum": self.momentum, "num_updates": self.num_updates, "shadow": self.shadow}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore θ̃ saved by ``state_dict`` (same trainable parameters, same order)."""
+        shadow = state["shadow"]
+        if len(shadow) != len(self.shadow):
+            raise ValueError(
+                f"teacher state has {len(shadow)} tensors, this teacher tracks {len(self.shadow)}"
+            )
+        for i, (mine, saved) in enumerate(zip(self.shadow, shadow, strict=True)):
+            if mine.shape != saved.shape:
+                raise ValueError(
+                    f"teacher tensor {i}: saved shape {tuple(saved.shape)}, "
+                    f"expected {tuple(mine.shape)}"
+                )
+        with torch.no_grad():
+            for mine, saved in zip(self.shadow, shadow, strict=True):
+                mine.copy_(saved)
+        self.momentum = float(state["momentum"])
+        self.num_updates = int(state["num_updates"])
+
+
+def bregman_term(
+    forward: Callable[[], torch.Tensor],
+    outputs: torch.Tensor,
+    teacher: MomentumTeacher,
+    kind: str,
+) -> torch.Tensor:
+    """D_Breg = ℓ_s(f(x; θ), f(x; θ̃)) on this batch: scalar, mean over the batch, not yet
+    multiplied by μ.
+
+    forward: computes the (B, C) head outputs of the batch with whatever parameters are live; it
+        is called once, under no_grad, with the teacher swapped in. If the embedding layer is
+        frozen it may reuse the step's embeddings (``encode`` + head on ``e.detach()``), which is
+        exact and embeds nothing twice; if the embedding layer trains, the teacher's embeddings
+        differ from the student's and the forward must call ``embed`` itself.
+    outputs: f(x; θ), the student's (B, C) outputs (the gradient flows through these only).
+    """
+    with torch.no_grad(), teacher.swapped_in():
+        teacher_outputs = forward()
+    return divergence(outputs, teacher_outputs.detach(), kind)

@@ -1,0 +1,102 @@
+"""Write the reference outputs that ``sanity_check.py`` compares minBERT against.
+
+Runs Hugging Face transformers' ``BertModel`` (an independent implementation, used here and
+nowhere in ``minbert/``) on the packaged checkpoint in eval mode, float32, with the written-out
+("eager") attention, on fixed inputs tokenized by transformers' own tokenizer:
+
+* ``single``: a padded batch of 3 sentences of different lengths;
+* ``pair``: a padded batch of 3 sentence pairs, with token types 0 / 1.
+
+For each it stores ``input_ids``, ``token_type_ids``, ``attention_mask``, ``last_hidden_state``,
+``pooler_output`` and the sentences; ``meta`` records the versions and the checkpoint used.
+
+Regenerate (from the repository root; transformers is a reference-only dependency):
+
+    pip install -r requirements-reference.txt
+    python scripts/make_reference.py --out sanity_check_reference.pt
+
+``--checkpoint DIR`` makes a reference for another local checkpoint (default: the packaged one);
+pass the same directory and file to ``sanity_check.py --checkpoint DIR --reference FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # so the script runs from anywhere without installing minbert
+
+SINGLE = [
+    "Hello world!",
+    "The quick brown fox jumps over the lazy dog.",
+    "A from-scratch BERT reads every sentence in both directions at once, and that helps it.",
+]
+PAIRS = [
+    ("A man is playing a guitar.", "Someone is playing an instrument."),
+    ("How do I learn Python quickly?", "What is the fastest way to learn the Python language?"),
+    ("It rained.", "The streets were wet the whole morning after the storm passed."),
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--checkpoint", default=None, help="checkpoint directory (default: packaged)"
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "sanity_check_reference.pt")
+    args = parser.parse_args(argv)
+
+    import transformers
+    from transformers import AutoTokenizer, BertModel
+
+    from minbert.pretrained import resolve_checkpoint_dir
+
+    directory = resolve_checkpoint_dir(args.checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    model = BertModel.from_pretrained(
+        str(directory), attn_implementation="eager", dtype=torch.float32
+    ).eval()
+
+    def run(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            out = model(
+                input_ids=batch["input_ids"],
+                token_type_ids=batch["token_type_ids"],
+                attention_mask=batch["attention_mask"],
+            )
+        return {
+            "input_ids": batch["input_ids"],
+            "token_type_ids": batch["token_type_ids"],
+            "attention_mask": batch["attention_mask"],
+            "last_hidden_state": out.last_hidden_state.contiguous(),
+            "pooler_output": out.pooler_output.contiguous(),
+        }
+
+    single = dict(tokenizer(SINGLE, padding=True, return_tensors="pt"))
+    first, second = zip(*PAIRS, strict=True)
+    pair = dict(tokenizer(list(first), list(second), padding=True, return_tensors="pt"))
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    reference = {
+        "single": run(single) | {"sentences": SINGLE},
+        "pair": run(pair) | {"sentences": [list(p) for p in PAIRS]},
+        "meta": {
+            "checkpoint": str(config.get("_name_or_path", directory.name)),
+            "hidden_size": int(config["hidden_size"]),
+            "num_hidden_layers": int(config["num_hidden_layers"]),
+            "transformers_version": str(transformers.__version__),
+            "torch_version": str(torch.__version__),
+            "attn_implementation": "eager",
+        },
+    }
+    torch.save(reference, args.out)
+    size = args.out.stat().st_size
+    print(f"wrote {args.out} ({size / 1024:.0f} KiB) from {directory}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""What a task is: its files, how to read a row, its head width, loss, predictions and metric.
+
+There are three kinds of task, one class each; a task file declares one instance and registers it:
+
+    MultiClassTask  C logits; loss = cross-entropy; prediction = argmax (sst, cfimdb)
+    BinaryTask      one logit z; loss = BCE(σ(z), y); prediction = 1 if z > 0 else 0 (para)
+    RegressionTask  one score ŷ; loss = (ŷ − y)²; prediction = ŷ clipped to the label range (sts)
+
+All losses are means over the batch. Adding a task is one file in ``tasks/`` that calls
+``register(...)`` with one of these (plus its import line in ``tasks/__init__.py``).
+
+Prediction files follow the CS224N default final project's ``multitask_classifier.py`` and
+``classifier.py`` byte for byte: a header line ``id \\t <column> `` and then one row per example,
+``<id> , <prediction> `` (note the spaces around the tab and the comma, and the trailing space).
+The columns are ``Predicted_Sentiment`` (sst and cfimdb), ``Predicted_Is_Paraphrase`` (para) and
+``Predicted_Similiarity`` (sts; the misspelling is the course's and is kept so that files written
+here are interchangeable with the course's). Floats are written with ``repr`` (shortest text that
+reads back to the same float), ints as ints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from tasks.metrics import accuracy, pearson
+from tasks.reader import Example, SkippedRow, read_examples
+
+__all__ = [
+    "TASKS",
+    "BinaryTask",
+    "MultiClassTask",
+    "RegressionTask",
+    "Task",
+    "get_task",
+    "read_predictions",
+    "register",
+]
+
+TASKS: dict[str, Task] = {}
+"""The registry: task name -> the one instance of that task. Filled by ``register``."""
+
+SPLITS = ("train", "dev", "test")
+
+
+class Task:
+    """Base class of all tasks. Subclasses fill in labels, loss, predictions and metric."""
+
+    num_outputs: int
+    metric_name: str
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        files: dict[str, str],
+        text_columns: list[str],
+        label_column: str,
+        prediction_header: str,
+    ) -> None:
+        if not 1 <= len(text_columns) <= 2:
+            raise ValueError(f"task {name!r}: expected one or two text columns, got {text_columns}")
+        unknown = set(files) - set(SPLITS)
+        if unknown:
+            raise ValueError(f"task {name!r}: unknown split(s) {sorted(unknown)}; use {SPLITS}")
+        self.name = name  # registry key, also the name the CLI and the plug-ins use
+        self.description = description
+        self.files = dict(files)  # split -> default file name in data/
+        self.text_columns = list(text_columns)
+        self.label_column = label_column
+        self.prediction_header = prediction_header
+
+    @property
+    def is_pair(self) -> bool:
+        """True for sentence-pair tasks (two text columns)."""
+        return len(self.text_columns) == 2
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, num_outputs={self.num_outputs})"
+
+    # -- data ----------------------------------------------------------------------------------
+
+    def path(self, split: str, data_dir: str | Path = "data") -> Path:
+        """The default file of ``split`` ("train", "dev", "test") under ``data_dir``."""
+        if split not in self.files:
+            raise ValueError(
+                f"task {self.name!r} has no {split!r} file; it has {sorted(self.files)}"
+            )
+        return Path(data_dir) / self.files[split]
+
+    def parse_label(self, raw: str) -> int | float:
+        """The label written in a file's label column; raises ValueError("reason") if bad."""
+        raise NotImplementedError
+
+    def read(
+        self, path: str | Path, strict: bool = False, require_label: bool = False
+    ) -> tuple[list[Example], list[SkippedRow]]:
+        """Read a data file of this task (see ``tasks.reader.read_examples``)."""
+        return read_examples(
+            path,
+            self.text_columns,
+            self.label_column,
+            self.parse_label,
+            strict=strict,
+            require_label=require_label,
+        )
+
+    # -- model outputs ------------------------------------------------------------------------
+
+    def label_tensor(self, labels: Sequence[int | float]) -> Tensor:
+        """Labels as the tensor ``loss`` expects, shape (B,)."""
+        raise NotImplementedError
+
+    def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
+        """Mean loss of a batch; ``outputs`` (B, num_outputs), ``labels`` (B,)."""
+        raise NotImplementedError
+
+    def predict(self, outputs: Tensor) -> list[int | float]:
+        """One prediction per row of ``outputs`` (B, num_outputs), as Python numbers."""
+        raise NotImplementedError
+
+    def metric(self, predictions: Sequence[int | float], labels: Sequence[int | float]) -> float:
+        """The task's dev metric (``metric_name``)."""
+        if self.metric_name == "acc":
+            return accuracy(predictions, labels)
+        if self.metric_name == "pearson":
+            return pearson(predictions, labels)
+        raise ValueError(f"task {self.name!r}: unknown metric {self.metric_name!r}")
+
+    def _check_outputs(self, outputs: Tensor) -> None:
+        if outputs.dim() != 2 or outputs.shape[1] != self.num_outputs:
+            raise ValueError(
+                f"task {self.name!r}: expected outputs of shape (B, {self.num_outputs}), "
+                f"got {tuple(outputs.shape)}"
+            )
+
+    # -- prediction files ---------------------------------------------------------------------
+
+    def write_predictions(
+        self, path: str | Path, ids: Sequence[str], predictions: Sequence[int | float]
+    ) -> None:
+        """Write a prediction file in the course's format (see the module docstring)."""
+        if len(ids) != len(predictions):
+            raise ValueError(f"{len(ids)} ids but {len(predictions)} predictions")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8", newline="\n") as f:
+            f.write(f"id \t {self.prediction_header} \n")
+            for example_id, prediction in zip(ids, predictions, strict=True):
+                f.write(f"{example_id} , {_format_prediction(prediction)} \n")
+
+
+class MultiClassTask(Task):
+    """Single-label classification into ``num_classes`` classes 0..C−1.
+
+    loss = −(1/B) Σ_b log softmax(o_b)[y_b]  (cross-entropy over the C logits o_b);
+    prediction = argmax_c o_b,c; metric = accuracy.
+    """
+
+    metric_name = "acc"
+
+    def __init__(self, *, num_classes: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if num_classes < 2:
+            raise ValueError(f"task {self.name!r}: need at least 2 classes, got {num_classes}")
+        self.num_classes = num_classes
+        self.num_outputs = num_classes
+
+    def parse_label(self, raw: str) -> int:
+        return _parse_class(raw, self.num_classes)
+
+    def label_tensor(self, labels: Sequence[int | float]) -> Tensor:
+        return torch.tensor(labels, dtype=torch.long)
+
+    def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
+        self._check_outputs(outputs)
+        return F.cross_entropy(outputs.float(), labels)
+
+    def predict(self, outputs: Tensor) -> list[int]:
+        self._check_outputs(outputs)
+        return outputs.detach().argmax(dim=-1).tolist()
+
+
+class BinaryTask(Task):
+    """Binary classification from a single logit z (the head has one output).
+
+    loss = −(1/B) Σ_b [y_b log σ(z_b) + (1 − y_b) log(1 − σ(z_b))]  (BCE with logits);
+    prediction = 1 if z_b > 0 (σ(z_b) > 0.5) else 0; metric = accuracy.
+    """
+
+    metric_name = "acc"
+    num_outputs = 1
+
+    def parse_label(self, raw: str) -> int:
+        # The Quora files write 0.0 / 1.0.
+        return _parse_class(raw, 2)
+
+    def label_tensor(self, labels: Sequence[int | float]) -> Tensor:
+        return torch.tensor(labels, dtype=torch.float32)
+
+    def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
+        self._check_outputs(outputs)
+        return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), labels.float())
+
+    def predict(self, outputs: Tensor) -> list[int]:
+        self._check_outputs(outputs)
+        return (outputs.detach()[:, 0] > 0).long().tolist()
+
+
+class RegressionTask(Task):
+    """Regression of a score in [low, high] from one output ŷ.
+
+    loss = (1/B) Σ_b (ŷ_b − y_b)²  (MSE); prediction = min(max(ŷ_b, low), high);
+    metric = Pearson's r.
+    """
+
+    metric_name = "pearson"
+    num_outputs = 1
+
+    def __init__(self, *, low: float, high: float, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not low < high:
+            raise ValueError(f"task {self.name!r}: need low < high, got {low}, {high}")
+        self.low = float(low)
+        self.high = float(high)
+
+    def parse_label(self, raw: str) -> float:
+        value = _parse_number(raw)
+        if not self.low <= value <= self.high:
+            raise ValueError(f"{value} is out of range {self.low:g}..{self.high:g}")
+        return value
+
+    def label_tensor(self, labels: Sequence[int | float]) -> Tensor:
+        return torch.tensor(labels, dtype=torch.float32)
+
+    def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
+        self._check_outputs(outputs)
+        return F.mse_loss(outputs[:, 0].float(), labels.float())
+
+    def predict(self, outputs: Tensor) -> list[float]:
+        self._check_outputs(outputs)
+        return outputs.detach()[:, 0].float().clamp(self.low, self.high).tolist()
+
+
+# ----------------------------------------------------------------------------------------------
+# Registry
+
+
+def register(task: Task) -> Task:
+    """Add ``task`` to ``TASKS`` under ``task.name``; a second task of the same name is an error."""
+    if task.name in TASKS:
+        raise ValueError(f"a task named {task.name!r} is already registered")
+    TASKS[task.name] = task
+    return task
+
+
+def get_task(name: str) -> Task:
+    """The registered task called ``name``; a ValueError lists the known names otherwise."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        known = ", ".join(sorted(TASKS)) or "(none registered)"
+        raise ValueError(f"unknown task {name!r}; known tasks: {known}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _parse_number(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return value
+
+
+def _parse_class(raw: str, num_classes: int) -> int:
+    """A class index 0..num_classes−1, written as an integer ("3") or integral float ("3.0")."""
+    value = _parse_number(raw)
+    if value != int(value):
+        raise ValueError(f"{value:g} is not an integer class")
+    if not 0 <= value < num_classes:
+        raise ValueError(f"class {int(value)} is out of range 0..{num_classes - 1}")
+    return int(value)
+
+
+def _format_prediction(prediction: int | float) -> str:
+    # bool and numpy/torch scalars are normalised so the file reads "1", not "True" or "tensor(1)".
+    if hasattr(prediction, "item"):
+        prediction = prediction.item()
+    if isinstance(prediction, bool):
+        prediction = int(prediction)
+    return repr(prediction) if isinstance(prediction, float) else str(prediction)
+
+
+def read_predictions(path: str | Path) -> tuple[str, list[tuple[str, str]]]:
+    """Read a prediction file written by ``write_predictions``: (column name, [(id, value)])."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    if not lines:
+        raise ValueError(f"{path}: empty prediction file")
+    header = [part.strip() for part in lines[0].split("\t")]
+    if len(header) != 2 or header[0] != "id":
+        raise ValueError(f"{path}:1: expected header 'id \\t <column>', got {lines[0]!r}")
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
+        parts = line.split(" , ")
+        if len(parts) != 2:
+            raise ValueError(f"{path}:{number}: expected '<id> , <prediction>', got {line!r}")
+        rows.append((parts[0].strip(), parts[1].strip()))
+    return header[1], rows

@@ -1,0 +1,93 @@
+"""Batches of example indices, grouped by length so that little compute goes to padding.
+
+A batch is padded to its longest sequence, so a batch of one long and many short sentences spends
+most of its positions on padding. ``length_grouped_batches`` puts sequences of similar length in
+the same batch while keeping training random:
+
+1. shuffle all indices (with ``generator``);
+2. cut the shuffled list into pools of ``pool_factor · batch_size`` indices;
+3. sort each pool by length (longest first);
+4. cut each pool into batches of ``batch_size`` (every pool but the last is a whole number of
+   batches, so at most one batch is short);
+5. shuffle the order of the batches, so that training does not see all long (or all short)
+   batches together.
+
+Each pool is a random sample of the data, so batches are still random up to their length
+(the same idea as the "bucket iterator" of torchtext and the length-grouped sampler of Hugging
+Face's Trainer). With ``generator=None`` nothing is shuffled: all indices are sorted by length,
+longest first (the evaluation order; the largest batch comes first, so running out of memory
+shows at once, not at the end of an evaluation).
+
+``padding_fraction`` measures the effect: padded positions / all positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["fixed_batches", "length_grouped_batches", "padding_fraction"]
+
+
+def length_grouped_batches(
+    lengths: Sequence[int],
+    batch_size: int,
+    generator: torch.Generator | None,
+    pool_factor: int = 50,
+) -> list[list[int]]:
+    """Batches of indices into ``lengths``, grouped by length (see the module docstring).
+
+    Every index 0..n−1 appears in exactly one batch; every batch has ``batch_size`` indices except
+    possibly one shorter batch.
+    """
+    _check_batch_size(batch_size)
+    if pool_factor < 1:
+        raise ValueError(f"pool_factor must be at least 1, got {pool_factor}")
+    n = len(lengths)
+    if generator is None:
+        order = sorted(range(n), key=lambda i: -lengths[i])  # stable: ties keep index order
+        return _cut(order, batch_size)
+
+    shuffled = torch.randperm(n, generator=generator).tolist()
+    pool_size = pool_factor * batch_size
+    batches: list[list[int]] = []
+    for start in range(0, n, pool_size):
+        pool = sorted(shuffled[start : start + pool_size], key=lambda i: -lengths[i])
+        batches.extend(_cut(pool, batch_size))
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def fixed_batches(n: int, batch_size: int, generator: torch.Generator | None) -> list[list[int]]:
+    """Plain batches of ``batch_size`` consecutive indices of a shuffled 0..n−1 (no shuffling
+    with ``generator=None``); the reference that length grouping is measured against."""
+    _check_batch_size(batch_size)
+    order = list(range(n)) if generator is None else torch.randperm(n, generator=generator).tolist()
+    return _cut(order, batch_size)
+
+
+def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
+    """Fraction of padded positions when each batch is padded to its longest sequence:
+
+        Σ_batches (|b| · max_{i∈b} L_i − Σ_{i∈b} L_i) / Σ_batches |b| · max_{i∈b} L_i
+
+    0.0 when there are no positions at all.
+    """
+    total = 0
+    real = 0
+    for batch in batches:
+        if not batch:
+            continue
+        batch_lengths = [lengths[i] for i in batch]
+        total += len(batch) * max(batch_lengths)
+        real += sum(batch_lengths)
+    return 0.0 if total == 0 else (total - real) / total
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+
+
+def _cut(order: list[int], batch_size: int) -> list[list[int]]:
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

@@ -1,0 +1,304 @@
+"""Read the course's tab-separated data files into examples, reporting every row it skips.
+
+File format (CS224N default final project): UTF-8 text, one record per line, fields separated by
+tabs. The first line is a header naming the columns; the first column is an unnamed row index
+(in the ``*-test-student.csv`` files there are two index columns, named ``0`` and ``""``). The
+columns this reader uses are found by NAME: ``id``, the sentence column(s) and, in labelled
+files, the label column. Every other column is ignored.
+
+How a line becomes an example (or a ``SkippedRow``; nothing is dropped without one):
+
+1. The file is split into physical lines on ``\\n`` (a trailing ``\\r`` is removed, so CRLF
+   files read the same; a UTF-8 byte-order mark before the header is removed). Each line is
+   decoded on its own, so invalid UTF-8 costs that line only, and is reported with its position.
+2. A line is split on every tab (``csv.QUOTE_NONE`` semantics). A quote character therefore never
+   joins lines or hides tabs: a stray ``"`` costs at most its own row. The original course loader
+   (``csv.DictReader`` with quotechar ``"``) reads an unbalanced quote as the start of a quoted
+   field that runs on, over tabs and line ends, to the next quote, silently merging the following
+   rows into one.
+3. A line must have exactly as many fields as the header (a blank line is reported too).
+4. Fields in the files were written with CSV quoting: a field that contains a ``"`` is wrapped in
+   quotes with inner quotes doubled (``"a ""b"" c"`` means ``a "b" c``). A field that starts with
+   ``"`` is unquoted that way, which gives the same text as the course loader. A field that starts
+   with ``"`` but is not a well-formed quoted field (no closing quote, or a lone inner quote) is
+   an "unbalanced quote": the row is skipped, since the course loader would have merged rows
+   there. A ``"`` inside an unquoted field (``a 5" screen``) is literal text, as in csv.
+5. The id and the sentences are stripped of surrounding whitespace and must not be empty; ids
+   must be unique within the file; the label, when the file has a label column, must be present
+   and accepted by ``parse_label``.
+
+A row with any problem is skipped and reported as ``SkippedRow(path, line, reason)`` (all of the
+row's problems, joined by "; "); with ``strict=True`` the first such row raises ``DataError``.
+Problems that make the whole file unusable (missing file, empty file, no rows, a header without a
+needed column) always raise ``DataError``. Messages read ``path:line: what is wrong``.
+
+Sentences are not lower-cased, tokenized or truncated here: that is the tokenizer's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DataError", "Example", "SkippedRow", "format_skip_report", "read_examples"]
+
+ID_COLUMN = "id"
+_BOM = "\ufeff"
+
+
+@dataclass
+class Example:
+    """One readable row of a data file."""
+
+    id: str
+    texts: tuple[str, ...]  # (sentence,) or (sentence1, sentence2)
+    label: int | float | None  # None for unlabeled test files
+    line: int  # 1-based physical line number in the file (for messages)
+
+
+@dataclass
+class SkippedRow:
+    """A row that could not be read, and why."""
+
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+class DataError(ValueError):
+    """A data file, or a row of it, cannot be read. The message names file, line and problem."""
+
+
+def read_examples(
+    path: str | Path,
+    text_columns: list[str],
+    label_column: str | None,
+    parse_label: Callable[[str], int | float],
+    strict: bool = False,
+    require_label: bool = False,
+) -> tuple[list[Example], list[SkippedRow]]:
+    """Read a tab-separated course data file (see the module docstring for the rules).
+
+    Args:
+        path: the file.
+        text_columns: header names of the sentence column(s), e.g. ``["sentence1", "sentence2"]``.
+        label_column: header name of the label column, or None to read no label. A file without
+            this column (a test file) reads with ``label=None`` unless ``require_label``.
+        parse_label: turns the label field into a label; raises ``ValueError(reason)`` on bad input.
+        strict: raise ``DataError`` at the first unreadable row instead of skipping it.
+        require_label: a missing label column is an error (for training and dev files).
+
+    Returns:
+        ``(examples, skipped)``: the readable rows in file order, and one ``SkippedRow`` for every
+        other line after the header. Every line after the header is in exactly one of the two.
+
+    Raises:
+        DataError: missing or empty file, header-only file, a needed column missing from the
+            header, a header that is not UTF-8, or (``strict``) any unreadable row.
+    """
+    name = str(path)
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{name}: file not found")
+    if not path.is_file():
+        raise DataError(f"{name}: not a regular file")
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line does not start another one
+    if not lines or (len(lines) == 1 and _strip_bom(lines[0]).strip() == b""):
+        raise DataError(f"{name}: empty file (expected a header line and rows)")
+
+    columns = _read_header(name, lines[0])
+    if all(not line.strip() for line in lines[1:]):
+        raise DataError(f"{name}: no rows (the file has a header line only)")
+    id_index = _column_index(name, columns, ID_COLUMN)
+    text_indices = [_column_index(name, columns, c) for c in text_columns]
+    label_index = None
+    if label_column is not None:
+        if label_column in columns:
+            label_index = _column_index(name, columns, label_column)
+        elif require_label:
+            raise DataError(
+                f"{name}:1: no label column {label_column!r} in the header "
+                f"(columns: {_show_columns(columns)})"
+            )
+
+    examples: list[Example] = []
+    skipped: list[SkippedRow] = []
+    first_line_of_id: dict[str, int] = {}
+    for line_number, line_bytes in enumerate(lines[1:], start=2):
+        problems, example = _read_row(
+            line_bytes,
+            line_number,
+            columns,
+            id_index,
+            text_indices,
+            text_columns,
+            label_index,
+            label_column,
+            parse_label,
+            first_line_of_id,
+        )
+        if problems:
+            reason = "; ".join(problems)
+            if strict:
+                raise DataError(f"{name}:{line_number}: {reason}")
+            skipped.append(SkippedRow(name, line_number, reason))
+        else:
+            assert example is not None
+            first_line_of_id[example.id] = line_number
+            examples.append(example)
+    return examples, skipped
+
+
+def format_skip_report(skipped: Sequence[SkippedRow]) -> str:
+    """Every skipped row as ``file:line: reason``, one per line, then a count line.
+
+    The count line reads ``N rows skipped`` (with ``in M files`` when there are several files).
+    """
+    lines = [str(s) for s in skipped]
+    files = {s.path for s in skipped}
+    count = f"{len(skipped)} row{'' if len(skipped) == 1 else 's'} skipped"
+    if len(files) > 1:
+        count += f" in {len(files)} files"
+    lines.append(count)
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _strip_bom(line: bytes) -> bytes:
+    return line[3:] if line.startswith(_BOM.encode("utf-8")) else line
+
+
+def _decode(line: bytes) -> str:
+    """Decode one line; a trailing CR (CRLF line ends) is not part of the text."""
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    return line.decode("utf-8")
+
+
+def _describe_decode_error(line: bytes, error: UnicodeDecodeError) -> str:
+    bad = " ".join(f"0x{byte:02x}" for byte in line[error.start : error.end])
+    return f"invalid UTF-8: byte {bad} at byte offset {error.start} of the line"
+
+
+def _read_header(name: str, line: bytes) -> list[str]:
+    try:
+        header = _decode(_strip_bom(line))
+    except UnicodeDecodeError as error:
+        raise DataError(f"{name}:1: header is not {_describe_decode_error(line, error)}") from None
+    if not header.strip():
+        raise DataError(f"{name}:1: the header line is blank")
+    return [column.strip() for column in header.split("\t")]
+
+
+def _show_columns(columns: list[str]) -> str:
+    return ", ".join(repr(c) for c in columns)
+
+
+def _column_index(name: str, columns: list[str], column: str) -> int:
+    matches = [i for i, c in enumerate(columns) if c == column]
+    if not matches:
+        raise DataError(
+            f"{name}:1: no column {column!r} in the header (columns: {_show_columns(columns)})"
+        )
+    if len(matches) > 1:
+        raise DataError(f"{name}:1: column {column!r} appears {len(matches)} times in the header")
+    return matches[0]
+
+
+def _unquote(field: str) -> str | None:
+    """Undo CSV quoting of one field; None when the field's quotes are unbalanced.
+
+    ``"a ""b"" c"`` -> ``a "b" c``; a field not starting with a quote is returned unchanged.
+    """
+    if not field.startswith('"'):
+        return field
+    inner = field[1:-1]
+    if len(field) < 2 or not field.endswith('"') or '"' in inner.replace('""', ""):
+        return None
+    return inner.replace('""', '"')
+
+
+def _read_row(
+    line_bytes: bytes,
+    line_number: int,
+    columns: list[str],
+    id_index: int,
+    text_indices: list[int],
+    text_columns: list[str],
+    label_index: int | None,
+    label_column: str | None,
+    parse_label: Callable[[str], int | float],
+    first_line_of_id: dict[str, int],
+) -> tuple[list[str], Example | None]:
+    """Read one line after the header: (problems, example); the example is None if problems."""
+    try:
+        line = _decode(line_bytes)
+    except UnicodeDecodeError as error:
+        return [_describe_decode_error(line_bytes, error)], None
+    if not line.strip():
+        return ["blank line"], None
+    fields = line.split("\t")
+    if len(fields) != len(columns):
+        # Under csv quoting a quoted field may hold a tab or a line break; this reader does not
+        # join lines, so say so when the line has a quote.
+        hint = (
+            " (the line has a '\"': a quoted field with a tab or line break?)"
+            if '"' in line
+            else ""
+        )
+        return [
+            f"expected {len(columns)} tab-separated columns as in the header, "
+            f"found {len(fields)}{hint}"
+        ], None
+
+    problems: list[str] = []
+
+    def field(index: int) -> str | None:
+        value = _unquote(fields[index])
+        if value is None:
+            problems.append(
+                f"unbalanced quote in column {columns[index]!r}: the field starts with '\"' "
+                f"but is not a well-formed quoted field (a csv reader would merge rows here)"
+            )
+            return None
+        return value.strip()
+
+    example_id = field(id_index)
+    if example_id == "":
+        problems.append("empty id")
+    elif example_id is not None and example_id in first_line_of_id:
+        first = first_line_of_id[example_id]
+        problems.append(f"duplicate id {example_id!r} (first seen on line {first})")
+
+    texts = []
+    for index, column in zip(text_indices, text_columns, strict=True):
+        text = field(index)
+        if text == "":
+            problems.append(f"empty {column}")
+        texts.append(text)
+
+    label = None
+    if label_index is not None:
+        raw_label = field(label_index)
+        if raw_label == "":
+            problems.append(f"missing label (column {label_column!r} is empty)")
+        elif raw_label is not None:
+            try:
+                label = parse_label(raw_label)
+            except ValueError as error:
+                problems.append(f"bad label {raw_label!r} in column {label_column!r}: {error}")
+
+    if problems:
+        return problems, None
+    assert example_id is not None and all(t is not None for t in texts)
+    return [], Example(id=example_id, texts=tuple(texts), label=label, line=line_number)  # type: ignore[arg-type]

@@ -1,0 +1,96 @@
+"""Shared fixtures: a tiny random BERT checkpoint in Hugging Face layout (with the real vocabulary,
+so the real tokenizer works) and tiny synthetic data files in the course's format."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import save_file
+
+from minbert.bert import BertConfig, BertModel
+from minbert.pretrained import default_checkpoint_dir
+
+TINY_CONFIG = dict(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=128,
+)
+
+WORDS = (
+    "good bad movie film great awful what how is the a of why do you fine cat dog sat ran".split()
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-32 BERT saved like a Hugging Face checkpoint directory."""
+    directory = tmp_path_factory.mktemp("tiny_bert")
+    config = BertConfig(**TINY_CONFIG)
+    import torch
+
+    torch.manual_seed(0)
+    model = BertModel(config)
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, directory / "model.safetensors"
+    )
+    (directory / "config.json").write_text(json.dumps(TINY_CONFIG))
+    shutil.copyfile(default_checkpoint_dir() / "vocab.txt", directory / "vocab.txt")
+    return directory
+
+
+def _sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 12)))
+
+
+def write_course_file(path: Path, columns: list[str], rows: list[list[str]]) -> None:
+    lines = ["\t" + "\t".join(columns)]
+    lines += [f"{i}\t" + "\t".join(row) for i, row in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """Course-format files for sst, para and sts with a few dozen rows each."""
+    directory = tmp_path_factory.mktemp("tiny_data")
+    rng = random.Random(0)
+    sizes = {"train": 40, "dev": 12, "test": 10}
+    for split, n in sizes.items():
+        labelled = split != "test"
+        suffix = "-test-student" if split == "test" else f"-{split}"
+        rows = [
+            [f"s{split}{i}", _sentence(rng)] + ([str(rng.randint(0, 4))] if labelled else [])
+            for i in range(n)
+        ]
+        write_course_file(
+            directory / f"ids-sst{suffix}.csv",
+            ["id", "sentence"] + (["sentiment"] if labelled else []),
+            rows,
+        )
+        rows = [
+            [f"q{split}{i}", _sentence(rng), _sentence(rng)]
+            + ([f"{rng.randint(0, 1)}.0"] if labelled else [])
+            for i in range(n)
+        ]
+        write_course_file(
+            directory / f"quora{suffix}.csv",
+            ["id", "sentence1", "sentence2"] + (["is_duplicate"] if labelled else []),
+            rows,
+        )
+        rows = [
+            [f"t{split}{i}", _sentence(rng), _sentence(rng)]
+            + ([f"{rng.uniform(0, 5):.1f}"] if labelled else [])
+            for i in range(n)
+        ]
+        write_course_file(
+            directory / f"sts{suffix}.csv",
+            ["id", "sentence1", "sentence2"] + (["similarity"] if labelled else []),
+            rows,
+        )
+    return directory

@@ -1,0 +1,213 @@
+"""BertModel on tiny random configs: Hugging Face state-dict names, padding, the two attention
+paths, dropout, and the config reader."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from minbert.bert import BertConfig, BertModel
+
+V, D, NH, F, P, TYPES = 30, 16, 4, 24, 20, 2
+
+
+def tiny_config(**overrides) -> BertConfig:
+    values = dict(
+        vocab_size=V,
+        hidden_size=D,
+        num_hidden_layers=2,
+        num_attention_heads=NH,
+        intermediate_size=F,
+        max_position_embeddings=P,
+        type_vocab_size=TYPES,
+    )
+    return BertConfig(**{**values, **overrides})
+
+
+def random_model(config: BertConfig | None = None, seed: int = 0) -> BertModel:
+    """A model with large random weights. BERT's N(0, 0.02²) init makes attention almost uniform,
+    which would hide masking mistakes; std 0.5 makes it peaked."""
+    torch.manual_seed(seed)
+    model = BertModel(config or tiny_config())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    return model.eval()
+
+
+def random_batch(B: int = 3, T: int = 7, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Token ids in 1..V-1 (0 is [PAD]), both token types, rows of different real lengths."""
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, V, (B, T), generator=g)
+    token_type_ids = torch.randint(0, TYPES, (B, T), generator=g)
+    attention_mask = torch.ones(B, T, dtype=torch.long)
+    for b in range(B):
+        attention_mask[b, T - b :] = 0  # row b has b padding tokens
+    input_ids = input_ids * attention_mask
+    token_type_ids = token_type_ids * attention_mask
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": attention_mask,
+    }
+
+
+def test_state_dict_keys_and_shapes_are_hugging_face_bert() -> None:
+    # Written out by hand from Hugging Face's BertModel naming, for 2 layers.
+    expected = {
+        "embeddings.word_embeddings.weight": (V, D),
+        "embeddings.position_embeddings.weight": (P, D),
+        "embeddings.token_type_embeddings.weight": (TYPES, D),
+        "embeddings.LayerNorm.weight": (D,),
+        "embeddings.LayerNorm.bias": (D,),
+        "encoder.layer.0.attention.self.query.weight": (D, D),
+        "encoder.layer.0.attention.self.query.bias": (D,),
+        "encoder.layer.0.attention.self.key.weight": (D, D),
+        "encoder.layer.0.attention.self.key.bias": (D,),
+        "encoder.layer.0.attention.self.value.weight": (D, D),
+        "encoder.layer.0.attention.self.value.bias": (D,),
+        "encoder.layer.0.attention.output.dense.weight": (D, D),
+        "encoder.layer.0.attention.output.dense.bias": (D,),
+        "encoder.layer.0.attention.output.LayerNorm.weight": (D,),
+        "encoder.layer.0.attention.output.LayerNorm.bias": (D,),
+        "encoder.layer.0.intermediate.dense.weight": (F, D),
+        "encoder.layer.0.intermediate.dense.bias": (F,),
+        "encoder.layer.0.output.dense.weight": (D, F),
+        "encoder.layer.0.output.dense.bias": (D,),
+        "encoder.layer.0.output.LayerNorm.weight": (D,),
+        "encoder.layer.0.output.LayerNorm.bias": (D,),
+        "encoder.layer.1.attention.self.query.weight": (D, D),
+        "encoder.layer.1.attention.self.query.bias": (D,),
+        "encoder.layer.1.attention.self.key.weight": (D, D),
+        "encoder.layer.1.attention.self.key.bias": (D,),
+        "encoder.layer.1.attention.self.value.weight": (D, D),
+        "encoder.layer.1.attention.self.value.bias": (D,),
+        "encoder.layer.1.attention.output.dense.weight": (D, D),
+        "encoder.layer.1.attention.output.dense.bias": (D,),
+        "encoder.layer.1.attention.output.LayerNorm.weight": (D,),
+        "encoder.layer.1.attention.output.LayerNorm.bias": (D,),
+        "encoder.layer.1.intermediate.dense.weight": (F, D),
+        "encoder.layer.1.intermediate.dense.bias": (F,),
+        "encoder.layer.1.output.dense.weight": (D, F),
+        "encoder.layer.1.output.dense.bias": (D,),
+        "encoder.layer.1.output.LayerNorm.weight": (D,),
+        "encoder.layer.1.output.LayerNorm.bias": (D,),
+        "pooler.dense.weight": (D, D),
+        "pooler.dense.bias": (D,),
+    }
+    state = BertModel(tiny_config()).state_dict()
+    assert {k: tuple(v.shape) for k, v in state.items()} == expected
+
+
+def test_position_ids_is_a_non_persistent_buffer() -> None:
+    model = BertModel(tiny_config())
+    buffers = dict(model.named_buffers())
+    assert "embeddings.position_ids" in buffers
+    assert torch.equal(buffers["embeddings.position_ids"][0], torch.arange(P))
+    assert not any("position_ids" in k for k in model.state_dict())
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "equation"])
+def test_padding_does_not_change_real_tokens(fast: bool) -> None:
+    model = random_model()
+    model.set_fast_attention(fast)
+    batch = random_batch()
+    B, T = batch["input_ids"].shape
+    extra = 4
+    padded = {k: torch.cat([v, torch.zeros(B, extra, dtype=v.dtype)], 1) for k, v in batch.items()}
+    with torch.no_grad():
+        out = model(**batch)
+        out_padded = model(**padded)
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(
+        out_padded["last_hidden_state"][:, :T][real],
+        out["last_hidden_state"][real],
+        rtol=0,
+        atol=1e-5,
+    )
+    torch.testing.assert_close(out_padded["pooler_output"], out["pooler_output"], rtol=0, atol=1e-5)
+
+    # Not vacuous: attending to the padding would have changed the outputs.
+    unmasked = {**padded, "attention_mask": torch.ones_like(padded["attention_mask"])}
+    with torch.no_grad():
+        out_unmasked = model(**unmasked)
+    diff = out_unmasked["last_hidden_state"][:, :T][real] - out["last_hidden_state"][real]
+    assert diff.abs().max() > 1e-2
+
+
+def test_fast_attention_equals_written_out_equation_with_padding() -> None:
+    model = random_model()
+    batch = random_batch()
+    with torch.no_grad():
+        model.set_fast_attention(True)
+        fast = model(**batch)
+        model.set_fast_attention(False)
+        equation = model(**batch)
+    for name in ("last_hidden_state", "pooler_output"):
+        torch.testing.assert_close(fast[name], equation[name], rtol=0, atol=1e-5, msg=name)
+
+
+def test_eval_is_deterministic_and_train_uses_dropout() -> None:
+    model = random_model(tiny_config(hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3))
+    batch = random_batch()
+    with torch.no_grad():
+        torch.manual_seed(1)
+        a = model(**batch)["last_hidden_state"]
+        torch.manual_seed(2)
+        b = model(**batch)["last_hidden_state"]
+        assert torch.equal(a, b)
+        model.train()
+        c = model(**batch)["last_hidden_state"]
+        d = model(**batch)["last_hidden_state"]
+    assert not torch.equal(c, d)
+
+
+def test_forward_is_encode_of_embed() -> None:
+    model = random_model()
+    batch = random_batch()
+    with torch.no_grad():
+        out = model(**batch)
+        embeddings = model.embed(batch["input_ids"], batch["token_type_ids"])
+        split = model.encode(embeddings, batch["attention_mask"])
+    B, T = batch["input_ids"].shape
+    assert embeddings.shape == (B, T, D)
+    assert out["last_hidden_state"].shape == (B, T, D)
+    assert out["pooler_output"].shape == (B, D)
+    for name in ("last_hidden_state", "pooler_output"):
+        assert torch.equal(out[name], split[name])
+
+
+def test_defaults_are_all_ones_mask_and_type_zero() -> None:
+    model = random_model()
+    ids = random_batch()["input_ids"][:1].clamp(min=1)
+    with torch.no_grad():
+        default = model(ids)["last_hidden_state"]
+        explicit = model(ids, torch.ones_like(ids), torch.zeros_like(ids))["last_hidden_state"]
+    assert torch.equal(default, explicit)
+
+
+def test_sequence_longer_than_position_table_raises() -> None:
+    model = random_model()
+    with pytest.raises(ValueError, match="position table"):
+        model(torch.ones(1, P + 1, dtype=torch.long))
+
+
+def test_config_from_dict_warns_on_unknown_keys_only() -> None:
+    values = tiny_config().__dict__ | {"model_type": "bert", "architectures": ["BertModel"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # metadata keys are not worth a warning
+        assert BertConfig.from_dict(values) == tiny_config()
+    with pytest.warns(UserWarning, match="rotary_dim"):
+        config = BertConfig.from_dict(values | {"rotary_dim": 8})
+    assert config == tiny_config()
+
+
+def test_config_rejects_inconsistent_values() -> None:
+    with pytest.raises(ValueError, match="multiple"):
+        tiny_config(hidden_size=18)
+    with pytest.raises(ValueError, match="hidden_act"):
+        tiny_config(hidden_act="swish")
+    with pytest.raises(ValueError, match="position_embedding_type"):
+        tiny_config(position_embedding_type="relative_key")

@@ -1,0 +1,123 @@
+"""Smoke tests of train_multitask.py on a tiny random checkpoint and tiny synthetic data."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import train_multitask
+
+PREDICTION_FILES = [
+    f"{task}-{split}-output.csv" for task in ("sst", "para", "sts") for split in ("dev", "test")
+]
+
+
+def run(tiny_checkpoint: Path, tiny_data: Path, out_dir: Path, *extra: str) -> int:
+    argv = [
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data_dir",
+        str(tiny_data),
+        "--out_dir",
+        str(out_dir),
+        "--epochs",
+        "2",
+        "--steps_per_epoch",
+        "3",
+        "--batch_size",
+        "4",
+        "--max_length",
+        "32",
+        *extra,
+    ]
+    return train_multitask.main(argv)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_complete_run(out_dir: Path, plots: bool = False) -> None:
+    for name in [
+        "config.json",
+        "metrics.jsonl",
+        "train_log.jsonl",
+        "best.safetensors",
+        "summary.json",
+        "parameters.json",
+        *PREDICTION_FILES,
+    ]:
+        assert (out_dir / name).is_file(), name
+    if plots:
+        assert (out_dir / "learning_curves.png").stat().st_size > 1000
+    metrics = read_jsonl(out_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [3, 6]
+    for m in metrics:
+        assert set(m) == {"step", "epoch", "sst", "para", "sts", "overall"}
+        assert all(math.isfinite(m[k]) for k in ("sst", "para", "sts", "overall"))
+    assert all(math.isfinite(r["loss"]) for r in read_jsonl(out_dir / "train_log.jsonl"))
+    lines = (out_dir / "sst-dev-output.csv").read_text().splitlines()
+    assert len(lines) == 1 + 12  # a header, then one row per dev example
+
+
+@pytest.mark.parametrize("option", ["pretrain", "finetune", "adapter", "pals", "lhuc", "lora"])
+def test_smoke_each_option(option, tiny_checkpoint, tiny_data, tmp_path):
+    assert run(tiny_checkpoint, tiny_data, tmp_path / option, "--option", option, "--no_plots") == 0
+    assert_complete_run(tmp_path / option)
+
+
+@pytest.mark.parametrize("sampling", ["round-robin", "proportional", "annealed"])
+def test_smoke_each_sampling(sampling, tiny_checkpoint, tiny_data, tmp_path):
+    out = tmp_path / sampling
+    assert run(tiny_checkpoint, tiny_data, out, "--sampling", sampling, "--option", "pretrain") == 0
+    assert_complete_run(out, plots=True)
+
+
+def test_separate_pair_encoding_and_pooler(tiny_checkpoint, tiny_data, tmp_path):
+    out = tmp_path / "sep"
+    extra = ("--pair_encoding", "separate", "--representation", "pooler", "--no_plots")
+    assert run(tiny_checkpoint, tiny_data, out, *extra) == 0
+    assert_complete_run(out)
+
+
+def test_evaluate_only_reproduces_dev_metrics(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run(tiny_checkpoint, tiny_data, out, "--option", "adapter", "--no_plots") == 0
+    best = max(read_jsonl(out / "metrics.jsonl"), key=lambda m: m["overall"])
+    eval_dir = tmp_path / "eval"
+    argv = ["--evaluate", str(out), "--data_dir", str(tiny_data), "--out_dir", str(eval_dir)]
+    capsys.readouterr()
+    assert train_multitask.main(argv) == 0
+    printed = capsys.readouterr().out
+    line = next(line for line in printed.splitlines() if line.startswith("dev: "))
+    values = dict(item.split() for item in line[len("dev: ") :].split(", "))
+    for key in ("sst", "para", "sts", "overall"):
+        assert float(values[key]) == pytest.approx(best[key], abs=1e-4)
+    for name in PREDICTION_FILES:
+        assert (eval_dir / name).read_text() == (out / name).read_text()
+
+
+def test_user_errors_are_one_line(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    assert run(tiny_checkpoint, tiny_data, tmp_path / "a", "--tasks", "sst,nope") == 2
+    assert "--tasks" in capsys.readouterr().err
+    assert run(tiny_checkpoint, tmp_path / "missing", tmp_path / "b") == 2
+    assert "not found" in capsys.readouterr().err
+    assert (
+        train_multitask.main(
+            [
+                "--checkpoint",
+                str(tmp_path),
+                "--data_dir",
+                str(tiny_data),
+                "--out_dir",
+                str(tmp_path / "c"),
+            ]
+        )
+        == 2
+    )
+    assert "--checkpoint" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_multitask.main(["--no_such_flag"])

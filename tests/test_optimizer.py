@@ -1,0 +1,199 @@
+"""The hand-written AdamW against torch.optim.AdamW, the warmup/decay schedule against values
+worked out by hand, and state-dict round trips (resuming a run continues exactly)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from minbert.bert import BertConfig, BertModel
+from minbert.optimizer import AdamW, LinearWarmupDecay, linear_warmup_decay, param_groups
+
+
+def regression_problem(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """A two-layer regression network and a fixed data set: y = sin(x·w) + noise."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(64, 8, generator=g)
+    y = torch.sin(x @ torch.randn(8, 1, generator=g)) + 0.1 * torch.randn(64, 1, generator=g)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    return model, x, y
+
+
+def two_groups(model: nn.Module) -> list[dict]:
+    """Two parameter groups with their own lr and decay: first layer, and the rest."""
+    return [
+        {"params": list(model[0].parameters()), "lr": 3e-3, "weight_decay": 0.1},
+        {"params": list(model[2].parameters()), "lr": 1e-2, "weight_decay": 0.01},
+    ]
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, x, y, steps: int, scheduler=None):
+    for _ in range(steps):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+
+
+def max_param_diff(a: nn.Module, b: nn.Module) -> float:
+    return max(
+        (p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters(), strict=True)
+    )
+
+
+def test_matches_torch_adamw_after_1000_steps_with_two_groups() -> None:
+    ours, x, y = regression_problem()
+    theirs = copy.deepcopy(ours)
+    betas, eps = (0.85, 0.995), 1e-7
+    opt_ours = AdamW(two_groups(ours), betas=betas, eps=eps)
+    opt_theirs = torch.optim.AdamW(two_groups(theirs), betas=betas, eps=eps, foreach=False)
+    train(ours, opt_ours, x, y, 1000)
+    train(theirs, opt_theirs, x, y, 1000)
+    assert max_param_diff(ours, theirs) <= 1e-6
+    # The problem is not trivial: the weights moved, and the decay did something.
+    assert max_param_diff(ours, regression_problem()[0]) > 0.1
+
+
+def test_matches_torch_adamw_with_schedule_and_defaults() -> None:
+    ours, x, y = regression_problem(seed=1)
+    theirs = copy.deepcopy(ours)
+    opt_ours = AdamW(ours.parameters(), lr=1e-2)
+    opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=1e-2, foreach=False)
+    train(ours, opt_ours, x, y, 200, linear_warmup_decay(opt_ours, 20, 200))
+    train(theirs, opt_theirs, x, y, 200, linear_warmup_decay(opt_theirs, 20, 200))
+    assert max_param_diff(ours, theirs) <= 1e-6
+
+
+def test_decay_is_decoupled_and_applied_before_the_adam_update() -> None:
+    # One step from θ = 1 with g = 0: Adam's update is 0, so θ ← (1 − lr·λ)·θ exactly.
+    p = nn.Parameter(torch.ones(3))
+    opt = AdamW([p], lr=0.1, weight_decay=0.5)
+    p.grad = torch.zeros(3)
+    opt.step()
+    torch.testing.assert_close(p.detach(), torch.full((3,), 1 - 0.1 * 0.5), rtol=0, atol=0)
+
+
+def test_first_step_moves_each_weight_by_lr() -> None:
+    # With bias correction, m̂ = g and v̂ = g² at t = 1, so the step is lr·g/(|g| + ε) ≈ lr·sign(g).
+    p = nn.Parameter(torch.zeros(4))
+    opt = AdamW([p], lr=0.01, weight_decay=0.0, eps=0.0)
+    p.grad = torch.tensor([3.0, -0.5, 1e-3, -20.0])
+    opt.step()
+    torch.testing.assert_close(p.detach(), torch.tensor([-0.01, 0.01, -0.01, 0.01]))
+
+
+def test_state_dict_round_trip_continues_identically() -> None:
+    model, x, y = regression_problem()
+    opt = AdamW(two_groups(model))
+    sched = linear_warmup_decay(opt, 10, 100)
+    train(model, opt, x, y, 30, sched)
+
+    # Resume as a training script does: build optimizer and scheduler as at the start, then
+    # load both states (the scheduler's constructor sets the lr, so it must come first).
+    resumed = copy.deepcopy(model)
+    opt2 = AdamW(two_groups(resumed))
+    sched2 = linear_warmup_decay(opt2, 10, 100)
+    opt2.load_state_dict(copy.deepcopy(opt.state_dict()))
+    sched2.load_state_dict(sched.state_dict())
+
+    train(model, opt, x, y, 40, sched)
+    train(resumed, opt2, x, y, 40, sched2)
+    assert max_param_diff(model, resumed) == 0.0
+    assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+
+
+def test_state_dict_interchanges_with_torch_adamw() -> None:
+    # A run started with torch.optim.AdamW resumes with ours and goes on as torch would.
+    model, x, y = regression_problem()
+    opt = torch.optim.AdamW(two_groups(model), foreach=False)
+    train(model, opt, x, y, 20)
+    ours_model = copy.deepcopy(model)
+    ours = AdamW(two_groups(ours_model))
+    ours.load_state_dict(copy.deepcopy(opt.state_dict()))
+    train(model, opt, x, y, 20)
+    train(ours_model, ours, x, y, 20)
+    assert max_param_diff(model, ours_model) <= 1e-7
+    assert set(ours.state_dict()["state"][0]) == set(opt.state_dict()["state"][0])
+
+
+@pytest.mark.parametrize(
+    ("warmup", "total", "expected"),
+    [
+        # w = 4, N = 10: s/4 for s < 4, then (10 − s)/6.
+        (4, 10, {0: 0.0, 1: 0.25, 2: 0.5, 3: 0.75, 4: 1.0, 7: 0.5, 10: 0.0, 12: 0.0}),
+        # no warmup: (10 − s)/10 from the first step.
+        (0, 10, {0: 1.0, 1: 0.9, 5: 0.5, 10: 0.0, 11: 0.0}),
+        # warmup over the whole run.
+        (5, 5, {0: 0.0, 4: 0.8, 5: 0.0}),
+    ],
+)
+def test_schedule_hand_values(warmup: int, total: int, expected: dict[int, float]) -> None:
+    factor = LinearWarmupDecay(warmup, total)
+    for step, value in expected.items():
+        assert factor(step) == pytest.approx(value, abs=1e-12), f"step {step}"
+
+
+def test_scheduler_sets_learning_rate_per_group() -> None:
+    p, q = nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
+    opt = AdamW([{"params": [p], "lr": 1.0}, {"params": [q], "lr": 0.1}])
+    sched = linear_warmup_decay(opt, warmup_steps=2, total_steps=6)
+    lrs = []
+    for _ in range(7):
+        lrs.append([g["lr"] for g in opt.param_groups])
+        opt.step()
+        sched.step()
+    expected = [0.0, 0.5, 1.0, 0.75, 0.5, 0.25, 0.0]
+    assert [a for a, _ in lrs] == pytest.approx(expected)
+    assert [b for _, b in lrs] == pytest.approx([0.1 * e for e in expected])
+
+
+def test_schedule_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        LinearWarmupDecay(-1, 10)
+    with pytest.raises(ValueError):
+        LinearWarmupDecay(11, 10)
+    with pytest.raises(ValueError):
+        LinearWarmupDecay(0, 0)
+
+
+def test_param_groups_structural_split() -> None:
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+    )
+    model = BertModel(config)
+    model.embeddings.word_embeddings.weight.requires_grad_(False)  # frozen: left out
+    decay, no_decay = param_groups(model, weight_decay=0.01)
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    decay_names = {names[id(p)] for p in decay["params"]}
+    no_decay_names = {names[id(p)] for p in no_decay["params"]}
+    layer_norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert {id(m.weight) for m in linears} <= {id(p) for p in decay["params"]}
+    assert {id(m.bias) for m in linears} <= {id(p) for p in no_decay["params"]}
+    assert {id(m.weight) for m in layer_norms} <= {id(p) for p in no_decay["params"]}
+    assert "embeddings.word_embeddings.weight" not in decay_names | no_decay_names
+    assert "embeddings.position_embeddings.weight" in decay_names
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert decay_names | no_decay_names == trainable
+    assert not decay_names & no_decay_names
+    # Usable as is.
+    AdamW([decay, no_decay], lr=1e-3)
+
+
+def test_rejects_bad_hyperparameters() -> None:
+    p = [nn.Parameter(torch.zeros(1))]
+    for kwargs in ({"lr": -1.0}, {"betas": (1.0, 0.9)}, {"eps": -1.0}, {"weight_decay": -0.1}):
+        with pytest.raises(ValueError):
+            AdamW(p, **kwargs)

@@ -1,0 +1,447 @@
+"""Plug-ins (Houlsby adapters, PALs, LHUC, LoRA) on a tiny random BERT: identity at
+initialisation, structural freezing, per-task isolation, parameter counts against the papers'
+formulas, per-task state round trips through safetensors, LoRA merging, tasks added later.
+
+Exact comparisons (torch.equal) where the computation is the same; stated tolerances elsewhere.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from minbert.bert import BertConfig, BertModel
+from minbert.plugins import (
+    PLUGINS,
+    add_plugin,
+    count_formula,
+    format_parameter_report,
+    freeze_all_but_task,
+    freeze_for_plugins,
+    load_plugin_state_dict,
+    parameter_report,
+    plugin_state_dict,
+)
+from minbert.plugins.adapter import Bottleneck
+from minbert.plugins.lora import TARGETS as LORA_TARGETS
+
+TASKS = ["sst", "para"]
+
+# kind, options: every plug-in with its defaults, plus the variants the issue names.
+VARIANTS = {
+    "adapter": ("adapter", {}),
+    "adapter-pfeiffer": ("adapter", {"placement": "pfeiffer", "size": 8}),
+    "adapter-2-shared": ("adapter", {"share": 2, "size": 8}),
+    "pals": ("pals", {}),
+    "pals-sized": ("pals", {"size": 12, "heads": 3}),
+    "lhuc": ("lhuc", {}),
+    "lora": ("lora", {}),
+    "lora-all": ("lora", {"rank": 2, "alpha": 4.0, "targets": list(LORA_TARGETS)}),
+}
+
+
+def tiny_config(layers: int = 2) -> BertConfig:
+    return BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+
+
+def base_model(layers: int = 2, seed: int = 0) -> BertModel:
+    torch.manual_seed(seed)
+    return BertModel(tiny_config(layers)).eval()
+
+
+def batch(seed: int = 1) -> dict[str, torch.Tensor]:
+    """Three sequences of up to 7 tokens, two of them padded."""
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, 99, (3, 7), generator=g)
+    attention_mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+    input_ids = input_ids * attention_mask  # padding id 0
+    token_type_ids = torch.tensor([[0] * 4 + [1] * 3, [0] * 3 + [1] * 4, [0] * 7])
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "token_type_ids": token_type_ids,
+    }
+
+
+def with_plugin(model: BertModel, variant: str, tasks=TASKS) -> BertModel:
+    kind, options = VARIANTS[variant]
+    model = copy.deepcopy(model)
+    add_plugin(model, kind, list(tasks), **options)
+    return model
+
+
+@torch.no_grad()
+def perturb(model: BertModel, seed: int = 2) -> None:
+    """Move every plug-in parameter away from its identity initialisation."""
+    g = torch.Generator().manual_seed(seed)
+    for p in model.plugins.parameters():
+        p.add_(0.1 * torch.randn(p.shape, generator=g))
+
+
+def outputs(model: BertModel, task: str | None, inputs=None) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        return model(**(inputs or batch()), task=task)
+
+
+def assert_equal_outputs(a: dict, b: dict) -> None:
+    assert torch.equal(a["last_hidden_state"], b["last_hidden_state"])
+    assert torch.equal(a["pooler_output"], b["pooler_output"])
+
+
+# ----- identity at initialisation -----
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("fast", [True, False])
+def test_identity_at_initialisation(variant: str, fast: bool) -> None:
+    plain = base_model()
+    plain.set_fast_attention(fast)
+    model = with_plugin(plain, variant)
+    if "pals" in model.plugins:
+        model.plugins["pals"].use_fast_path = fast
+    expected = outputs(plain, None)
+    for task in TASKS:
+        assert_equal_outputs(outputs(model, task), expected)
+
+
+def test_identity_with_every_plugin_attached_together() -> None:
+    plain = base_model()
+    model = copy.deepcopy(plain)
+    for kind in PLUGINS:
+        add_plugin(model, kind, TASKS)
+    assert list(model.plugins) == ["adapter", "pals", "lhuc", "lora"]
+    assert_equal_outputs(outputs(model, "para"), outputs(plain, None))
+
+
+# ----- freezing and gradients -----
+
+
+def backward_on(model: BertModel, task: str) -> None:
+    model.zero_grad(set_to_none=True)
+    out = model(**batch(), task=task)
+    (out["last_hidden_state"].pow(2).mean() + out["pooler_output"].sum()).backward()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_freeze_for_plugins_trains_only_plugins(variant: str) -> None:
+    model = with_plugin(base_model(), variant)
+    freeze_for_plugins(model)
+    plugin_ids = {id(p) for p in model.plugins.parameters()}
+    for p in model.parameters():
+        assert p.requires_grad == (id(p) in plugin_ids)
+    backward_on(model, "sst")
+    for name, p in model.named_parameters():
+        if id(p) not in plugin_ids:
+            assert p.grad is None, name
+    sst = model.plugins[VARIANTS[variant][0]].task_parameters("sst")
+    assert all(p.grad is not None for p in sst)
+    assert any(p.grad.abs().sum() > 0 for p in sst)
+
+
+def test_freeze_for_plugins_can_train_layernorms() -> None:
+    model = with_plugin(base_model(), "adapter")
+    freeze_for_plugins(model, train_layernorms=True)
+    plugin_ids = {id(p) for p in model.plugins.parameters()}
+    norm_ids = {
+        id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()
+    }
+    assert norm_ids  # embeddings + 2 per layer
+    for p in model.parameters():
+        assert p.requires_grad == (id(p) in plugin_ids | norm_ids)
+
+
+def test_freeze_for_plugins_needs_a_plugin() -> None:
+    with pytest.raises(ValueError, match="no plug-ins"):
+        freeze_for_plugins(base_model())
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_other_task_gets_no_gradient(variant: str) -> None:
+    model = with_plugin(base_model(), variant)
+    perturb(model)  # so that every sst parameter is on the gradient path
+    freeze_for_plugins(model)
+    backward_on(model, "sst")
+    plugin = model.plugins[VARIANTS[variant][0]]
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in plugin.task_parameters("sst"))
+    for p in plugin.task_parameters("para"):
+        assert p.grad is None or not p.grad.any()
+
+
+# ----- parameter counts -----
+
+
+def test_parameter_counts_match_the_formulas() -> None:
+    config = tiny_config(layers=6)
+    D, L, F_ = config.hidden_size, config.num_hidden_layers, config.intermediate_size
+    model = BertModel(config)
+
+    def per_task(kind: str, **options) -> int:
+        plugin = PLUGINS[kind](config, ["sst", "para"], **options)
+        counts = {sum(p.numel() for p in plugin.task_parameters(t)) for t in plugin.tasks}
+        assert len(counts) == 1  # every task the same size
+        total = sum(p.numel() for p in plugin.parameters())
+        assert total == 2 * counts.pop()  # every parameter belongs to one task
+        return total // 2
+
+    m = 8
+    adapter = 2 * m * D + D + m
+    assert (
+        per_task("adapter", size=m) == 2 * L * adapter == count_formula("adapter", config, size=m)
+    )
+    assert per_task("adapter", size=m, placement="pfeiffer") == L * adapter
+    assert per_task("adapter", size=m, share=3) == 2 * (L // 3) * adapter
+    assert count_formula("adapter", config, size=m, share=3) == 2 * (L // 3) * adapter
+    assert per_task("adapter", size=m, share=4) == 2 * 2 * adapter  # ⌈6 / 4⌉ groups
+
+    r = 4
+    assert per_task("lora", rank=r) == L * 2 * r * (D + D) == count_formula("lora", config, rank=r)
+    expected = L * r * (4 * (D + D) + (D + F_) + (F_ + D))  # 4 maps D→D, D→F, F→D
+    assert per_task("lora", rank=r, targets=LORA_TARGETS) == expected
+    assert count_formula("lora", config, rank=r, targets=LORA_TARGETS) == expected
+
+    assert per_task("lhuc") == L * D == count_formula("lhuc", config)
+
+    s, h = 12, 3
+    pal = (D * s + s) + (s * D + D) + L * 3 * (s * s + s)  # V_E, V_D, per layer q, k, v
+    assert (
+        per_task("pals", size=s, heads=h) == pal == count_formula("pals", config, size=s, heads=h)
+    )
+    assert per_task("pals") == count_formula("pals", config)  # default size: 8 = 4 heads × 2
+
+    report = parameter_report(model, {})
+    assert report["base"] == sum(p.numel() for p in model.parameters())
+
+
+def test_three_shared_adapter_has_a_third_of_the_adapters() -> None:
+    model = base_model(layers=6)
+    one = add_plugin(copy.deepcopy(model), "adapter", TASKS, size=8)
+    three = add_plugin(model, "adapter", TASKS, size=8, share=3)
+
+    def adapters(plugin) -> int:
+        return sum(isinstance(m, Bottleneck) for m in plugin.modules())
+
+    assert adapters(one) == 2 * 2 * 6  # tasks × positions × layers
+    assert adapters(three) * 3 == adapters(one)
+    # Layers 0-2 and 3-5 use one adapter per position: changing the first changes layers 0-2.
+    feed_forward = three.by_task["sst"]["feed_forward"]
+    assert len(feed_forward) == 2
+    h = torch.randn(1, 3, 32)
+    with torch.no_grad():
+        feed_forward[0].up.weight.normal_()
+    changed = [not torch.equal(three.after_feed_forward(i, "sst", h), h) for i in range(6)]
+    assert changed == [True, True, True, False, False, False]
+
+
+def test_parameter_report() -> None:
+    model = with_plugin(base_model(), "lhuc")
+    base = sum(p.numel() for p in model.parameters()) - 2 * 2 * 32
+    heads = {"sst": nn.Linear(32, 5), "para": nn.Linear(32, 1)}
+    freeze_for_plugins(model)
+    report = parameter_report(model, heads)
+    assert report["base"] == base
+    assert report["plugins"] == 2 * 2 * 32
+    assert report["heads"] == 32 * 5 + 5 + 32 + 1
+    assert report["total"] == base + report["plugins"] + report["heads"]
+    assert report["trainable"] == report["plugins"] + report["heads"]
+    assert report["shared_trainable"] == 0
+    assert report["tasks"]["sst"]["trainable"] == 64
+    assert report["tasks"]["sst"]["trainable_with_head"] == 64 + 165
+    assert report["tasks"]["para"]["fraction_of_base"] == pytest.approx(64 / base)
+    text = format_parameter_report(report)
+    assert "sst" in text and "para" in text
+
+
+# ----- per-task state -----
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_task_state_round_trip_through_safetensors(variant: str, tmp_path) -> None:
+    base = base_model()
+    model = with_plugin(base, variant)
+    perturb(model)
+    state = plugin_state_dict(model, "sst")
+    full = model.state_dict()
+    assert state and all(key in full and key.startswith("plugins.") for key in state)
+    assert not any(".para." in key for key in state)
+    save_file(state, tmp_path / "sst.safetensors")
+
+    fresh = copy.deepcopy(base)  # a fresh pretrained model: the base weights only
+    kind, options = VARIANTS[variant]
+    add_plugin(fresh, kind, ["sst"], **options)
+    load_plugin_state_dict(fresh, "sst", load_file(tmp_path / "sst.safetensors"))
+    assert_equal_outputs(outputs(fresh, "sst"), outputs(model, "sst"))
+
+
+def test_loading_a_mismatched_state_is_an_error() -> None:
+    model = with_plugin(base_model(), "adapter")
+    state = plugin_state_dict(model, "sst")
+    other = with_plugin(base_model(), "adapter-pfeiffer")
+    with pytest.raises(ValueError, match="missing"):
+        load_plugin_state_dict(other, "sst", state)
+
+
+# ----- LoRA merging -----
+
+
+def test_lora_merge_and_unmerge() -> None:
+    model = with_plugin(base_model(), "lora-all")
+    perturb(model)
+    lora = model.plugins["lora"]
+    original = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("plugins.")}
+    unmerged = outputs(model, "sst")
+
+    lora.merge("sst")
+    merged = outputs(model, "sst")
+    # W x + s·B A x versus (W + s·B A) x: equal up to float32 rounding.
+    torch.testing.assert_close(merged, unmerged, rtol=0, atol=1e-5)
+    assert not torch.equal(
+        model.encoder.layer[0].attention.self.query.weight,
+        original["encoder.layer.0.attention.self.query.weight"],
+    )
+    with pytest.raises(ValueError, match="unmerge"):
+        outputs(model, "para")
+    with pytest.raises(ValueError, match="already merged"):
+        lora.merge("sst")
+
+    lora.unmerge()
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in original.items())
+    assert_equal_outputs(outputs(model, "sst"), unmerged)
+    outputs(model, "para")  # other tasks run again
+
+
+# ----- a task added later -----
+
+
+@pytest.mark.parametrize("variant", ["adapter", "pals", "lhuc", "lora"])
+def test_task_added_later_leaves_other_tasks_untouched(variant: str) -> None:
+    model = with_plugin(base_model(), variant)
+    perturb(model)
+    before = {task: outputs(model, task) for task in TASKS}
+    plugin = model.plugins[VARIANTS[variant][0]]
+    plugin.add_task("sts")
+    assert_equal_outputs(outputs(model, "sts"), outputs(base_model(), None))  # identity
+
+    freeze_all_but_task(model, "sts")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert {id(p) for p in trainable} == {id(p) for p in plugin.task_parameters("sts")}
+    optimizer = torch.optim.SGD(trainable, lr=0.1)
+    model.train()
+    target = torch.randn(3, 32, generator=torch.Generator().manual_seed(3))
+    for _ in range(3):
+        optimizer.zero_grad()
+        out = model(**batch(), task="sts")
+        nn.functional.mse_loss(out["pooler_output"], target).backward()
+        optimizer.step()
+    model.eval()
+
+    for task in TASKS:
+        assert_equal_outputs(outputs(model, task), before[task])
+    assert not torch.equal(outputs(model, "sts")["pooler_output"], before["sst"]["pooler_output"])
+    assert not torch.equal(
+        outputs(model, "sts")["pooler_output"], outputs(base_model(), None)["pooler_output"]
+    )
+
+
+# ----- tasks and options are checked -----
+
+
+def test_unknown_or_missing_task_is_an_error() -> None:
+    model = with_plugin(base_model(), "adapter")
+    with pytest.raises(ValueError, match=r"unknown task 'sts'.*\['sst', 'para'\]"):
+        outputs(model, "sts")
+    with pytest.raises(ValueError, match=r"needs a task.*\['sst', 'para'\]"):
+        outputs(model, None)
+    with pytest.raises(ValueError, match="unknown task"):
+        freeze_all_but_task(model, "sts")
+    with pytest.raises(ValueError, match="unknown task"):
+        plugin_state_dict(model, "sts")
+
+
+def test_plugins_follow_the_model_train_eval_mode() -> None:
+    model = base_model()  # in eval mode
+    plugin = add_plugin(model, "pals", TASKS)
+    assert not any(m.training for m in plugin.modules())
+    plugin.add_task("sts")
+    assert not any(m.training for m in plugin.modules())
+    model.train()
+    assert all(m.training for m in plugin.modules())
+
+
+def test_bad_kinds_and_options_are_errors() -> None:
+    model = base_model()
+    with pytest.raises(ValueError, match="unknown plug-in kind"):
+        add_plugin(model, "prefix", TASKS)
+    with pytest.raises(ValueError, match="no option"):
+        add_plugin(model, "adapter", TASKS, bottleneck=8)
+    with pytest.raises(ValueError, match="placement"):
+        add_plugin(model, "adapter", TASKS, placement="middle")
+    with pytest.raises(ValueError, match="multiple of heads"):
+        add_plugin(model, "pals", TASKS, size=10, heads=4)
+    with pytest.raises(ValueError, match="targets"):
+        add_plugin(model, "lora", TASKS, targets=["query", "pooler"])
+    with pytest.raises(ValueError, match="list of task names"):
+        add_plugin(model, "lhuc", "sst")
+    assert len(model.plugins) == 0  # nothing half-attached
+    add_plugin(model, "lhuc", TASKS)
+    with pytest.raises(ValueError, match="already attached"):
+        add_plugin(model, "lhuc", TASKS)
+    with pytest.raises(ValueError, match="already has task"):
+        model.plugins["lhuc"].add_task("sst")
+
+
+# ----- PAL attention: fast path and padding -----
+
+
+def test_pal_fast_path_matches_the_equation_and_respects_padding() -> None:
+    model = with_plugin(base_model(), "pals")
+    perturb(model)
+    fast = outputs(model, "sst")
+    model.set_fast_attention(False)
+    model.plugins["pals"].use_fast_path = False
+    slow = outputs(model, "sst")
+    torch.testing.assert_close(fast, slow, rtol=0, atol=1e-5)
+
+    # Different token ids under the padding leave the real tokens' outputs unchanged.
+    model.set_fast_attention(True)
+    model.plugins["pals"].use_fast_path = True
+    inputs = batch()
+    noisy = dict(inputs)
+    noisy["input_ids"] = torch.where(
+        inputs["attention_mask"].bool(),
+        inputs["input_ids"],
+        torch.full_like(inputs["input_ids"], 7),
+    )
+    a = outputs(model, "sst", inputs)["last_hidden_state"]
+    b = outputs(model, "sst", noisy)["last_hidden_state"]
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(a[real], b[real], rtol=0, atol=1e-6)
+
+
+# ----- the packaged checkpoint -----
+
+
+def test_default_sizes_on_the_packaged_checkpoint_config() -> None:
+    from minbert.pretrained import CheckpointError, load_config
+
+    try:
+        config = load_config()
+    except CheckpointError as err:
+        pytest.skip(f"packaged checkpoint not installed: {err}")
+    assert (config.hidden_size, config.num_hidden_layers) == (384, 6)
+    D, L = 384, 6
+    assert count_formula("adapter", config) == 2 * L * (2 * 64 * D + D + 64)
+    assert count_formula("pals", config) == 2 * D * 96 + D + 96 + 3 * L * (96 * 96 + 96)
+    assert count_formula("lhuc", config) == L * D
+    assert count_formula("lora", config) == L * 2 * 8 * (D + D)

@@ -1,0 +1,108 @@
+"""Task sampling: probabilities, annealing, empirical frequencies and reproducibility."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from minbert.sampling import TaskSampler, annealed_alpha, task_probabilities
+
+# The sizes of the course's training files as they read here (sizes never live in library code).
+SIZES = {"sst": 8544, "para": 15998, "sts": 6040}
+
+
+def test_task_probabilities_hand_values():
+    assert task_probabilities({"a": 1, "b": 3}, 1.0) == pytest.approx({"a": 0.25, "b": 0.75})
+    assert task_probabilities({"a": 1, "b": 3}, 0.0) == pytest.approx({"a": 0.5, "b": 0.5})
+    # α = 0.5: √4 = 2, √16 = 4 -> 1/3, 2/3
+    assert task_probabilities({"a": 4, "b": 16}, 0.5) == pytest.approx({"a": 1 / 3, "b": 2 / 3})
+    assert list(task_probabilities(SIZES, 0.3)) == ["sst", "para", "sts"]
+    assert sum(task_probabilities(SIZES, 0.3).values()) == pytest.approx(1.0)
+
+
+def test_task_probabilities_reject_empty_tasks():
+    with pytest.raises(ValueError, match="'b' has 0 training examples"):
+        task_probabilities({"a": 5, "b": 0}, 1.0)
+    with pytest.raises(ValueError, match="at least one task"):
+        task_probabilities({}, 1.0)
+
+
+@pytest.mark.parametrize("epochs", [2, 3, 5, 10])
+def test_annealed_alpha_formula(epochs):
+    for epoch in range(1, epochs + 1):
+        assert annealed_alpha(epoch, epochs) == pytest.approx(1 - 0.8 * (epoch - 1) / (epochs - 1))
+    assert annealed_alpha(1, epochs) == 1.0
+    assert annealed_alpha(epochs, epochs) == pytest.approx(0.2)
+
+
+def test_annealed_alpha_single_epoch_and_bad_epochs():
+    assert annealed_alpha(1, 1) == 1.0
+    with pytest.raises(ValueError, match=r"epoch must be in 1..3"):
+        annealed_alpha(0, 3)
+    with pytest.raises(ValueError, match=r"epoch must be in 1..3"):
+        annealed_alpha(4, 3)
+
+
+def test_sampler_probabilities_per_mode():
+    epochs = 5
+    proportional = TaskSampler("proportional", SIZES, epochs, seed=0)
+    annealed = TaskSampler("annealed", SIZES, epochs, seed=0)
+    round_robin = TaskSampler("round-robin", SIZES, epochs, seed=0)
+    for epoch in range(1, epochs + 1):
+        assert proportional.probabilities(epoch) == pytest.approx(task_probabilities(SIZES, 1.0))
+        assert annealed.probabilities(epoch) == pytest.approx(
+            task_probabilities(SIZES, annealed_alpha(epoch, epochs))
+        )
+        assert round_robin.probabilities(epoch) == pytest.approx({name: 1 / 3 for name in SIZES})
+    # Annealing moves towards uniform: the largest task's share falls epoch by epoch.
+    shares = [annealed.probabilities(e)["para"] for e in range(1, epochs + 1)]
+    assert shares == sorted(shares, reverse=True)
+
+
+@pytest.mark.parametrize("mode", ["proportional", "annealed"])
+def test_empirical_frequencies_match_the_probabilities(mode):
+    """Over 100k draws every task's frequency is within 0.01 (absolute) of p_i ∝ N_i^α.
+
+    The standard error of a frequency over n = 100,000 draws is at most √(0.25/n) ≈ 0.0016, so
+    0.01 is over 6 standard errors: a correct sampler essentially never fails this.
+    """
+    epochs, steps = 4, 100_000
+    sampler = TaskSampler(mode, SIZES, epochs, seed=1234)
+    for epoch in (1, epochs):
+        counts = Counter(sampler.schedule(epoch, steps))
+        expected = sampler.probabilities(epoch)
+        for name in SIZES:
+            assert abs(counts[name] / steps - expected[name]) < 0.01, (epoch, name)
+
+
+def test_round_robin_cycles_in_the_given_order():
+    sampler = TaskSampler("round-robin", SIZES, epochs=3, seed=0)
+    assert sampler.schedule(1, 7) == ["sst", "para", "sts", "sst", "para", "sts", "sst"]
+    assert sampler.schedule(2, 7) == sampler.schedule(1, 7)
+    assert sampler.schedule(1, 0) == []
+
+
+def test_schedule_is_a_pure_function_of_seed_and_epoch():
+    a = TaskSampler("annealed", SIZES, epochs=3, seed=7)
+    b = TaskSampler("annealed", SIZES, epochs=3, seed=7)
+    assert a.schedule(2, 500) == b.schedule(2, 500)
+    # Asking for other epochs first (as a resumed run does not) changes nothing.
+    a.schedule(1, 1000)
+    assert a.schedule(2, 500) == b.schedule(2, 500)
+    # Epochs and seeds differ from one another.
+    assert a.schedule(1, 500) != a.schedule(2, 500)
+    assert TaskSampler("annealed", SIZES, epochs=3, seed=8).schedule(2, 500) != a.schedule(2, 500)
+    # A prefix of a longer schedule is the shorter schedule.
+    assert a.schedule(3, 1000)[:500] == a.schedule(3, 500)
+
+
+def test_sampler_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="unknown sampling mode 'random'"):
+        TaskSampler("random", SIZES, 3, 0)
+    with pytest.raises(ValueError, match="epochs must be at least 1"):
+        TaskSampler("annealed", SIZES, 0, 0)
+    with pytest.raises(ValueError, match="has 0 training examples"):
+        TaskSampler("proportional", {"sst": 0}, 1, 0)
+    with pytest.raises(ValueError, match=r"epoch must be in 1..2"):
+        TaskSampler("annealed", SIZES, 2, 0).schedule(3, 10)

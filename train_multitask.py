@@ -1,0 +1,804 @@
+"""Multitask fine-tuning of one BERT on SST-5 sentiment, Quora paraphrase and STS-B similarity.
+
+    python train_multitask.py --option finetune --sampling annealed
+    python train_multitask.py --option adapter --sampling annealed
+    python train_multitask.py --evaluate runs/finetune-annealed       # predictions from a saved run
+
+The run: config -> data -> model -> optimizer -> task sampler -> training loop -> evaluation.
+Each step draws one task (round-robin, or p_i ∝ N_i^α, see minbert/sampling.py), takes that task's
+next length-grouped batch, and updates the shared encoder (or only the plug-ins and heads) on that
+task's loss. The run folder receives config.json, metrics.jsonl, train_log.jsonl, the best
+checkpoint, prediction files and learning-curve plots; see README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from minbert.checkpoint import atomic_save, load_trusted
+from minbert.optimizer import AdamW, linear_warmup_decay, param_groups
+from minbert.pretrained import CheckpointError, load_pretrained
+from minbert.sampling import TaskSampler
+from minbert.tokenizer import Tokenizer
+from tasks import TASKS, get_task
+from tasks.base import Task
+from tasks.batching import length_grouped_batches
+from tasks.collate import batch_to, collate, token_lengths
+from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, MultitaskModel
+from tasks.metrics import OVERALL_TASKS, overall_score
+from tasks.reader import DataError, Example, format_skip_report
+
+OPTIONS = ("pretrain", "finetune", "adapter", "pals", "lhuc", "lora")
+PLUGIN_OPTIONS = ("adapter", "pals", "lhuc", "lora")
+SAMPLINGS = ("round-robin", "proportional", "annealed")
+SPLITS = ("train", "dev", "test")
+
+
+class UsageError(Exception):
+    """A mistake in the command line or the files it names: reported in one line, no traceback."""
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,
+    )
+    g = p.add_argument_group("what to train")
+    g.add_argument(
+        "--option",
+        choices=OPTIONS,
+        default="finetune",
+        help="pretrain: frozen encoder, only the task heads train; finetune: every weight trains; "
+        "adapter/pals/lhuc/lora: frozen encoder plus one parameter-efficient plug-in per task",
+    )
+    g.add_argument(
+        "--sampling",
+        choices=SAMPLINGS,
+        default="annealed",
+        help="which task each step trains: round-robin cycles the tasks; proportional draws task i "
+        "with p_i ∝ N_i (training-set size); annealed uses p_i ∝ N_i^α with "
+        "α = 1 − 0.8·(e − 1)/(E − 1) in epoch e of E",
+    )
+    g.add_argument(
+        "--tasks", default="sst,para,sts", help=f"comma-separated subset of {sorted(TASKS)}"
+    )
+    g.add_argument(
+        "--checkpoint",
+        default="default",
+        help="pretrained BERT directory (config.json + model.safetensors or pytorch_model.bin); "
+        "'default' is the packaged all-MiniLM-L6-v2",
+    )
+    g.add_argument(
+        "--representation",
+        choices=REPRESENTATIONS,
+        default="mean",
+        help="sentence vector the heads read: BERT's pooler, the [CLS] state, "
+        "or the mean of real tokens",
+    )
+    g.add_argument(
+        "--pair_encoding",
+        choices=PAIR_ENCODINGS,
+        default="cross",
+        help="pair tasks: cross = one sequence [CLS] a [SEP] b [SEP]; separate = encode a and b "
+        "apart and combine ([u,v,|u-v|,u*v] for paraphrase, cosine for similarity)",
+    )
+
+    g = p.add_argument_group("data")
+    g.add_argument("--data_dir", default="data", help="folder with the course's data files")
+    for name in ("sst", "para", "sts", "cfimdb"):
+        for split in SPLITS:
+            g.add_argument(
+                f"--{name}_{split}",
+                default=None,
+                help=f"{name} {split} file (default: <data_dir>/{TASKS[name].files[split]})",
+            )
+    g.add_argument("--limit", type=int, default=None, help="at most N examples per task and split")
+    g.add_argument(
+        "--strict", action="store_true", help="a malformed data row is an error, not a skip"
+    )
+    g.add_argument(
+        "--max_length", type=int, default=128, help="tokens per sequence after truncation"
+    )
+
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--epochs", type=int, default=3, help="training epochs")
+    g.add_argument(
+        "--steps_per_epoch",
+        type=int,
+        default=None,
+        help="steps per epoch (default: total training examples of the chosen tasks / batch size)",
+    )
+    g.add_argument("--batch_size", type=int, default=32, help="examples per step")
+    g.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="peak learning rate (default: 5e-5 for finetune, 1e-3 for the frozen-encoder options)",
+    )
+    g.add_argument(
+        "--warmup", type=float, default=0.1, help="warm-up steps, as a fraction of all steps"
+    )
+    g.add_argument("--weight_decay", type=float, default=0.01, help="AdamW decoupled weight decay")
+    g.add_argument("--dropout", type=float, default=0.1, help="dropout in the encoder and heads")
+    g.add_argument(
+        "--seed", type=int, default=11711, help="random seed (data order, dropout, sampler)"
+    )
+    g.add_argument(
+        "--eval_every",
+        type=int,
+        default=0,
+        help="also evaluate every N steps (0: only at epoch ends)",
+    )
+    g.add_argument(
+        "--nonfinite",
+        choices=("stop", "skip"),
+        default="stop",
+        help="on a NaN or infinite loss: stop the run (naming step and task) or skip that batch",
+    )
+
+    g = p.add_argument_group("plug-ins (with --option adapter|pals|lhuc|lora)")
+    g.add_argument("--adapter_size", type=int, default=64, help="adapter bottleneck m")
+    g.add_argument(
+        "--adapter_placement",
+        choices=("houlsby", "pfeiffer"),
+        default="houlsby",
+        help="houlsby: after attention and feed-forward; pfeiffer: after feed-forward only",
+    )
+    g.add_argument("--adapter_share", type=int, default=1, help="share one adapter across k layers")
+    g.add_argument(
+        "--train_layernorms", action="store_true", help="also train the encoder's LayerNorms"
+    )
+    g.add_argument(
+        "--pal_size", type=int, default=None, help="PAL projection size s (default: sized to D)"
+    )
+    g.add_argument("--pal_heads", type=int, default=None, help="attention heads inside a PAL")
+    g.add_argument("--lora_rank", type=int, default=8, help="LoRA rank r")
+    g.add_argument(
+        "--lora_alpha", type=float, default=16.0, help="LoRA scale α (update scaled by α/r)"
+    )
+    g.add_argument(
+        "--lora_targets", default="query,value", help="linear maps LoRA adapts (comma-separated)"
+    )
+
+    g = p.add_argument_group("SMART regularization (Jiang et al. 2020)")
+    g.add_argument("--smart", action="store_true", help="add SMART's adversarial and Bregman terms")
+    g.add_argument("--smart_sigma", type=float, default=1e-5, help="σ: std of the initial noise")
+    g.add_argument(
+        "--smart_epsilon", type=float, default=1e-5, help="ε: radius of the perturbation ball"
+    )
+    g.add_argument("--smart_step_size", type=float, default=1e-3, help="η: ascent step size")
+    g.add_argument("--smart_steps", type=int, default=1, help="K: ascent steps")
+    g.add_argument(
+        "--smart_weight", type=float, default=1.0, help="λ_s: weight of the adversarial term"
+    )
+    g.add_argument("--smart_bregman", type=float, default=1.0, help="μ: weight of the Bregman term")
+    g.add_argument("--smart_momentum", type=float, default=0.99, help="β: EMA of the teacher")
+
+    g = p.add_argument_group("run")
+    g.add_argument("--out_dir", default=None, help="run folder (default: runs/<option>-<sampling>)")
+    g.add_argument(
+        "--resume", action="store_true", help="continue the run in --out_dir from last.pt"
+    )
+    g.add_argument(
+        "--overwrite", action="store_true", help="reuse a non-empty --out_dir, starting over"
+    )
+    g.add_argument(
+        "--evaluate",
+        metavar="RUN_DIR",
+        default=None,
+        help="evaluate only: load RUN_DIR's best checkpoint, print dev metrics, write predictions",
+    )
+    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
+    g.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA only)")
+    g.add_argument("--no_plots", action="store_true", help="skip the PNG learning curves")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in args.tasks if t not in TASKS]
+    if unknown or not args.tasks:
+        raise UsageError(f"--tasks: unknown task(s) {unknown}; known tasks are {sorted(TASKS)}")
+    if args.lr is None:
+        args.lr = 5e-5 if args.option == "finetune" else 1e-3
+    if args.out_dir is None:
+        args.out_dir = args.evaluate or f"runs/{args.option}-{args.sampling}"
+    for flag in ("epochs", "batch_size", "max_length"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    if not 0 <= args.warmup < 1:
+        raise UsageError("--warmup is a fraction of all steps in [0, 1)")
+    return args
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskData:
+    task: Task
+    splits: dict[str, list[Example]] = field(default_factory=dict)
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+def data_path(args: argparse.Namespace, task: Task, split: str) -> Path:
+    override = getattr(args, f"{task.name}_{split}", None)
+    return Path(override) if override else Path(args.data_dir) / task.files[split]
+
+
+def load_data(args: argparse.Namespace, log_path: Path | None) -> dict[str, TaskData]:
+    """Read every split of every chosen task and report skipped rows; test files are optional."""
+    data: dict[str, TaskData] = {}
+    all_skipped = []
+    for name in args.tasks:
+        task = get_task(name)
+        td = TaskData(task)
+        for split in SPLITS:
+            path = data_path(args, task, split)
+            if not path.is_file():
+                if split == "test":
+                    print(f"[{name}] no test file at {path}: test predictions are skipped")
+                    continue
+                raise UsageError(
+                    f"--{name}_{split}: file {path} not found; put the course file there, point "
+                    f"--data_dir at the folder that holds it, or run: python scripts/get_data.py"
+                )
+            examples, skipped = task.read(path, strict=args.strict, require_label=split != "test")
+            all_skipped += skipped
+            if args.limit is not None:
+                examples = examples[: args.limit]
+            if not examples:
+                raise UsageError(f"--{name}_{split}: {path} has no usable rows")
+            td.splits[split], td.paths[split] = examples, path
+        data[name] = td
+        sizes = ", ".join(f"{s} {len(e)}" for s, e in td.splits.items())
+        print(f"[{name}] {task.description}: {sizes}")
+    if all_skipped:
+        report = format_skip_report(all_skipped)
+        lines = report.splitlines()
+        print("\n".join(lines[:10] + (["..."] if len(lines) > 11 else []) + lines[-1:]))
+        if log_path is not None:
+            log_path.write_text(report + "\n", encoding="utf-8")
+            print(f"every skipped row is listed in {log_path}")
+    return data
+
+
+class BatchStream:
+    """Endless length-grouped batches of one task's training set.
+
+    Pass p over the data is shuffled with a generator seeded from (seed, task, p), so the stream's
+    position is two integers (pass, index) and resuming rebuilds it exactly."""
+
+    def __init__(self, name: str, lengths: list[int], batch_size: int, seed: int) -> None:
+        self.name, self.lengths, self.batch_size, self.seed = name, lengths, batch_size, seed
+        self.pass_number, self.index = 0, 0
+        self._batches = self._make_batches()
+
+    def _make_batches(self) -> list[list[int]]:
+        task_offset = sum(ord(c) for c in self.name)
+        g = torch.Generator().manual_seed(
+            self.seed * 1_000_003 + task_offset * 1009 + self.pass_number
+        )
+        return length_grouped_batches(self.lengths, self.batch_size, g)
+
+    def next(self) -> list[int]:
+        if self.index >= len(self._batches):
+            self.pass_number, self.index = self.pass_number + 1, 0
+            self._batches = self._make_batches()
+        self.index += 1
+        return self._batches[self.index - 1]
+
+    def state_dict(self) -> dict:
+        return {"pass_number": self.pass_number, "index": self.index}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.pass_number, self.index = state["pass_number"], state["index"]
+        self._batches = self._make_batches()
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(
+            f"--device {name}: CUDA is not available on this machine; use --device cpu"
+        )
+    try:
+        return torch.device(name)
+    except RuntimeError as err:
+        raise UsageError(f"--device {name}: {err}") from err
+
+
+def build_model(args: argparse.Namespace) -> MultitaskModel:
+    """Load the pretrained encoder, attach the option's plug-ins, add the heads, freeze."""
+    bert = load_pretrained(args.checkpoint)
+    for module in bert.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = args.dropout
+    for layer in bert.encoder.layer:
+        layer.attention.self.dropout_p = args.dropout
+    tasks = [get_task(name) for name in args.tasks]
+    if args.option in PLUGIN_OPTIONS:
+        attach_plugins(bert, args)
+    model = MultitaskModel(bert, tasks, args.representation, args.pair_encoding, args.dropout)
+    if args.option == "pretrain":
+        bert.requires_grad_(False)
+    elif args.option in PLUGIN_OPTIONS:
+        from minbert.plugins import freeze_for_plugins
+
+        freeze_for_plugins(bert, train_layernorms=args.train_layernorms)
+    return model
+
+
+def attach_plugins(bert, args: argparse.Namespace) -> None:
+    from minbert.plugins import add_plugin
+
+    options = {
+        "adapter": dict(
+            size=args.adapter_size, placement=args.adapter_placement, share=args.adapter_share
+        ),
+        "pals": {k: v for k, v in dict(size=args.pal_size, heads=args.pal_heads).items() if v},
+        "lhuc": {},
+        "lora": dict(
+            rank=args.lora_rank,
+            alpha=args.lora_alpha,
+            targets=[t.strip() for t in args.lora_targets.split(",") if t.strip()],
+        ),
+    }[args.option]
+    try:
+        add_plugin(bert, args.option, list(args.tasks), **options)
+    except ValueError as err:
+        raise UsageError(f"--option {args.option}: {err}") from err
+
+
+def trainable_state_dict(model: MultitaskModel) -> dict[str, torch.Tensor]:
+    """The tensors that training changes: every weight for finetune, else plug-ins + heads (and
+    LayerNorms when trained). Selected by requires_grad, i.e. by the freezing, not by name."""
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if k in trainable}
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation and outputs
+# --------------------------------------------------------------------------------------------
+
+
+def autocast(args: argparse.Namespace, device: torch.device):
+    if args.bf16:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def predict(
+    model: MultitaskModel, td: TaskData, split: str, tokenizer: Tokenizer, args, device
+) -> tuple[list[str], list]:
+    """Predictions for one split, in the file's order; batches grouped by length for speed."""
+    model.eval()
+    task, examples = td.task, td.splits[split]
+    separate = model.encodes_separately(task)
+    lengths = token_lengths(task, examples, tokenizer, separate)
+    predictions: list = [None] * len(examples)
+    for indices in length_grouped_batches(lengths, args.batch_size * 2, None):
+        batch = batch_to(collate(task, [examples[i] for i in indices], tokenizer, separate), device)
+        with autocast(args, device):
+            outputs = model(task.name, batch)
+        for i, p in zip(indices, task.predict(outputs.float())):
+            predictions[i] = p
+    return [e.id for e in examples], predictions
+
+
+def evaluate(model, data: dict[str, TaskData], tokenizer, args, device) -> dict[str, float]:
+    metrics = {}
+    for name, td in data.items():
+        _, preds = predict(model, td, "dev", tokenizer, args, device)
+        metrics[name] = td.task.metric(preds, [e.label for e in td.splits["dev"]])
+    if any(name in OVERALL_TASKS for name in metrics):
+        metrics["overall"] = overall_score(metrics)
+    else:  # e.g. --tasks cfimdb: the course's score is undefined, so rank by the mean metric
+        metrics["overall"] = sum(metrics.values()) / len(metrics)
+    return metrics
+
+
+def write_predictions(model, data, tokenizer, args, device, out_dir: Path) -> None:
+    for name, td in data.items():
+        for split in ("dev", "test"):
+            if split not in td.splits:
+                continue
+            ids, preds = predict(model, td, split, tokenizer, args, device)
+            path = out_dir / f"{name}-{split}-output.csv"
+            td.task.write_predictions(path, ids, preds)
+    print(f"predictions written to {out_dir}")
+
+
+def plot_learning_curves(out_dir: Path, tasks: list[str]) -> None:
+    """learning_curves.png: training loss per task and each dev metric against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [json.loads(line) for line in (out_dir / "train_log.jsonl").read_text().splitlines()]
+    evals = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    fig, (ax_loss, ax_dev) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in tasks:
+        points = [(r["step"], r["loss"]) for r in train if r["task"] == name]
+        if points:
+            ax_loss.plot(*zip(*points), label=name)
+    ax_loss.set(
+        xlabel="step", ylabel="training loss (mean since last point)", title="Training loss"
+    )
+    ax_loss.legend()
+    for key in [*tasks, "overall"]:
+        points = [(r["step"], r[key]) for r in evals if key in r]
+        if points:
+            ax_dev.plot(*zip(*points), marker="o", label=key)
+    ax_dev.set(xlabel="step", ylabel="dev metric", title="Dev metrics (acc; Pearson r for sts)")
+    ax_dev.legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / "learning_curves.png", dpi=100)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+
+
+def smart_kind(task: Task) -> str:
+    if task.metric_name == "pearson":
+        return "regression"
+    return "binary" if task.num_outputs == 1 else "multiclass"
+
+
+def prepare_out_dir(args: argparse.Namespace) -> Path:
+    out_dir = Path(args.out_dir)
+    if args.resume:
+        if not (out_dir / "last.pt").is_file():
+            raise UsageError(f"--resume: {out_dir / 'last.pt'} not found; nothing to resume")
+        return out_dir
+    if (out_dir / "metrics.jsonl").exists() and not args.overwrite:
+        raise UsageError(
+            f"--out_dir {out_dir} already holds a run; pass --resume to continue it, "
+            "--overwrite to start over, or another --out_dir"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.jsonl", "train_log.jsonl", "last.pt", "best.safetensors"):
+        (out_dir / name).unlink(missing_ok=True)
+    return out_dir
+
+
+def train(args: argparse.Namespace) -> dict[str, float]:
+    out_dir = prepare_out_dir(args)
+    device = pick_device(args.device)
+    if args.bf16 and device.type != "cuda":
+        raise UsageError("--bf16 needs a CUDA device (--device cuda)")
+    torch.manual_seed(args.seed)
+    (out_dir / "config.json").write_text(json.dumps(vars(args), indent=2) + "\n")
+
+    data = load_data(args, out_dir / "skipped_rows.txt")
+    tokenizer = Tokenizer.from_checkpoint(args.checkpoint, max_length=args.max_length)
+    model = build_model(args).to(device)
+    print_parameter_report(model, out_dir)
+
+    sizes = {name: len(td.splits["train"]) for name, td in data.items()}
+    steps_per_epoch = args.steps_per_epoch or math.ceil(sum(sizes.values()) / args.batch_size)
+    total_steps = steps_per_epoch * args.epochs
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = AdamW(param_groups(model, args.weight_decay), lr=args.lr)
+    scheduler = linear_warmup_decay(optimizer, int(args.warmup * total_steps), total_steps)
+    sampler = TaskSampler(args.sampling, sizes, args.epochs, args.seed)
+    streams = {
+        name: BatchStream(
+            name,
+            token_lengths(
+                td.task, td.splits["train"], tokenizer, model.encodes_separately(td.task)
+            ),
+            args.batch_size,
+            args.seed,
+        )
+        for name, td in data.items()
+    }
+    smart = setup_smart(args, trainable)
+
+    step, best = 0, -math.inf
+    if args.resume:
+        state = load_trusted(out_dir / "last.pt")
+        model.load_state_dict(state["model"], strict=False)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        for name, s in state["streams"].items():
+            streams[name].load_state_dict(s)
+        if smart is not None:
+            smart["teacher"].load_state_dict(state["teacher"])
+        torch.set_rng_state(state["rng"])
+        step, best = state["step"], state["best"]
+        print(f"resumed {out_dir} at step {step}")
+
+    start = time.time()
+    examples_seen = 0
+    running: dict[str, list[float]] = {name: [] for name in data}
+    while step < total_steps:
+        epoch = step // steps_per_epoch + 1
+        schedule = sampler.schedule(epoch, steps_per_epoch)
+        probs = sampler.probabilities(epoch)
+        if step % steps_per_epoch == 0:
+            print(
+                f"epoch {epoch}/{args.epochs}: task probabilities "
+                + ", ".join(f"{k} {v:.3f}" for k, v in probs.items())
+            )
+        model.train()
+        bar = tqdm(
+            total=steps_per_epoch,
+            initial=step % steps_per_epoch,
+            desc=f"epoch {epoch}/{args.epochs}",
+            dynamic_ncols=True,
+            disable=None,
+        )
+        while step < epoch * steps_per_epoch:
+            name = schedule[step % steps_per_epoch]
+            td = data[name]
+            indices = streams[name].next()
+            batch = collate(
+                td.task,
+                [td.splits["train"][i] for i in indices],
+                tokenizer,
+                model.encodes_separately(td.task),
+            )
+            batch = batch_to(batch, device)
+            with autocast(args, device):
+                loss = training_loss(model, td.task, batch, smart)
+            step += 1
+            if not torch.isfinite(loss):
+                message = f"non-finite loss ({loss.item()}) at step {step} on task {name}"
+                if args.nonfinite == "stop":
+                    raise FloatingPointError(message + "; the last good checkpoint is kept")
+                tqdm.write(message + ": batch skipped")
+                optimizer.zero_grad(set_to_none=True)
+                scheduler.step()
+                bar.update(1)
+                continue
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            if smart is not None:
+                smart["teacher"].update()
+            examples_seen += len(indices)
+            running[name].append(loss.item())
+            bar.update(1)
+            bar.set_postfix(
+                task=name, loss=f"{sum(running[name][-50:]) / len(running[name][-50:]):.3f}"
+            )
+            if step % 50 == 0 or step == total_steps:
+                log_training(out_dir, step, epoch, running)
+            end_of_epoch = step % steps_per_epoch == 0
+            if end_of_epoch or (args.eval_every and step % args.eval_every == 0):
+                metrics = evaluate(model, data, tokenizer, args, device)
+                model.train()
+                record = {"step": step, "epoch": epoch, **metrics}
+                with open(out_dir / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps(record) + "\n")
+                tqdm.write(
+                    f"step {step} epoch {epoch}: "
+                    + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+                )
+                if metrics["overall"] > best:
+                    best = metrics["overall"]
+                    save_best(model, out_dir)
+                state = {
+                    "model": trainable_state_dict(model),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "streams": {n: s.state_dict() for n, s in streams.items()},
+                    "rng": torch.get_rng_state(),
+                    "step": step,
+                    "best": best,
+                }
+                if smart is not None:
+                    state["teacher"] = smart["teacher"].state_dict()
+                atomic_save(state, out_dir / "last.pt")
+        bar.close()
+
+    elapsed = time.time() - start
+    load_best(model, out_dir)
+    write_predictions(model, data, tokenizer, args, device, out_dir)
+    summary = {
+        "best_overall": best,
+        "wall_clock_s": round(elapsed, 1),
+        "train_examples_per_s": round(examples_seen / max(elapsed, 1e-9), 2),
+        "steps": step,
+    }
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if not args.no_plots:
+        plot_learning_curves(out_dir, args.tasks)
+    print(f"done: {summary}")
+    return summary
+
+
+def training_loss(
+    model: MultitaskModel, task: Task, batch: dict, smart: dict | None
+) -> torch.Tensor:
+    """The task loss, plus SMART's λ_s·R_s + μ·D_Breg when SMART is on."""
+    embeddings = model.embed(task.name, batch)
+    outputs = model.outputs_from_embeddings(task.name, embeddings, batch)
+    loss = task.loss(outputs.float(), batch["labels"])
+    if smart is None:
+        return loss
+    from minbert.smart import bregman_term, smart_regularizer
+
+    config, kind = smart["config"], smart_kind(task)
+
+    def perturbed_outputs(perturbed: list[torch.Tensor]) -> torch.Tensor:
+        return model.outputs_from_embeddings(task.name, perturbed, batch)
+
+    def teacher_outputs() -> torch.Tensor:
+        # A trainable embedding layer differs in the teacher, so the teacher embeds again;
+        # a frozen one gives the same vectors, so they are reused (one embed per step).
+        if any(p.requires_grad for p in model.bert.embeddings.parameters()):
+            return model(task.name, batch)
+        return model.outputs_from_embeddings(task.name, [e.detach() for e in embeddings], batch)
+
+    adversarial = smart_regularizer(perturbed_outputs, embeddings, outputs, kind, config)
+    bregman = bregman_term(teacher_outputs, outputs, smart["teacher"], kind)
+    return loss + config.weight * adversarial + config.bregman_weight * bregman
+
+
+def setup_smart(args: argparse.Namespace, trainable: list[torch.nn.Parameter]) -> dict | None:
+    if not args.smart:
+        return None
+    from minbert.smart import MomentumTeacher, SmartConfig
+
+    config = SmartConfig(
+        sigma=args.smart_sigma,
+        epsilon=args.smart_epsilon,
+        step_size=args.smart_step_size,
+        ascent_steps=args.smart_steps,
+        weight=args.smart_weight,
+        bregman_weight=args.smart_bregman,
+        momentum=args.smart_momentum,
+    )
+    return {"config": config, "teacher": MomentumTeacher(trainable, args.smart_momentum)}
+
+
+def log_training(out_dir: Path, step: int, epoch: int, running: dict[str, list[float]]) -> None:
+    with open(out_dir / "train_log.jsonl", "a") as f:
+        for name, losses in running.items():
+            if losses:
+                record = {
+                    "step": step,
+                    "epoch": epoch,
+                    "task": name,
+                    "loss": sum(losses) / len(losses),
+                }
+                f.write(json.dumps(record) + "\n")
+            losses.clear()
+
+
+def save_best(model: MultitaskModel, out_dir: Path) -> None:
+    from safetensors.torch import save_file
+
+    tmp = out_dir / "best.safetensors.tmp"
+    save_file({k: v.contiguous().cpu() for k, v in trainable_state_dict(model).items()}, str(tmp))
+    os.replace(tmp, out_dir / "best.safetensors")
+
+
+def load_best(model: MultitaskModel, out_dir: Path) -> None:
+    """Load best.safetensors (the trained tensors) over a model built from the same config."""
+    from safetensors.torch import load_file
+
+    path = out_dir / "best.safetensors"
+    if not path.is_file():
+        raise UsageError(f"{path} not found: the run in {out_dir} never reached an evaluation")
+    state = load_file(str(path))
+    expected = set(trainable_state_dict(model))
+    if set(state) != expected:
+        raise UsageError(
+            f"{path} does not match the model built from {out_dir / 'config.json'} "
+            f"({len(set(state) ^ expected)} keys differ)"
+        )
+    model.load_state_dict(state, strict=False)
+
+
+def print_parameter_report(model: MultitaskModel, out_dir: Path) -> None:
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    report = {"total": total, "trainable": trainable}
+    try:
+        from minbert.plugins import format_parameter_report, parameter_report
+
+        report = parameter_report(model.bert, dict(model.heads))
+        print(format_parameter_report(report))
+    except ImportError:
+        print(f"parameters: {total:,} total, {trainable:,} trainable ({trainable / total:.2%})")
+    (out_dir / "parameters.json").write_text(json.dumps(report, indent=2) + "\n")
+
+
+def evaluate_only(args: argparse.Namespace) -> dict[str, float]:
+    """Rebuild the model from RUN_DIR/config.json, load its best checkpoint, evaluate, predict."""
+    run_dir = Path(args.evaluate)
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise UsageError(f"--evaluate: {config_path} not found; pass the folder of a training run")
+    saved = json.loads(config_path.read_text())
+    # The model is rebuilt as trained; data paths, batch size and device may be changed here.
+    for key in (
+        "option",
+        "tasks",
+        "checkpoint",
+        "representation",
+        "pair_encoding",
+        "max_length",
+        "adapter_size",
+        "adapter_placement",
+        "adapter_share",
+        "train_layernorms",
+        "pal_size",
+        "pal_heads",
+        "lora_rank",
+        "lora_alpha",
+        "lora_targets",
+    ):
+        if key in saved:
+            setattr(args, key, saved[key])
+    device = pick_device(args.device)
+    data = load_data(args, None)
+    tokenizer = Tokenizer.from_checkpoint(args.checkpoint, max_length=args.max_length)
+    model = build_model(args).to(device)
+    load_best(model, run_dir)
+    metrics = evaluate(model, data, tokenizer, args, device)
+    print("dev: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_predictions(model, data, tokenizer, args, device, out_dir)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        if args.evaluate:
+            evaluate_only(args)
+        else:
+            train(args)
+    except (UsageError, DataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except CheckpointError as err:
+        print(f"error: --checkpoint: {err}", file=sys.stderr)
+        return 2
+    except FloatingPointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
