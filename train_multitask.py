@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from minbert.checkpoint import atomic_save, load_trusted
+from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
 from minbert.optimizer import AdamW, linear_warmup_decay, param_groups
 from minbert.pretrained import CheckpointError, load_pretrained
 from minbert.sampling import TaskSampler
@@ -147,6 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="also evaluate every N steps (0: only at epoch ends)",
     )
     g.add_argument(
+        "--log_every", type=int, default=50, help="write the mean training loss every N steps"
+    )
+    g.add_argument(
+        "--save_every",
+        type=int,
+        default=0,
+        help="also write the resumable last.pt every N steps (it is always written at evaluations)",
+    )
+    g.add_argument(
         "--nonfinite",
         choices=("stop", "skip"),
         default="stop",
@@ -221,7 +230,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.lr = 5e-5 if args.option == "finetune" else 1e-3
     if args.out_dir is None:
         args.out_dir = args.evaluate or f"runs/{args.option}-{args.sampling}"
-    for flag in ("epochs", "batch_size", "max_length"):
+    for flag in ("epochs", "batch_size", "max_length", "log_every"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} must be at least 1")
     if args.limit is not None and args.limit < 1:
@@ -495,23 +504,101 @@ def prepare_out_dir(args: argparse.Namespace) -> Path:
     return out_dir
 
 
+@dataclass
+class Distributed:
+    """Data parallelism under torchrun: every rank draws the same task and the same global batch
+    (the samplers and batch streams are pure functions of the seed), computes the loss on its
+    shard of that batch (examples rank, rank + world, ...), and DistributedDataParallel averages
+    the gradients. Only rank 0 writes files and prints progress."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def shard(self, indices: list[int]) -> list[int]:
+        return indices[self.rank :: self.world]
+
+    def mean(self, value: torch.Tensor) -> float:
+        """The mean of a scalar over all processes (the global batch's loss, for the logs)."""
+        if self.world > 1:
+            value = value.clone()
+            torch.distributed.all_reduce(value)
+            value /= self.world
+        return value.item()
+
+
+def setup_distributed(args: argparse.Namespace, device: torch.device) -> Distributed:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Distributed()
+    import torch.distributed as dist
+
+    if args.batch_size < world:
+        raise UsageError(f"--batch_size {args.batch_size} is smaller than the {world} processes")
+    if device.type == "cuda":  # one GPU per process
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Distributed(rank=dist.get_rank(), world=dist.get_world_size())
+
+
+class TrainingStep(torch.nn.Module):
+    """The loss of one batch as a module, so that DistributedDataParallel sees the whole step
+    (SMART's extra forwards included) as its forward."""
+
+    def __init__(self, model: MultitaskModel, smart: dict | None) -> None:
+        super().__init__()
+        self.model = model
+        self.smart = smart
+
+    def forward(self, task: Task, batch: dict) -> torch.Tensor:
+        return training_loss(self.model, task, batch, self.smart)
+
+
+def restore_saved_config(args: argparse.Namespace) -> argparse.Namespace:
+    """--resume continues the run as configured when it started; only where it runs may change."""
+    saved = json.loads((Path(args.out_dir) / "config.json").read_text())
+    keep = {k: getattr(args, k) for k in ("resume", "device", "bf16", "out_dir", "no_plots")}
+    return argparse.Namespace(**{**saved, **keep})
+
+
+def truncate_logs(out_dir: Path, step: int) -> None:
+    """After a resume, drop log lines written after the checkpoint the run continues from."""
+    for name in ("metrics.jsonl", "train_log.jsonl"):
+        path = out_dir / name
+        if path.exists():
+            lines = [x for x in path.read_text().splitlines() if json.loads(x)["step"] <= step]
+            path.write_text("".join(line + "\n" for line in lines))
+
+
 def train(args: argparse.Namespace) -> dict[str, float]:
     out_dir = prepare_out_dir(args)
+    if args.resume:
+        args = restore_saved_config(args)
     device = pick_device(args.device)
     if args.bf16 and device.type != "cuda":
         raise UsageError("--bf16 needs a CUDA device (--device cuda)")
+    dist_info = setup_distributed(args, device)
+    if device.type == "cuda" and dist_info.world > 1:
+        device = torch.device("cuda", torch.cuda.current_device())
+    main_process = dist_info.is_main
+    if not main_process:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- rank 0 alone prints
     torch.manual_seed(args.seed)
-    (out_dir / "config.json").write_text(json.dumps(vars(args), indent=2) + "\n")
+    if main_process and not args.resume:
+        (out_dir / "config.json").write_text(json.dumps(vars(args), indent=2) + "\n")
 
-    data = load_data(args, out_dir / "skipped_rows.txt")
+    data = load_data(args, out_dir / "skipped_rows.txt" if main_process else None)
     tokenizer = Tokenizer.from_checkpoint(args.checkpoint, max_length=args.max_length)
     model = build_model(args).to(device)
-    print_parameter_report(model, out_dir)
+    if main_process:
+        print_parameter_report(model, out_dir)
 
     sizes = {name: len(td.splits["train"]) for name, td in data.items()}
     steps_per_epoch = args.steps_per_epoch or math.ceil(sum(sizes.values()) / args.batch_size)
     total_steps = steps_per_epoch * args.epochs
-    trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = AdamW(param_groups(model, args.weight_decay), lr=args.lr)
     scheduler = linear_warmup_decay(optimizer, int(args.warmup * total_steps), total_steps)
     sampler = TaskSampler(args.sampling, sizes, args.epochs, args.seed)
@@ -526,7 +613,13 @@ def train(args: argparse.Namespace) -> dict[str, float]:
         )
         for name, td in data.items()
     }
-    smart = setup_smart(args, trainable)
+    smart = setup_smart(args, [p for p in model.parameters() if p.requires_grad])
+    step_module: torch.nn.Module = TrainingStep(model, smart)
+    if dist_info.world > 1:
+        # Other tasks' heads and plug-ins take no part in a step, hence find_unused_parameters.
+        step_module = torch.nn.parallel.DistributedDataParallel(
+            step_module, find_unused_parameters=True
+        )
 
     step, best = 0, -math.inf
     if args.resume:
@@ -540,7 +633,25 @@ def train(args: argparse.Namespace) -> dict[str, float]:
             smart["teacher"].load_state_dict(state["teacher"])
         torch.set_rng_state(state["rng"])
         step, best = state["step"], state["best"]
+        if main_process:
+            truncate_logs(out_dir, step)
         print(f"resumed {out_dir} at step {step}")
+
+    def save_last() -> None:
+        if not main_process:
+            return
+        state = {
+            "model": trainable_state_dict(model),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "streams": {n: s.state_dict() for n, s in streams.items()},
+            "rng": torch.get_rng_state(),
+            "step": step,
+            "best": best,
+        }
+        if smart is not None:
+            state["teacher"] = smart["teacher"].state_dict()
+        atomic_save(state, out_dir / "last.pt")
 
     start = time.time()
     examples_seen = 0
@@ -548,8 +659,8 @@ def train(args: argparse.Namespace) -> dict[str, float]:
     while step < total_steps:
         epoch = step // steps_per_epoch + 1
         schedule = sampler.schedule(epoch, steps_per_epoch)
-        probs = sampler.probabilities(epoch)
         if step % steps_per_epoch == 0:
+            probs = sampler.probabilities(epoch)
             print(
                 f"epoch {epoch}/{args.epochs}: task probabilities "
                 + ", ".join(f"{k} {v:.3f}" for k, v in probs.items())
@@ -560,87 +671,97 @@ def train(args: argparse.Namespace) -> dict[str, float]:
             initial=step % steps_per_epoch,
             desc=f"epoch {epoch}/{args.epochs}",
             dynamic_ncols=True,
-            disable=None,
+            disable=not main_process,
+            file=sys.stderr,
         )
         while step < epoch * steps_per_epoch:
             name = schedule[step % steps_per_epoch]
             td = data[name]
-            indices = streams[name].next()
-            batch = collate(
-                td.task,
-                [td.splits["train"][i] for i in indices],
-                tokenizer,
-                model.encodes_separately(td.task),
-            )
-            batch = batch_to(batch, device)
+            indices = dist_info.shard(streams[name].next())
+            separate = model.encodes_separately(td.task)
+            examples = [td.splits["train"][i] for i in indices]
+            batch = batch_to(collate(td.task, examples, tokenizer, separate), device)
             with autocast(args, device):
-                loss = training_loss(model, td.task, batch, smart)
+                loss = step_module(td.task, batch)
             step += 1
+            bar.update(1)
+            optimizer.zero_grad(set_to_none=True)
             if not torch.isfinite(loss):
                 message = f"non-finite loss ({loss.item()}) at step {step} on task {name}"
                 if args.nonfinite == "stop":
                     raise FloatingPointError(message + "; the last good checkpoint is kept")
-                tqdm.write(message + ": batch skipped")
+                tqdm.write(message + ": batch skipped", file=sys.stderr)
+                loss.backward()  # keeps every process's gradient exchange in step; then dropped
                 optimizer.zero_grad(set_to_none=True)
                 scheduler.step()
-                bar.update(1)
                 continue
-            optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             scheduler.step()
             if smart is not None:
                 smart["teacher"].update()
             examples_seen += len(indices)
-            running[name].append(loss.item())
-            bar.update(1)
-            bar.set_postfix(
-                task=name, loss=f"{sum(running[name][-50:]) / len(running[name][-50:]):.3f}"
-            )
-            if step % 50 == 0 or step == total_steps:
+            running[name].append(dist_info.mean(loss.detach()))
+            recent = running[name][-50:]
+            bar.set_postfix(task=name, loss=f"{sum(recent) / len(recent):.3f}")
+            if main_process and (step % args.log_every == 0 or step == total_steps):
                 log_training(out_dir, step, epoch, running)
-            end_of_epoch = step % steps_per_epoch == 0
-            if end_of_epoch or (args.eval_every and step % args.eval_every == 0):
+            if step % steps_per_epoch == 0 or (args.eval_every and step % args.eval_every == 0):
                 metrics = evaluate(model, data, tokenizer, args, device)
                 model.train()
-                record = {"step": step, "epoch": epoch, **metrics}
-                with open(out_dir / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(record) + "\n")
+                if main_process:
+                    with open(out_dir / "metrics.jsonl", "a") as f:
+                        f.write(json.dumps({"step": step, "epoch": epoch, **metrics}) + "\n")
                 tqdm.write(
                     f"step {step} epoch {epoch}: "
-                    + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+                    + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
+                    file=sys.stdout,
                 )
                 if metrics["overall"] > best:
                     best = metrics["overall"]
-                    save_best(model, out_dir)
-                state = {
-                    "model": trainable_state_dict(model),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "streams": {n: s.state_dict() for n, s in streams.items()},
-                    "rng": torch.get_rng_state(),
-                    "step": step,
-                    "best": best,
-                }
-                if smart is not None:
-                    state["teacher"] = smart["teacher"].state_dict()
-                atomic_save(state, out_dir / "last.pt")
+                    if main_process:
+                        save_best(model, out_dir)
+                save_last()
+            elif args.save_every and step % args.save_every == 0:
+                save_last()
         bar.close()
 
     elapsed = time.time() - start
+    examples_seen = round(dist_info.mean(torch.tensor(float(examples_seen))) * dist_info.world)
+    if dist_info.world > 1:
+        torch.distributed.barrier()  # rank 0's best checkpoint is on disk before anyone reads it
     load_best(model, out_dir)
-    write_predictions(model, data, tokenizer, args, device, out_dir)
     summary = {
         "best_overall": best,
         "wall_clock_s": round(elapsed, 1),
         "train_examples_per_s": round(examples_seen / max(elapsed, 1e-9), 2),
         "steps": step,
+        "train_examples": examples_seen,  # summed over processes
+        "processes": dist_info.world,
     }
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if not args.no_plots:
-        plot_learning_curves(out_dir, args.tasks)
-    print(f"done: {summary}")
+    if main_process:
+        write_predictions(model, data, tokenizer, args, device, out_dir)
+        if args.option != "finetune":
+            save_task_checkpoints(model, out_dir)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if not args.no_plots:
+            plot_learning_curves(out_dir, args.tasks)
+        print(f"done: {summary}")
+    if dist_info.world > 1:
+        torch.distributed.destroy_process_group()
     return summary
+
+
+def save_task_checkpoints(model: MultitaskModel, out_dir: Path) -> None:
+    """task-<name>.safetensors: one task's plug-ins + head, loadable onto the pretrained encoder."""
+    from safetensors.torch import save_file
+
+    for name in model.tasks:
+        path = out_dir / f"task-{name}.safetensors"
+        state = model.task_state_dict(name)
+        save_file(state, str(path))
+        count = sum(t.numel() for t in state.values())
+        print(f"{path}: {count:,} parameters, {path.stat().st_size / 1024:.1f} KiB")
 
 
 def training_loss(
@@ -793,6 +914,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except CheckpointError as err:
         print(f"error: --checkpoint: {err}", file=sys.stderr)
+        return 2
+    except UnsafeCheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     except FloatingPointError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -131,3 +131,35 @@ class MultitaskModel(nn.Module):
 
     def forward(self, task_name: str, batch: dict) -> torch.Tensor:
         return self.outputs_from_embeddings(task_name, self.embed(task_name, batch), batch)
+
+    # -- tiny per-task checkpoints -----------------------------------------------------------
+
+    def _task_keys(self, task_name: str) -> set[str]:
+        """State-dict keys owned by one task: its plug-in tensors and its head."""
+        keys = {f"heads.{task_name}.{k}" for k in self.heads[task_name].state_dict()}
+        if len(self.bert.plugins):
+            from minbert.plugins import plugin_state_dict
+
+            keys |= {f"bert.{k}" for k in plugin_state_dict(self.bert, task_name)}
+        return keys
+
+    def task_state_dict(self, task_name: str) -> dict[str, torch.Tensor]:
+        """What one task needs on top of the pretrained encoder: its plug-ins, its head, and any
+        trained tensor no task owns (the LayerNorms under --train_layernorms). Trained tensors are
+        those with requires_grad, so the selection follows the freezing, never names."""
+        trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+        owned_by_others = set().union(*(self._task_keys(t) for t in self.tasks if t != task_name))
+        keys = (trainable - owned_by_others) | self._task_keys(task_name)
+        state = self.state_dict()
+        return {k: state[k].detach().contiguous().cpu() for k in sorted(keys)}
+
+    def load_task_state_dict(self, task_name: str, state: dict[str, torch.Tensor]) -> None:
+        """Load a file written from ``task_state_dict`` onto a model built with the same options."""
+        expected = set(self.task_state_dict(task_name))
+        if set(state) != expected:
+            missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+            raise ValueError(
+                f"task {task_name!r} checkpoint does not match this model: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}"
+            )
+        self.load_state_dict(state, strict=False)

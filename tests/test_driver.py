@@ -121,3 +121,38 @@ def test_user_errors_are_one_line(tiny_checkpoint, tiny_data, tmp_path, capsys):
     assert "--checkpoint" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         train_multitask.main(["--no_such_flag"])
+
+
+@pytest.mark.parametrize("option", ["pretrain", "finetune", "adapter", "pals", "lhuc", "lora"])
+def test_smoke_smart_with_each_option(option, tiny_checkpoint, tiny_data, tmp_path):
+    out = tmp_path / option
+    extra = ("--option", option, "--smart", "--smart_epsilon", "1e-3", "--no_plots")
+    assert run(tiny_checkpoint, tiny_data, out, *extra) == 0
+    assert_complete_run(out)
+
+
+@pytest.mark.parametrize("option", ["adapter", "lora", "pals", "lhuc", "pretrain"])
+def test_task_checkpoint_reproduces_predictions(option, tiny_checkpoint, tiny_data, tmp_path):
+    """task-<name>.safetensors on a freshly loaded base checkpoint gives the trained model's
+    predictions exactly (the prediction files were written by the trained model)."""
+    from safetensors.torch import load_file
+
+    from tasks.base import read_predictions
+
+    out = tmp_path / "run"
+    assert run(tiny_checkpoint, tiny_data, out, "--option", option, "--no_plots") == 0
+    args = train_multitask.restore_saved_config(
+        train_multitask.parse_args(["--out_dir", str(out), "--resume"])
+    )
+    for name in ("sst", "para", "sts"):
+        path = out / f"task-{name}.safetensors"
+        assert path.stat().st_size < 200_000
+        model = train_multitask.build_model(args)
+        model.load_task_state_dict(name, load_file(str(path)))
+        data = train_multitask.load_data(args, None)
+        tokenizer = train_multitask.Tokenizer.from_checkpoint(args.checkpoint, args.max_length)
+        ids, preds = train_multitask.predict(
+            model, data[name], "dev", tokenizer, args, train_multitask.torch.device("cpu")
+        )
+        _, rows = read_predictions(out / f"{name}-dev-output.csv")
+        assert {i: float(p) for i, p in zip(ids, preds)} == {i: float(v) for i, v in rows}

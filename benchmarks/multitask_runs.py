@@ -1,0 +1,186 @@
+"""Run train_multitask.py configurations one after another and collect their results.
+
+Each configuration is a name and the flags it adds to the shared ones. Every run writes its own
+folder under --runs_dir; this script reads back its metrics.jsonl, summary.json and
+parameters.json and writes one JSON and one Markdown file with the exact commands, the commit and
+the machine. Suites:
+
+    defaults   short runs (--limit) comparing sentence representations and pair encodings, used
+               to choose the driver's defaults
+    multitask  full data: finetune and pretrain with annealed sampling (issue: multitask benchmark)
+    plugins    full data: adapter, pals, lhuc, lora with annealed sampling, beside finetune
+    smart      full data: SMART on and off for finetune and adapter
+
+    python benchmarks/multitask_runs.py multitask [--epochs 3] [--data_dir ../shared/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SUITES: dict[str, list[tuple[str, list[str]]]] = {
+    "defaults": [
+        ("cross-mean", ["--pair_encoding", "cross", "--representation", "mean"]),
+        ("cross-cls", ["--pair_encoding", "cross", "--representation", "cls"]),
+        ("cross-pooler", ["--pair_encoding", "cross", "--representation", "pooler"]),
+        ("separate-mean", ["--pair_encoding", "separate", "--representation", "mean"]),
+    ],
+    "multitask": [
+        ("finetune", ["--option", "finetune"]),
+        ("pretrain", ["--option", "pretrain"]),
+    ],
+    "plugins": [
+        ("adapter", ["--option", "adapter"]),
+        ("lora", ["--option", "lora"]),
+        ("pals", ["--option", "pals"]),
+        ("lhuc", ["--option", "lhuc"]),
+    ],
+    "smart": [
+        ("finetune-smart", ["--option", "finetune", "--smart"]),
+        ("adapter-smart", ["--option", "adapter", "--smart"]),
+    ],
+}
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def machine() -> str:
+    import os
+
+    import torch
+
+    return (
+        f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+        f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}"
+    )
+
+
+def collect(run_dir: Path) -> dict:
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    best = max(metrics, key=lambda m: m["overall"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    params = json.loads((run_dir / "parameters.json").read_text())
+    sizes = {p.name: p.stat().st_size for p in run_dir.glob("task-*.safetensors")}
+    return {
+        "best": best,
+        "evaluations": metrics,
+        "summary": summary,
+        "parameters": params,
+        "task_checkpoint_bytes": sizes,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("suite", choices=sorted(SUITES))
+    p.add_argument("--only", default=None, help="comma-separated configuration names to run")
+    p.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data"))
+    p.add_argument("--runs_dir", default=str(ROOT / "runs" / "bench"))
+    p.add_argument(
+        "--results", default=None, help="results file stem (default: benchmarks/results/<suite>)"
+    )
+    p.add_argument("extra", nargs=argparse.REMAINDER, help="flags after -- go to every run")
+    args = p.parse_args(argv)
+    extra = [a for a in args.extra if a != "--"]
+    chosen = SUITES[args.suite]
+    if args.only:
+        names = args.only.split(",")
+        chosen = [c for c in chosen if c[0] in names]
+    stem = Path(args.results) if args.results else ROOT / "benchmarks" / "results" / args.suite
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    json_path = stem.with_suffix(".json")
+    results = json.loads(json_path.read_text()) if json_path.exists() else {}
+    for name, flags in chosen:
+        out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
+        cmd = [
+            sys.executable,
+            "train_multitask.py",
+            "--data_dir",
+            args.data_dir,
+            "--out_dir",
+            str(out_dir),
+            "--overwrite",
+            "--no_plots",
+            *flags,
+            *extra,
+        ]
+        print("$", shlex.join(cmd), flush=True)
+        start = time.time()
+        rc = subprocess.run(cmd, cwd=ROOT).returncode
+        if rc != 0:
+            print(f"{name}: exit code {rc}", file=sys.stderr)
+            continue
+        results[name] = {
+            "command": shlex.join(cmd),
+            "commit": git_commit(),
+            "machine": machine(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "process_wall_clock_s": round(time.time() - start, 1),
+            **collect(out_dir),
+        }
+        json_path.write_text(json.dumps(results, indent=2) + "\n")
+        stem.with_suffix(".md").write_text(markdown(args.suite, results))
+    return 0
+
+
+def markdown(suite: str, results: dict) -> str:
+    lines = [
+        f"# Results: {suite}",
+        "",
+        "Written by `benchmarks/multitask_runs.py` from real runs; do not edit by hand. "
+        "Dev metrics are of the best evaluation (by overall score). The Quora dev file here is "
+        "a fixed split of the course's Quora dev file (see ../shared/data/README.md), so para "
+        "accuracy is not comparable one-to-one with published Quora dev figures.",
+        "",
+        "| run | sst acc | para acc | sts r | overall | trainable / task (with head) | "
+        "wall-clock s | train ex/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        b, s = r["best"], r["summary"]
+        per_task = r["parameters"].get("tasks", {})
+        trainable = (
+            ", ".join(
+                f"{t} {v['trainable_with_head']:,}"
+                for t, v in per_task.items()
+                if isinstance(v, dict) and "trainable_with_head" in v
+            )
+            or "-"
+        )
+        cells = [f"{b[k]:.4f}" if k in b else "-" for k in ("sst", "para", "sts", "overall")]
+        lines.append(
+            f"| {name} | {' | '.join(cells)} | {trainable} | {s['wall_clock_s']} | "
+            f"{s['train_examples_per_s']} |"
+        )
+    lines.append("")
+    for name, r in results.items():
+        lines += [
+            f"- **{name}**: `{r['command']}`",
+            f"  commit `{r['commit']}`, {r['machine']}, {r['date']}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Nothing lost and nothing silent: resuming after kill -9, determinism, non-finite losses and
+unsafe checkpoint files, on a tiny random checkpoint and tiny synthetic data."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import train_multitask
+from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tiny_args(tiny_checkpoint: Path, tiny_data: Path, out_dir: Path, *extra: str) -> list[str]:
+    return [
+        "--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data),
+        "--out_dir", str(out_dir), "--batch_size", "4", "--max_length", "32", "--no_plots",
+        *extra,
+    ]  # fmt: skip
+
+
+def metrics(out_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_same_seed_same_metrics(tiny_checkpoint, tiny_data, tmp_path):
+    extra = ("--epochs", "2", "--steps_per_epoch", "4", "--option", "finetune")
+    for name in ("a", "b"):
+        assert (
+            train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path / name, *extra))
+            == 0
+        )
+    assert metrics(tmp_path / "a") == metrics(tmp_path / "b")
+    for split in ("dev", "test"):
+        name = f"sts-{split}-output.csv"
+        assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data, tmp_path):
+    """Kill -9 a run as soon as it has written a resumable checkpoint, resume, and compare every
+    evaluation with a run that was never interrupted (same seed, same machine)."""
+    extra = ["--epochs", "3", "--steps_per_epoch", "10", "--eval_every", "5", "--save_every", "2",
+             "--option", "finetune"]  # fmt: skip
+    reference = tmp_path / "reference"
+    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, reference, *extra)) == 0
+
+    killed = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "train_multitask.py",
+        *tiny_args(tiny_checkpoint, tiny_data, killed, *extra),
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    saved_step = load_trusted(killed / "last.pt")["step"]
+    assert saved_step < 30
+
+    resume = [*tiny_args(tiny_checkpoint, tiny_data, killed), "--resume"]
+    assert train_multitask.main(resume) == 0
+    assert metrics(killed) == metrics(reference)
+    assert (killed / "sst-dev-output.csv").read_text() == (
+        reference / "sst-dev-output.csv"
+    ).read_text()
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    assert train_multitask.main([*tiny_args(tiny_checkpoint, tiny_data, tmp_path), "--resume"]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_existing_run_is_not_overwritten(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    extra = ("--epochs", "1", "--steps_per_epoch", "2", "--option", "pretrain")
+    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 0
+    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
+@pytest.fixture
+def nan_on_third_step(monkeypatch):
+    real = train_multitask.training_loss
+    calls = {"n": 0}
+
+    def loss_with_a_nan(model, task, batch, smart):
+        calls["n"] += 1
+        loss = real(model, task, batch, smart)
+        return loss * float("nan") if calls["n"] == 3 else loss
+
+    monkeypatch.setattr(train_multitask, "training_loss", loss_with_a_nan)
+
+
+def test_nan_loss_stops_and_names_step_and_task(
+    tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step
+):
+    extra = ("--epochs", "2", "--steps_per_epoch", "2", "--option", "finetune")
+    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 3
+    err = capsys.readouterr().err
+    assert "step 3 on task" in err and "non-finite" in err
+    # The checkpoint of the evaluation at step 2 is the good one; the NaN never reached a file.
+    best = load_trusted(tmp_path / "last.pt")
+    assert best["step"] == 2
+    assert all(torch.isfinite(t).all() for t in best["model"].values())
+
+
+def test_nan_loss_can_skip_the_batch(
+    tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step
+):
+    extra = ("--epochs", "2", "--steps_per_epoch", "2", "--nonfinite", "skip")
+    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 0
+    assert "step 3 on task" in capsys.readouterr().err
+    assert all(all(v == v for v in m.values()) for m in metrics(tmp_path))
+
+
+class RunsCode:
+    """Unpickling this would call os.system: a checkpoint must never be able to do that."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_crafted_pickle_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "last.pt"
+    torch.save({"model": {}, "payload": RunsCode(marker)}, path)
+    with pytest.raises(UnsafeCheckpointError):
+        load_trusted(path)
+    assert not marker.exists()
+
+
+def test_resume_refuses_a_crafted_checkpoint(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    extra = ("--epochs", "1", "--steps_per_epoch", "2", "--option", "pretrain")
+    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 0
+    marker = tmp_path / "pwned"
+    torch.save({"payload": RunsCode(marker)}, tmp_path / "last.pt")
+    assert train_multitask.main([*tiny_args(tiny_checkpoint, tiny_data, tmp_path), "--resume"]) == 2
+    assert "refused" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_atomic_save_leaves_old_file_when_the_write_fails(tmp_path):
+    path = tmp_path / "state.pt"
+    atomic_save({"x": torch.ones(2)}, path)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("cannot pickle")
+
+    with pytest.raises(RuntimeError):
+        atomic_save({"x": Unpicklable()}, path)
+    assert torch.equal(load_trusted(path)["x"], torch.ones(2))
+    assert [p.name for p in tmp_path.iterdir()] == ["state.pt"]
