@@ -673,6 +673,7 @@ def train(args: argparse.Namespace) -> dict[str, float]:
             dynamic_ncols=True,
             disable=not main_process,
             file=sys.stderr,
+            mininterval=0.1 if sys.stderr.isatty() else 60,  # a log file gets a line a minute
         )
         while step < epoch * steps_per_epoch:
             name = schedule[step % steps_per_epoch]

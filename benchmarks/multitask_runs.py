@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--results", default=None, help="results file stem (default: benchmarks/results/<suite>)"
     )
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="flags after -- go to every run")
-    args = p.parse_args(argv)
-    extra = [a for a in args.extra if a != "--"]
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []  # flags after -- go to every run
+    args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     chosen = SUITES[args.suite]
     if args.only:
         names = args.only.split(",")

@@ -158,9 +158,13 @@ def scaled_dot_product_attention(
 
     q, k, v: (B, nh, T, hs); mask: additive, broadcastable to (B, nh, T, T).
     """
+    # HINT: scores = Q·Kᵀ / √d_k + M with d_k = q.size(-1), softmax over the keys (the last
+    # HINT: dimension), F.dropout(probs, p=dropout_p), then multiply by V.
+    # BEGIN SOLUTION: attention
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + mask  # (B, nh, T, T)
     probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
     return probs @ v  # (B, nh, T, T) @ (B, nh, T, hs) -> (B, nh, T, hs)
+    # END SOLUTION
 
 
 class BertEmbeddings(nn.Module):
@@ -180,6 +184,9 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         B, T = input_ids.shape
+        # HINT: look up word_embeddings(input_ids), position_embeddings(self.position_ids[:, :T])
+        # HINT: and token_type_embeddings(token_type_ids), add them, then LayerNorm and dropout.
+        # BEGIN SOLUTION: embeddings
         positions = self.position_ids[:, :T]  # (1, T)
         x = (
             self.word_embeddings(input_ids)
@@ -187,6 +194,7 @@ class BertEmbeddings(nn.Module):
             + self.token_type_embeddings(token_type_ids)
         )  # (B, T) -> (B, T, D)
         return self.dropout(self.LayerNorm(x))
+        # END SOLUTION
 
 
 class BertSelfAttention(nn.Module):
@@ -211,6 +219,11 @@ class BertSelfAttention(nn.Module):
     ) -> torch.Tensor:
         B, T, D = x.shape
 
+        # HINT: q, k, v = sites.linear("query", self.query, x) (and "key", "value"), each split
+        # HINT: (B, T, D) -> (B, nh, T, hs); dropout_p only in training; attention through
+        # HINT: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=...) when
+        # HINT: self.use_fast_path, else scaled_dot_product_attention; merge heads -> (B, T, D).
+        # BEGIN SOLUTION: attention
         def split_heads(t: torch.Tensor) -> torch.Tensor:
             return t.view(B, T, self.num_heads, D // self.num_heads).transpose(1, 2)
 
@@ -223,6 +236,7 @@ class BertSelfAttention(nn.Module):
         else:
             y = scaled_dot_product_attention(q, k, v, mask, dropout_p)
         return y.transpose(1, 2).reshape(B, T, D)  # (B, nh, T, hs) -> (B, T, D)
+        # END SOLUTION
 
 
 class BertSelfOutput(nn.Module):
@@ -237,8 +251,12 @@ class BertSelfOutput(nn.Module):
     def forward(
         self, heads: torch.Tensor, x: torch.Tensor, sites: LayerSites = NO_SITES
     ) -> torch.Tensor:
+        # HINT: h = dropout(sites.linear("attention_output", self.dense, heads)), then
+        # HINT: LayerNorm(x + sites.after_attention(h)).
+        # BEGIN SOLUTION: layer
         h = self.dropout(sites.linear("attention_output", self.dense, heads))
         return self.LayerNorm(x + sites.after_attention(h))
+        # END SOLUTION
 
 
 class BertAttention(nn.Module):
@@ -282,11 +300,15 @@ class BertOutput(nn.Module):
         sites: LayerSites = NO_SITES,
         parallel: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        # HINT: h = dropout(sites.linear("output", self.dense, h)), then
+        # HINT: LayerNorm(x + sites.after_feed_forward(h) + parallel), parallel only if not None.
+        # BEGIN SOLUTION: layer
         h = self.dropout(sites.linear("output", self.dense, h))  # (B, T, F) -> (B, T, D)
         h = x + sites.after_feed_forward(h)
         if parallel is not None:
             h = h + parallel
         return self.LayerNorm(h)
+        # END SOLUTION
 
 
 class BertLayer(nn.Module):
@@ -305,10 +327,15 @@ class BertLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
     ) -> torch.Tensor:
+        # HINT: parallel = sites.parallel(x, mask); a = self.attention(x, mask, sites);
+        # HINT: y = self.output(self.intermediate(a, sites), a, sites, parallel);
+        # HINT: return sites.after_layer(y).
+        # BEGIN SOLUTION: layer
         parallel = sites.parallel(x, mask)  # PAL attends over the layer input, in parallel
         a = self.attention(x, mask, sites)
         y = self.output(self.intermediate(a, sites), a, sites, parallel)
         return sites.after_layer(y)
+        # END SOLUTION
 
 
 class BertEncoder(nn.Module):

@@ -42,9 +42,12 @@ def task_probabilities(sizes: Mapping[str, int], alpha: float) -> dict[str, floa
     for name, size in sizes.items():
         if size <= 0:
             raise ValueError(f"task {name!r} has {size} training examples; cannot sample it")
+    # HINT: weights N_i^α (as floats) divided by their sum; a dict with the keys of sizes, in order.
+    # BEGIN SOLUTION: sampler
     weights = {name: float(size) ** alpha for name, size in sizes.items()}
     total = sum(weights.values())
     return {name: weight / total for name, weight in weights.items()}
+    # END SOLUTION
 
 
 def annealed_alpha(epoch: int, epochs: int) -> float:
@@ -53,9 +56,12 @@ def annealed_alpha(epoch: int, epochs: int) -> float:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
     if not 1 <= epoch <= epochs:
         raise ValueError(f"epoch must be in 1..{epochs}, got {epoch}")
+    # HINT: α = 1 − 0.8·(e − 1)/(E − 1); with a single epoch (E = 1) α is 1.
+    # BEGIN SOLUTION: sampler
     if epochs == 1:
         return 1.0
     return 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
+    # END SOLUTION
 
 
 class TaskSampler:

@@ -221,10 +221,14 @@ def _ascent_step(
     delta: torch.Tensor, grad: torch.Tensor | None, config: SmartConfig
 ) -> torch.Tensor:
     """δ ← Π_ε(δ + η · g / ‖g‖), per token; an embedding the outputs ignore (g None) keeps δ."""
+    # HINT: detach δ; unless grad is None add config.step_size · _normalise(grad, config.norm);
+    # HINT: then project(δ, config.epsilon, config.norm).
+    # BEGIN SOLUTION: smart
     delta = delta.detach()
     if grad is not None:
         delta = delta + config.step_size * _normalise(grad, config.norm)
     return project(delta, config.epsilon, config.norm)
+    # END SOLUTION
 
 
 def adversarial_perturbation(
@@ -243,6 +247,11 @@ def adversarial_perturbation(
         project(config.sigma * _gaussian_like(e, generator), config.epsilon, config.norm)
         for e in base
     ]
+    # HINT: config.ascent_steps times: make every δ require grad; under torch.enable_grad()
+    # HINT: run forward_from_embeddings on [e + δ], take divergence(target, perturbed, kind) and
+    # HINT: torch.autograd.grad of it w.r.t. the δs (allow_unused=True); δ ← _ascent_step(δ, g,
+    # HINT: config). Return the δs detached.
+    # BEGIN SOLUTION: smart
     for _ in range(config.ascent_steps):
         for d in deltas:
             d.requires_grad_(True)
@@ -252,6 +261,7 @@ def adversarial_perturbation(
             grads = torch.autograd.grad(ascent_objective, deltas, allow_unused=True)
         deltas = [_ascent_step(d, g, config) for d, g in zip(deltas, grads, strict=True)]
     return [d.detach() for d in deltas]
+    # END SOLUTION
 
 
 def smart_regularizer(

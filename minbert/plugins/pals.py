@@ -148,11 +148,16 @@ class PAL(Plugin):
                 "PAL attends over the layer input and needs the attention mask: the layer must "
                 "call sites.parallel(x, mask)"
             )
+        # HINT: PAL_l(x) = V_D · g_l(V_E · x): pal = self.by_task[task]; pal.encoder, then
+        # HINT: pal.layers[layer](z, mask, dropout_p, self.use_fast_path) with dropout_p only in
+        # HINT: training, then pal.decoder.
+        # BEGIN SOLUTION: pals
         pal = self.by_task[task]
         dropout_p = self.dropout_p if self.training else 0.0
         z = pal.encoder(x)  # (B, T, D) -> (B, T, s)
         z = pal.layers[layer](z, mask, dropout_p, self.use_fast_path)
         return pal.decoder(z)  # (B, T, s) -> (B, T, D)
+        # END SOLUTION
 
     def extra_repr(self) -> str:
         return f"tasks={self.tasks}, size={self.size}, heads={self.heads}"

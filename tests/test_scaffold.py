@@ -1,0 +1,356 @@
+"""Course scaffolding (minbert.scaffold) and per-component grading (sanity_check.py).
+
+* the full solution passes every check;
+* the student tree (every exercise cut out) imports, its tests collect, and its sanity check
+  marks NOT IMPLEMENTED exactly the checks that depend on an exercise, everything else PASS;
+* a student tree with one exercise put back passes exactly the checks that need only that one;
+* the marker format: parsing, errors, the raise statement, the file selection, OUT_DIR rules.
+
+This file grades the scaffolding against the full solution, so it is not copied into the
+student tree (``minbert.scaffold.INSTRUCTOR_ONLY``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import sanity_check
+from minbert import scaffold
+
+ROOT = Path(__file__).resolve().parents[1]
+EXERCISES = [  # the order of GUIDE.md
+    "embeddings",
+    "attention",
+    "layer",
+    "adamw",
+    "sampler",
+    "adapter",
+    "lhuc",
+    "lora",
+    "pals",
+    "smart",
+]
+STATUS = re.compile(
+    r"^(?P<name>.+?)\s+max_abs_diff \S+\s+tol \S+\s+(?P<status>PASS|FAIL|NOT IMPLEMENTED)$"
+)
+
+
+def run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """A Python subprocess that imports from ``cwd`` only (not from this checkout)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(cwd)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def statuses(output: str) -> dict[str, str]:
+    """check name -> PASS / FAIL / NOT IMPLEMENTED, from sanity_check.py's output."""
+    found = {}
+    for line in output.splitlines():
+        m = STATUS.match(line)
+        if m:
+            found[m["name"]] = m["status"]
+    return found
+
+
+def expected_statuses(removed: set[str]) -> dict[str, str]:
+    """A check is NOT IMPLEMENTED when it depends on a removed exercise, else it passes."""
+    return {
+        c.name: "NOT IMPLEMENTED" if removed & set(c.exercises) else "PASS"
+        for c in sanity_check.CHECKS
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# The real project
+
+
+def test_every_exercise_is_marked_and_graded() -> None:
+    exercises = scaffold.find_exercises(ROOT)
+    assert sorted(exercises) == sorted(EXERCISES)
+    graded = {e for c in sanity_check.CHECKS for e in c.exercises}
+    assert graded == set(EXERCISES), "every exercise has a check, every check a real exercise"
+    for exercise in EXERCISES:  # an exercise's own checks depend on it alone
+        assert any(c.exercises == (exercise,) for c in sanity_check.CHECKS), exercise
+    assert len({c.name for c in sanity_check.CHECKS}) == len(sanity_check.CHECKS)
+    listing = run(["-m", "minbert.scaffold", "--list"], ROOT)
+    assert listing.returncode == 0, listing.stderr
+    assert "BertSelfAttention.forward" in listing.stdout and "AdamW.step" in listing.stdout
+
+
+def test_full_solution_passes_every_check(capsys) -> None:
+    assert sanity_check.main([]) == 0
+    out = capsys.readouterr().out
+    assert statuses(out) == {c.name: "PASS" for c in sanity_check.CHECKS}
+    assert out.splitlines()[-1] == f"{len(sanity_check.CHECKS)} passed, 0 failed"
+
+
+def test_guide_lists_every_exercise_in_order_with_its_checks() -> None:
+    guide = (ROOT / "GUIDE.md").read_text(encoding="utf-8")
+    positions = [guide.index(f"`{e}`") for e in EXERCISES]
+    assert positions == sorted(positions), "GUIDE.md lists the exercises in EXERCISES' order"
+    for check in sanity_check.CHECKS:
+        if check.exercises:
+            assert check.name in guide, f"GUIDE.md does not name the check {check.name!r}"
+    for regions in scaffold.find_exercises(ROOT).values():
+        for region in regions:
+            assert region.function in guide and region.path in guide, region
+
+
+@pytest.fixture(scope="module")
+def student_tree(tmp_path_factory) -> Path:
+    """Every exercise cut out, through the command line as an instructor would."""
+    out = tmp_path_factory.mktemp("student") / "minbert-student"
+    result = run(["-m", "minbert.scaffold", str(out)], ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "regions removed" in result.stdout
+    return out
+
+
+def test_student_tree_fails_exactly_the_removed_exercises(student_tree: Path) -> None:
+    result = run(["sanity_check.py"], student_tree)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert statuses(result.stdout) == expected_statuses(set(EXERCISES))
+    lines = result.stdout.splitlines()
+    failed = sum(1 for c in sanity_check.CHECKS if c.exercises)
+    assert lines[-1] == f"{len(sanity_check.CHECKS) - failed} passed, {failed} failed"
+    # under each NOT IMPLEMENTED: the hint of one of the check's own exercises
+    by_name = {c.name: c for c in sanity_check.CHECKS}
+    for i, line in enumerate(lines):
+        m = STATUS.match(line)
+        if m and m["status"] == "NOT IMPLEMENTED":
+            hint = lines[i + 1].strip()
+            assert hint.startswith("hint: "), hint
+            assert hint.removeprefix("hint: ").split(":")[0] in by_name[m["name"]].exercises
+
+
+def test_student_tree_imports_and_its_tests_collect(student_tree: Path) -> None:
+    modules = "minbert.bert, minbert.optimizer, minbert.plugins, minbert.smart, minbert.sampling"
+    code = f"import {modules}, minbert.pretrained, tasks, train_multitask, sanity_check; "
+    code += "print(minbert.bert.__file__)"
+    result = run(["-c", code], student_tree)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()).is_relative_to(student_tree)  # the student's own code
+    result = run(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"], student_tree)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+def test_student_tree_is_the_project_with_only_the_regions_replaced(student_tree: Path) -> None:
+    copied = {  # what the earlier tests' runs left there (bytecode) aside
+        p.relative_to(student_tree).as_posix()
+        for p in student_tree.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    # Files that appeared, vanished or changed in this checkout since the tree was written (by
+    # someone editing it while the tests run) are not held against the scaffold.
+    written_at = (student_tree / "minbert/bert.py").stat().st_mtime  # written, not copied
+    now = set(scaffold.project_files(ROOT))
+    stable = {p for p in now if (ROOT / p).stat().st_mtime < written_at}
+    assert stable <= copied
+    assert all(p in now or not (ROOT / p).exists() for p in copied)
+    assert "tests/test_scaffold.py" not in copied
+    assert scaffold.find_exercises(student_tree) == {}  # no solution left behind
+    regions = scaffold.find_exercises(ROOT)
+    changed = {r.path for rs in regions.values() for r in rs}
+    for rel in sorted(stable):
+        original, student = (ROOT / rel).read_bytes(), (student_tree / rel).read_bytes()
+        if rel not in changed:
+            assert student == original, rel
+            continue
+        text = original.decode()
+        assert student.decode() == scaffold.student_source(text, rel)
+        # outside the regions, line for line the same
+        kept: list[str | None] = list(text.splitlines())
+        for rs in regions.values():
+            for r in rs:
+                if r.path == rel:
+                    kept[r.begin : r.end + 1] = [None] * (r.end + 1 - r.begin)
+        student_lines = set(student.decode().splitlines())
+        assert [line for line in kept if line is not None and line not in student_lines] == []
+    assert "m.lerp_(grad, 1 - beta1)" not in (student_tree / "minbert/optimizer.py").read_text()
+
+
+# Runs sanity_check.main in each tree given on the command line, one process for all of them
+# (torch is imported once); prints {tree: [exit code, output]} as JSON.
+MANY_TREES = """
+import contextlib, io, json, sys
+results = {}
+for tree in sys.argv[1:]:
+    for name in [m for m in sys.modules if m in ("minbert", "sanity_check")
+                 or m.startswith("minbert.")]:
+        del sys.modules[name]
+    sys.path.insert(0, tree)
+    import sanity_check
+    assert sanity_check.__file__.startswith(tree), sanity_check.__file__
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = sanity_check.main([])
+    sys.path.remove(tree)
+    results[tree] = [code, out.getvalue()]
+print(json.dumps(results))
+"""
+
+
+def test_putting_one_solution_back_passes_exactly_its_checks(tmp_path: Path) -> None:
+    trees = {}
+    for exercise in EXERCISES:
+        trees[exercise] = tmp_path / exercise
+        others = [e for e in EXERCISES if e != exercise]
+        scaffold.write_student_tree(trees[exercise], ROOT, remove=others)
+    result = run(["-c", MANY_TREES, *map(str, trees.values())], tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    outputs = json.loads(result.stdout)
+    for exercise, tree in trees.items():
+        code, out = outputs[str(tree)]
+        got = statuses(out)
+        assert got == expected_statuses(set(EXERCISES) - {exercise}), exercise
+        own = [c.name for c in sanity_check.CHECKS if c.exercises == (exercise,)]
+        assert own and all(got[name] == "PASS" for name in own)
+        assert code == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The marker format, on small made-up projects
+
+
+MARKED = textwrap.dedent(
+    '''\
+    """Module docstring mentioning # BEGIN SOLUTION: not-a-marker at a line start:
+    # BEGIN SOLUTION: fake
+    """
+
+
+    def double(x):
+        # HINT: return twice x,
+        # HINT: as "2·x".
+        # BEGIN SOLUTION: first
+        y = 2 * x
+
+        return y
+        # END SOLUTION
+
+
+    class Box:
+        def get(self, items):
+            total = 0
+            for item in items:
+                # HINT: add item
+                # BEGIN SOLUTION: second
+                total += item
+                # END SOLUTION
+            return total
+    '''
+)
+
+
+def make_project(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+def test_regions_are_found_with_their_hints_and_functions() -> None:
+    regions = scaffold.find_regions(MARKED, "m.py")
+    assert [(r.exercise, r.function, r.indent) for r in regions] == [
+        ("first", "double", " " * 4),
+        ("second", "Box.get", " " * 12),
+    ]
+    assert regions[0].hint == 'return twice x, as "2·x".'
+
+
+def test_student_source_replaces_only_the_chosen_regions() -> None:
+    student = scaffold.student_source(MARKED, "m.py", remove=["first"])
+    namespace: dict = {}
+    exec(compile(student, "m.py", "exec"), namespace)
+    with pytest.raises(NotImplementedError, match=r'^first: return twice x, as "2·x"\.$'):
+        namespace["double"](1)
+    assert namespace["Box"]().get([1, 2]) == 3  # "second" kept, markers and all
+    assert "# BEGIN SOLUTION: second" in student and "BEGIN SOLUTION: first" not in student
+    assert "# HINT: return twice x," in student  # the hint stays for the student
+    everything = scaffold.student_source(MARKED, "m.py")
+    assert "total += item" not in everything and "y = 2 * x" not in everything
+    assert scaffold.student_source(MARKED, "m.py", remove=[]) == MARKED
+
+
+def test_long_hints_wrap_into_a_valid_statement() -> None:
+    hint = 'use "quotes", back\\slashes and ' + "many words " * 30
+    lines = scaffold.raise_statement("ex", hint.strip(), " " * 16)
+    assert len(lines) > 3 and all(len(line) <= scaffold.LINE_LENGTH for line in lines)
+    with pytest.raises(NotImplementedError) as err:
+        exec(textwrap.dedent("\n".join(lines)))
+    assert str(err.value) == "ex: " + hint.strip()
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("    # HINT: h\n    # BEGIN SOLUTION: a\n    return 1\n", "without an END"),
+        ("    # HINT: h\n    # END SOLUTION\n", "without a BEGIN"),
+        ("    # BEGIN SOLUTION: a\n    return 1\n    # END SOLUTION\n", "no '# HINT"),
+        (
+            "    # HINT: h\n    # BEGIN SOLUTION: A b\n    return 1\n    # END SOLUTION\n",
+            "malformed",
+        ),
+        ("    # HINT: h\n    # BEGIN SOLUTION: a\n    # END SOLUTION\n", "empty"),
+        (
+            "    if True:\n        # HINT: h\n        # BEGIN SOLUTION: a\n        x = 1\n"
+            "    # END SOLUTION\n    return 1\n",
+            "indentation",
+        ),
+        (
+            "    # HINT: h\n    # BEGIN SOLUTION: a\n    # HINT: h\n    # BEGIN SOLUTION: b\n"
+            "    return 1\n    # END SOLUTION\n    # END SOLUTION\n",
+            "inside the region",
+        ),
+    ],
+)
+def test_malformed_markers_are_errors(body: str, message: str) -> None:
+    with pytest.raises(scaffold.ScaffoldError, match=re.escape(message)):
+        scaffold.find_regions("def f():\n" + body, "bad.py")
+
+
+def test_cli_without_git_selects_exercises_and_guards_out_dir(tmp_path: Path, capsys) -> None:
+    source = make_project(
+        tmp_path / "project",
+        {
+            "pkg/m.py": MARKED,
+            "README.md": "# BEGIN SOLUTION: in-markdown is not code\n",
+            "data/train.csv": "big\n",
+            "runs/old/log.txt": "x\n",
+            "pkg/__pycache__/m.cpython-311.pyc": "x",
+        },
+    )
+    out = tmp_path / "out"
+    assert scaffold.main([str(out), "--source", str(source), "--exercise", "second"]) == 0
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "README.md",
+        "pkg/m.py",
+    ]
+    student = (out / "pkg/m.py").read_text()
+    assert "y = 2 * x" in student and "total += item" not in student
+    assert (out / "README.md").read_text() == "# BEGIN SOLUTION: in-markdown is not code\n"
+
+    assert scaffold.main([str(out), "--source", str(source)]) == 2  # not empty
+    assert "--force" in capsys.readouterr().err
+    assert scaffold.main([str(out), "--source", str(source), "--force", "--keep", "second"]) == 0
+    student = (out / "pkg/m.py").read_text()
+    assert "y = 2 * x" not in student and "total += item" in student
+    assert scaffold.main([str(out), "--source", str(source), "--force", "--exercise", "x"]) == 2
+    assert "unknown exercise" in capsys.readouterr().err
+    assert scaffold.main([str(source / "sub"), "--source", str(source)]) == 2
+    assert "inside the source tree" in capsys.readouterr().err
+    assert not (source / "sub").exists()
+
+    assert scaffold.main(["--list", "--source", str(source)]) == 0
+    listing = capsys.readouterr().out
+    assert "first" in listing and "pkg/m.py" in listing and "Box.get" in listing
