@@ -294,6 +294,20 @@ def load_data(args: argparse.Namespace, log_path: Path | None) -> dict[str, Task
     return data
 
 
+def report_truncation(data: dict[str, TaskData], tokenizer, model, max_length: int) -> None:
+    """Say how many inputs are longer than --max_length tokens (they are truncated, not dropped)."""
+    for name, td in data.items():
+        separate = model.encodes_separately(td.task)
+        for split, examples in td.splits.items():
+            lengths = token_lengths(td.task, examples, tokenizer, separate)
+            over = sum(1 for n in lengths if n > max_length)
+            if over:
+                print(
+                    f"[{name}] {over} of {len(examples)} {split} inputs are longer than "
+                    f"{max_length} tokens and are truncated (longest: {max(lengths)})"
+                )
+
+
 class BatchStream:
     """Endless length-grouped batches of one task's training set.
 
@@ -596,6 +610,7 @@ def train(args: argparse.Namespace) -> dict[str, float]:
     if main_process:
         print_parameter_report(model, out_dir)
 
+    report_truncation(data, tokenizer, model, args.max_length)
     sizes = {name: len(td.splits["train"]) for name, td in data.items()}
     steps_per_epoch = args.steps_per_epoch or math.ceil(sum(sizes.values()) / args.batch_size)
     total_steps = steps_per_epoch * args.epochs
@@ -704,7 +719,7 @@ def train(args: argparse.Namespace) -> dict[str, float]:
             examples_seen += len(indices)
             running[name].append(dist_info.mean(loss.detach()))
             recent = running[name][-50:]
-            bar.set_postfix(task=name, loss=f"{sum(recent) / len(recent):.3f}")
+            bar.set_postfix(task=name, loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
             if main_process and (step % args.log_every == 0 or step == total_steps):
                 log_training(out_dir, step, epoch, running)
             if step % steps_per_epoch == 0 or (args.eval_every and step % args.eval_every == 0):

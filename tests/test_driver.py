@@ -156,3 +156,12 @@ def test_task_checkpoint_reproduces_predictions(option, tiny_checkpoint, tiny_da
         )
         _, rows = read_predictions(out / f"{name}-dev-output.csv")
         assert {i: float(p) for i, p in zip(ids, preds)} == {i: float(v) for i, v in rows}
+
+
+def test_long_inputs_are_truncated_and_counted(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data), "--out_dir",
+            str(tmp_path), "--epochs", "1", "--steps_per_epoch", "1", "--max_length", "8",
+            "--option", "pretrain", "--no_plots"]  # fmt: skip
+    assert train_multitask.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "train inputs are longer than 8 tokens and are truncated" in out
