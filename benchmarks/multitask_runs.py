@@ -45,7 +45,9 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("lhuc", ["--option", "lhuc"]),
     ],
     "smart": [
+        ("finetune", ["--option", "finetune"]),
         ("finetune-smart", ["--option", "finetune", "--smart"]),
+        ("adapter", ["--option", "adapter"]),
         ("adapter-smart", ["--option", "adapter", "--smart"]),
     ],
 }
@@ -154,8 +156,8 @@ def markdown(suite: str, results: dict) -> str:
         "accuracy is not comparable one-to-one with published Quora dev figures.",
         "",
         "| run | sst acc | para acc | sts r | overall | trainable / task (with head) | "
-        "wall-clock s | train ex/s |",
-        "|---|---|---|---|---|---|---|---|",
+        "checkpoint / task | wall-clock s | train ex/s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         b, s = r["best"], r["summary"]
@@ -169,9 +171,13 @@ def markdown(suite: str, results: dict) -> str:
             or "-"
         )
         cells = [f"{b[k]:.4f}" if k in b else "-" for k in ("sst", "para", "sts", "overall")]
+        sizes = ", ".join(
+            f"{k[len('task-') : -len('.safetensors')]} {v / 1024:.0f} KiB"
+            for k, v in sorted(r["task_checkpoint_bytes"].items())
+        )
         lines.append(
-            f"| {name} | {' | '.join(cells)} | {trainable} | {s['wall_clock_s']} | "
-            f"{s['train_examples_per_s']} |"
+            f"| {name} | {' | '.join(cells)} | {trainable} | {sizes or '-'} | "
+            f"{s['wall_clock_s']} | {s['train_examples_per_s']} |"
         )
     lines.append("")
     for name, r in results.items():

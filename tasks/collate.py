@@ -55,13 +55,16 @@ def collate(task: Task, examples: Sequence[Example], tokenizer: Tokenizer, separ
 
 
 def batch_to(batch: dict, device: torch.device) -> dict:
-    """Move a batch to ``device``; non-blocking, so a pinned CPU batch overlaps the copy."""
-    non_blocking = device.type == "cuda"
+    """Move a batch to ``device``. For a GPU the tensors are pinned first and copied without
+    blocking, so the copy overlaps the work the GPU still has queued."""
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if device.type != "cuda":
+            return t.to(device)
+        return t.pin_memory().to(device, non_blocking=True)
+
     moved = dict(batch)
-    moved["inputs"] = [
-        {k: v.to(device, non_blocking=non_blocking) for k, v in seq.items()}
-        for seq in batch["inputs"]
-    ]
+    moved["inputs"] = [{k: move(v) for k, v in seq.items()} for seq in batch["inputs"]]
     if batch["labels"] is not None:
-        moved["labels"] = batch["labels"].to(device, non_blocking=non_blocking)
+        moved["labels"] = move(batch["labels"])
     return moved
