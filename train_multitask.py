@@ -199,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--smart_bregman", type=float, default=1.0, help="μ: weight of the Bregman term")
     g.add_argument("--smart_momentum", type=float, default=0.99, help="β: EMA of the teacher")
+    g.add_argument(
+        "--smart_norm",
+        choices=("linf", "l2"),
+        default="linf",
+        help="per-token norm of the ε-ball and of the ascent's gradient normalisation",
+    )
 
     g = p.add_argument_group("run")
     g.add_argument("--out_dir", default=None, help="run folder (default: runs/<option>-<sampling>)")
@@ -821,6 +827,7 @@ def setup_smart(args: argparse.Namespace, trainable: list[torch.nn.Parameter]) -
         weight=args.smart_weight,
         bregman_weight=args.smart_bregman,
         momentum=args.smart_momentum,
+        norm=args.smart_norm,
     )
     return {"config": config, "teacher": MomentumTeacher(trainable, args.smart_momentum)}
 
@@ -855,11 +862,16 @@ def load_best(model: MultitaskModel, out_dir: Path) -> None:
     if not path.is_file():
         raise UsageError(f"{path} not found: the run in {out_dir} never reached an evaluation")
     state = load_file(str(path))
-    expected = set(trainable_state_dict(model))
-    if set(state) != expected:
+    expected = trainable_state_dict(model)
+    differ = sorted(
+        k
+        for k in set(state) | set(expected)
+        if k not in state or k not in expected or state[k].shape != expected[k].shape
+    )
+    if differ:
         raise UsageError(
-            f"{path} does not match the model built from {out_dir / 'config.json'} "
-            f"({len(set(state) ^ expected)} keys differ)"
+            f"{path} does not match the model built from {out_dir / 'config.json'}: "
+            f"{len(differ)} tensors differ in name or shape, e.g. {differ[0]}"
         )
     model.load_state_dict(state, strict=False)
 

@@ -165,3 +165,18 @@ def test_long_inputs_are_truncated_and_counted(tiny_checkpoint, tiny_data, tmp_p
     assert train_multitask.main(argv) == 0
     out = capsys.readouterr().out
     assert "train inputs are longer than 8 tokens and are truncated" in out
+
+
+def test_evaluate_refuses_a_checkpoint_that_does_not_match(
+    tiny_checkpoint, tiny_data, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    assert run(tiny_checkpoint, tiny_data, out, "--option", "adapter", "--no_plots") == 0
+    config = json.loads((out / "config.json").read_text())
+    config["adapter_size"] = 8  # the saved adapters have size 64
+    (out / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    argv = ["--evaluate", str(out), "--data_dir", str(tiny_data), "--out_dir", str(tmp_path / "e")]
+    assert train_multitask.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "best.safetensors" in err and len(err.strip().splitlines()) == 1
