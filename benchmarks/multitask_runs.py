@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             *extra,
         ]
         print("$", shlex.join(cmd), flush=True)
+        commit = git_commit()  # the code the run starts from
         start = time.time()
         rc = subprocess.run(cmd, cwd=ROOT).returncode
         if rc != 0:
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         results[name] = {
             "command": shlex.join(cmd),
-            "commit": git_commit(),
+            "commit": commit,
             "machine": machine(),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "process_wall_clock_s": round(time.time() - start, 1),

@@ -104,8 +104,11 @@ class BertConfig:
 def gelu(x: torch.Tensor) -> torch.Tensor:
     """GELU(x) = x · Φ(x) = x · ½(1 + erf(x / √2)) (Hendrycks & Gimpel 2016).
 
-    The exact (erf) form, which BERT uses."""
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    The exact (erf) form, which BERT uses. ``F.gelu`` (approximate="none") computes this same
+    formula in one fused operator forward and one backward, instead of five that each keep a
+    (B, T, F) tensor for the backward: ~10% faster steps and ~20% less memory when fine-tuning
+    (benchmarks/results/throughput.md, memory.md)."""
+    return F.gelu(x)
 
 
 ACTIVATIONS = {"gelu": gelu, "relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}

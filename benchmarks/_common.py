@@ -1,0 +1,266 @@
+"""Shared helpers of the benchmark scripts: the machine and commit header, interleaved timing, the
+Markdown results file. Not a benchmark itself.
+
+Importing this module puts the repository root on ``sys.path``, so every script runs as
+``python benchmarks/<name>.py`` from the repository root (or from anywhere).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+DATA_DIR = ROOT.parent / "shared" / "data"
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402  (after the path set-up, like every import of the scripts)
+
+SHARED_MACHINE_NOTE = (
+    "The machine may be shared with other jobs (during the recorded run a long multitask "
+    "training job ran on the same 2 cores), so absolute timings are noisy. Every comparison "
+    "is measured interleaved in one process (the contenders alternate, repetition by "
+    "repetition, in alternating order) and reported as the median of several repetitions, so "
+    "the ratios are fair even when the absolute numbers are not. The load average at the "
+    "start and end of the run is given below."
+)
+
+
+def add_threads_flag(parser) -> None:
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's default, one per core); on a machine "
+        "shared with another job, 1 avoids over-subscribing the cores",
+    )
+
+
+def set_threads(threads: int | None) -> None:
+    if threads is not None:
+        if threads < 1:
+            raise SystemExit("--threads must be at least 1")
+        torch.set_num_threads(threads)
+
+
+def git_commit() -> str:
+    """``git rev-parse HEAD``, plus ``-dirty`` when the working tree has uncommitted changes
+    (modified tracked files or untracked files that git does not ignore)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return head + ("-dirty" if status else "")
+
+
+def machine() -> dict[str, str]:
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "CPU cores": str(os.cpu_count()),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch threads": str(torch.get_num_threads()),
+        "GPU": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+    }
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def command() -> str:
+    """The command that ran this script, as typed from the repository root."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        script_text = str(script.relative_to(ROOT))
+    except ValueError:
+        script_text = str(script)
+    return "python " + shlex.join([script_text, *sys.argv[1:]])
+
+
+def load_average() -> str:
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+class Report:
+    """Collects a results file: the header (machine, commit, command) is filled in here."""
+
+    def __init__(self, name: str, title: str, intro: str) -> None:
+        self.name, self.title, self.intro = name, title, intro
+        self.started = time.time()
+        self.load_start = load_average()
+        self.commit = git_commit()
+        self.command = command()
+        self.sections: list[str] = []
+
+    def add(self, text: str) -> None:
+        self.sections.append(text.rstrip() + "\n")
+        print(text.rstrip() + "\n", flush=True)
+
+    def write(self) -> Path:
+        m = machine()
+        lines = [
+            f"# {self.title}",
+            "",
+            f"Written by `benchmarks/{self.name}.py`; do not edit by hand, run it again.",
+            "",
+            f"- Command: `{self.command}`",
+            f"- Commit: `{self.commit}`",
+            f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(self.started))}, "
+            f"run time {time.time() - self.started:.0f} s",
+            "- Machine: " + ", ".join(f"{k} {v}" for k, v in m.items()),
+            f"- Load average (1, 5, 15 min) at start: {self.load_start}; at end: {load_average()}",
+            "",
+            self.intro.strip(),
+            "",
+            *self.sections,
+        ]
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        path = RESULTS_DIR / f"{self.name}.md"
+        path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+        print(f"results written to {path.relative_to(ROOT)}")
+        return path
+
+
+def interleaved(
+    contenders: dict[str, Callable[[], object]],
+    repeats: int,
+    warmup: int = 1,
+    min_seconds: float = 0.25,
+) -> dict[str, list[float]]:
+    """Seconds per call of each contender, measured interleaved.
+
+    1. call every contender ``warmup`` times (allocator, caches, lazy initialisation);
+    2. choose ``inner`` calls per measurement so that one measurement of the slowest contender
+       takes about ``min_seconds`` (the same ``inner`` for all, so each sees the same calls);
+    3. ``repeats`` rounds: in each round every contender runs ``inner`` calls in a row, the
+       order reversed every other round, so slow phases of a shared machine hit all alike.
+
+    Returns name -> one seconds-per-call figure per round; take the median.
+    """
+    names = list(contenders)
+    slowest = 0.0
+    for name in names:
+        for _ in range(warmup):
+            start = time.perf_counter()
+            contenders[name]()
+            slowest = max(slowest, time.perf_counter() - start)
+    inner = max(1, round(min_seconds / max(slowest, 1e-9)))
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            fn = contenders[name]
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            times[name].append((time.perf_counter() - start) / inner)
+    return times
+
+
+def paired_ratio(slow: Sequence[float], fast: Sequence[float]) -> float:
+    """Median over rounds of slow_i / fast_i: each round's two figures were taken next to each
+    other, so a slow phase of a shared machine cancels out of the ratio."""
+    return statistics.median([s / f for s, f in zip(slow, fast, strict=True)])
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def spread(values: Sequence[float]) -> str:
+    """min–max of the rounds, relative to the median, e.g. '−3%/+8%'."""
+    med = statistics.median(values)
+    return f"{(min(values) / med - 1) * 100:+.0f}%/{(max(values) / med - 1) * 100:+.0f}%"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def random_batch(
+    batch_size: int, length: int, vocab_size: int, seed: int, pairs: bool = True
+) -> dict[str, torch.Tensor]:
+    """Random token ids with realistic padding: [CLS] ... [SEP] (... [SEP]) then [PAD]s.
+
+    Each row has a length drawn uniformly from [length/2, length] (the first row is full
+    length, so the batch is ``length`` wide as dynamic padding would make it); with ``pairs``,
+    each row is a sentence pair whose second segment has token type 1.
+    """
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1000, vocab_size, (batch_size, length), generator=g)
+    lengths = torch.randint(max(2, length // 2), length + 1, (batch_size,), generator=g)
+    lengths[0] = length
+    positions = torch.arange(length)[None, :]
+    mask = (positions < lengths[:, None]).long()
+    token_types = torch.zeros_like(ids)
+    ids[:, 0] = 101  # [CLS]
+    ids[torch.arange(batch_size), lengths - 1] = 102  # final [SEP]
+    if pairs:
+        middle = torch.clamp(lengths // 2, min=1)
+        ids[torch.arange(batch_size), middle] = 102  # [SEP] between the segments
+        token_types = ((positions > middle[:, None]) & (mask == 1)).long()
+    ids = ids * mask  # [PAD] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_types}
+
+
+def driver_args(option: str, extra: Sequence[str] = (), data_dir: Path | str = DATA_DIR):
+    """The driver's resolved flags for ``--option option`` (its defaults otherwise)."""
+    import train_multitask
+
+    return train_multitask.parse_args(["--option", option, "--data_dir", str(data_dir), *extra])
+
+
+def driver_model(args):
+    """The MultitaskModel exactly as ``train_multitask.py`` builds it (plug-ins, freezing, heads,
+    dropout), and its optimizer: the driver's ``AdamW(param_groups(model, weight_decay))``."""
+    import train_multitask
+    from minbert.optimizer import AdamW, param_groups
+
+    model = train_multitask.build_model(args)
+    optimizer = AdamW(param_groups(model, args.weight_decay), lr=args.lr)
+    return model, optimizer
+
+
+def training_step(model, optimizer, task, batch: dict) -> float:
+    """One step as the driver takes it (no SMART): loss, zero_grad, backward, AdamW step."""
+    outputs = model(task.name, batch)
+    loss = task.loss(outputs.float(), batch["labels"])
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def pad_batch(batch: dict, length: int) -> dict:
+    """Pad every tokenized sequence of a collated batch with [PAD] (id 0, mask 0, type 0) to
+    ``length`` tokens: the fixed-length padding the driver does not do."""
+    padded = dict(batch)
+    padded["inputs"] = [
+        {k: torch.nn.functional.pad(v, (0, length - v.shape[1])) for k, v in seq.items()}
+        for seq in batch["inputs"]
+    ]
+    return padded

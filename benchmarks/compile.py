@@ -1,0 +1,199 @@
+"""torch.compile (inductor, CPU) against eager minBERT, forward + backward.
+
+    python benchmarks/compile.py [--threads 1] [--repeats 5]
+
+The packaged checkpoint in train mode with dropout off (so both compute the same function),
+loss = mean(h²) + mean(pooler) on random padded sentence pairs. For each (batch, length) shape:
+
+1. compile time: the first forward + backward of ``torch.compile(model)`` (inductor, the default
+   backend) on that shape, which traces, compiles the forward and backward graphs and runs them,
+   minus one eager step; the later shapes show what a new batch shape costs (by default torch
+   recompiles once with the changed dimensions marked dynamic, then reuses that graph);
+2. steady state: eager, eager with the fused GELU that benchmarks/throughput.py recommends, and
+   compiled steps interleaved, median over rounds; the speed-up is eager time / compiled time
+   (> 1: compiling helps), the median of the per-round ratios; "steps to repay" is the compile
+   time over the time saved per step;
+3. agreement: the largest difference of the outputs and of the gradients, eager vs compiled.
+
+If inductor cannot compile here (no C++ compiler, ...) the error is recorded instead.
+Writes benchmarks/results/compile.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+import _common
+import torch
+import torch.nn.functional as F
+from _common import Report, interleaved, median, paired_ratio, random_batch, table
+
+from minbert.pretrained import load_pretrained
+
+SHAPES = [(32, 64), (16, 128), (8, 96)]
+
+
+def step(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    (out["last_hidden_state"].square().mean() + out["pooler_output"].mean()).backward()
+    return out["last_hidden_state"].detach(), out["pooler_output"].detach()
+
+
+def repay(compile_s: float, saved_s: float) -> str:
+    if compile_s < 0.5:
+        return "- (nothing compiled)"
+    return f"{compile_s / saved_s:.0f}" if saved_s > 0 else "never"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("--repeats", type=int, default=5, help="interleaved rounds per shape")
+    p.add_argument(
+        "--warm_cache",
+        action="store_true",
+        help="use inductor's usual on-disk cache (default: a fresh empty one, so the compile "
+        "time is that of a first run)",
+    )
+    _common.add_threads_flag(p)
+    args = p.parse_args(argv)
+    _common.set_threads(args.threads)
+    cache_text = (
+        "inductor's usual on-disk cache"
+        if args.warm_cache
+        else "an empty inductor cache (as in a first run)"
+    )
+    report = Report(
+        "compile",
+        "torch.compile (inductor, CPU) vs eager minBERT",
+        "Packaged checkpoint, train mode, dropout off, float32, forward + backward of "
+        "mean(h²) + mean(pooler) on random padded sentence pairs; `torch.compile(model)` with "
+        "the default backend (inductor) and options. Compile time = first compiled step minus "
+        f"one eager step, with {cache_text}; steady state = medians of {args.repeats} "
+        "interleaved rounds.\n\n" + _common.SHARED_MACHINE_NOTE,
+    )
+    cache = None
+    if not args.warm_cache:  # an empty cache: compile time as a user's first run sees it
+        cache = tempfile.TemporaryDirectory(prefix="minbert-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache.name
+    eager = load_pretrained()
+    for module in eager.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    for layer in eager.encoder.layer:
+        layer.attention.self.dropout_p = 0.0
+    eager.train()
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model)
+    fused = copy.deepcopy(eager)  # eager with the fused GELU that throughput.py recommends
+    for layer in fused.encoder.layer:
+        layer.intermediate.act = F.gelu
+
+    rows, ratios, fused_ratios = [], [], []
+    for i, (B, T) in enumerate(SHAPES):
+        batch = random_batch(B, T, eager.config.vocab_size, seed=B * 1000 + T)
+        step(eager, batch)
+        start = time.perf_counter()
+        step(eager, batch)
+        eager_once = time.perf_counter() - start
+        start = time.perf_counter()
+        try:
+            out_c = step(compiled, batch)
+        except Exception as err:  # inductor needs a working C++ toolchain, among others
+            text = "".join(traceback.format_exception_only(type(err), err)).strip()
+            report.add(
+                f"## Compilation failed on {B} × {T}\n\n```\n{text[-3000:]}\n```\n\n"
+                "torch.compile does not work on this machine; eager is what runs."
+            )
+            report.write()
+            return 0
+        first = time.perf_counter() - start
+        out_e = step(eager, batch)
+        diff_out = max((a - b).abs().max().item() for a, b in zip(out_e, out_c))
+        diff_grad = max(
+            (a.grad - b.grad).abs().max().item()
+            for a, b in zip(eager.parameters(), compiled_model.parameters())
+            if a.grad is not None
+        )
+        times = interleaved(
+            {
+                "eager": lambda b=batch: step(eager, b),
+                "eager + F.gelu": lambda b=batch: step(fused, b),
+                "compiled": lambda b=batch: step(compiled, b),
+            },
+            repeats=args.repeats,
+            warmup=1,
+        )
+        ratio = paired_ratio(times["eager"], times["compiled"])
+        ratios.append(ratio)
+        fused_ratios.append(paired_ratio(times["eager + F.gelu"], times["compiled"]))
+        saved = median(times["eager"]) - median(times["compiled"])
+        rows.append(
+            [
+                f"{B} × {T}",
+                "first" if i == 0 else "new shape",
+                f"{first - eager_once:.1f}",
+                f"{median(times['eager']) * 1e3:.0f}",
+                f"{median(times['eager + F.gelu']) * 1e3:.0f}",
+                f"{median(times['compiled']) * 1e3:.0f}",
+                f"**{ratio:.2f}**",
+                f"{fused_ratios[-1]:.2f}",
+                repay(first - eager_once, saved),
+                f"{diff_out:.1e} / {diff_grad:.1e}",
+            ]
+        )
+        print(rows[-1], flush=True)
+    verdict = (
+        "helps"
+        if min(ratios) >= 1.05
+        else "does not help"
+        if max(ratios) < 1.05
+        else "helps on some shapes only"
+    )
+    verdict_fused = (
+        "helps"
+        if min(fused_ratios) >= 1.05
+        else "does not help"
+        if max(fused_ratios) < 1.05
+        else "helps on some shapes only"
+    )
+    report.add(
+        "## Results\n\n"
+        + table(
+            [
+                "B × T",
+                "shape",
+                "compile s",
+                "eager ms / step",
+                "eager + F.gelu ms / step",
+                "compiled ms / step",
+                "speed-up eager / compiled",
+                "speed-up eager + F.gelu / compiled",
+                "steps to repay the compile time",
+                "max abs Δ output / grad",
+            ],
+            rows,
+        )
+        + f"\n\nOn this machine torch.compile **{verdict}** against today's eager minBERT "
+        f"(speed-up {min(ratios):.2f}–{max(ratios):.2f}×) and **{verdict_fused}** against eager "
+        f"minBERT with the fused GELU that benchmarks/throughput.py recommends (speed-up "
+        f"{min(fused_ratios):.2f}–{max(fused_ratios):.2f}×): most of what inductor gains here is "
+        "the fusion of the written-out GELU's elementwise operators. A new batch shape costs a "
+        "recompilation unless torch has already marked the dimension dynamic ('compile s' of "
+        "the later shapes shows which); the driver's dynamic padding makes T vary from batch "
+        "to batch."
+    )
+    if cache is not None:
+        cache.cleanup()
+    report.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Length-grouped dynamic batches against fixed-length padding, on one multitask training epoch.
+
+    python benchmarks/padding.py [--threads 1] [--steps 30] [--chunk 5] [--data_dir ../shared/data]
+
+The epoch is the driver's first epoch with its defaults (``train_multitask.py --option finetune
+--sampling annealed``: tasks sst, para, sts, batch size 32, max_length 128, annealed sampling,
+which is proportional in epoch 1), on the real training files. The two methods:
+
+* grouped (the driver): each task's batches come from ``length_grouped_batches`` (through the
+  driver's ``BatchStream``) and each batch is padded to its longest sequence;
+* fixed: each task's batches come from ``fixed_batches`` (shuffled, consecutive) and every batch
+  is padded to max_length = 128 tokens.
+
+Both follow the same task schedule (the sampler's epoch 1). The padding fraction of each method
+over the whole epoch (all steps) is computed exactly from the token lengths (truncated at 128).
+Timing: ``--steps`` steps per method, spread evenly over the epoch (step k·N/steps of the N steps),
+each a full driver step (collate = tokenize, forward, loss, backward, AdamW), measured
+interleaved in chunks of ``--chunk`` steps (grouped, fixed, fixed, grouped, ...), each method on
+its own copy of the driver's model and optimizer. One epoch's time is extrapolated as the mean
+measured step time × N. Target: grouped at least 2× faster than fixed.
+
+Writes benchmarks/results/padding.md. Reads the data files; copies nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import sys
+import time
+
+import _common
+import torch
+from _common import Report, median, table
+
+from minbert.sampling import TaskSampler
+from minbert.tokenizer import Tokenizer
+from tasks.batching import fixed_batches
+from tasks.collate import collate, token_lengths
+
+
+class FixedStream:
+    """Endless ``fixed_batches`` of one task, reshuffled each pass (the fixed-padding baseline)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int) -> None:
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self.pass_number, self.index = 0, 0
+        self._batches = self._make()
+
+    def _make(self) -> list[list[int]]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.pass_number)
+        return fixed_batches(self.n, self.batch_size, g)
+
+    def next(self) -> list[int]:
+        if self.index >= len(self._batches):
+            self.pass_number, self.index = self.pass_number + 1, 0
+            self._batches = self._make()
+        self.index += 1
+        return self._batches[self.index - 1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import train_multitask
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("--steps", type=int, default=30, help="timed steps per method")
+    p.add_argument("--chunk", type=int, default=5, help="steps per method in a row")
+    p.add_argument("--data_dir", default=str(_common.DATA_DIR), help="folder of the data files")
+    _common.add_threads_flag(p)
+    args = p.parse_args(argv)
+    _common.set_threads(args.threads)
+    if args.steps < 1 or args.chunk < 1:
+        raise SystemExit("--steps and --chunk must be at least 1")
+
+    report = Report(
+        "padding",
+        "Padding: length-grouped dynamic batches vs fixed max_length padding",
+        "One epoch of the driver's default run (`train_multitask.py --option finetune "
+        "--sampling annealed`: sst + para + sts, batch size 32, max_length 128, epoch 1) on the "
+        f"real training files. 'grouped' = the driver: `length_grouped_batches` + padding to the "
+        f"longest sequence of each batch; 'fixed' = `fixed_batches` (plain shuffled batches) "
+        f"padded to 128 tokens. Padding fractions are exact over the whole epoch; times are "
+        f"{args.steps} measured steps per method (spread evenly over the epoch, interleaved in "
+        f"chunks of {args.chunk}), each a full training step (tokenize, forward, backward, "
+        f"AdamW) on the driver's model, extrapolated to the epoch.\n\n"
+        + _common.SHARED_MACHINE_NOTE,
+    )
+    dargs = _common.driver_args("finetune", data_dir=args.data_dir)
+    data = train_multitask.load_data(dargs, None)
+    tokenizer = Tokenizer.from_checkpoint(dargs.checkpoint, max_length=dargs.max_length)
+    model, _ = _common.driver_model(dargs)
+    sizes = {name: len(td.splits["train"]) for name, td in data.items()}
+    steps_per_epoch = math.ceil(sum(sizes.values()) / dargs.batch_size)
+    schedule = TaskSampler(dargs.sampling, sizes, dargs.epochs, dargs.seed).schedule(
+        1, steps_per_epoch
+    )
+    lengths = {
+        name: token_lengths(
+            td.task, td.splits["train"], tokenizer, model.encodes_separately(td.task)
+        )
+        for name, td in data.items()
+    }
+    grouped = {
+        name: train_multitask.BatchStream(name, lengths[name], dargs.batch_size, dargs.seed)
+        for name in data
+    }
+    fixed = {
+        name: FixedStream(sizes[name], dargs.batch_size, dargs.seed + i)
+        for i, name in enumerate(data)
+    }
+    plan = {
+        "grouped": [(name, grouped[name].next()) for name in schedule],
+        "fixed": [(name, fixed[name].next()) for name in schedule],
+    }
+
+    # Exact padding over the epoch; lengths are truncated at max_length, as the tokenizer does.
+    L = dargs.max_length
+    clipped = {name: [min(x, L) for x in v] for name, v in lengths.items()}
+
+    def positions(method: str) -> tuple[int, int]:
+        total = real = 0
+        for name, batch in plan[method]:
+            b = [clipped[name][i] for i in batch]
+            total += len(b) * (L if method == "fixed" else max(b))
+            real += sum(b)
+        return total, real
+
+    pos = {m: positions(m) for m in plan}
+    total_dyn = real_dyn = 0
+    for name, batch in plan["fixed"]:  # plain batches, but padded to their longest: for context
+        b = [clipped[name][i] for i in batch]
+        total_dyn += len(b) * max(b)
+        real_dyn += sum(b)
+    dynamic_fixed = (total_dyn - real_dyn) / total_dyn
+    rows = [
+        [
+            "grouped (driver): length-grouped + dynamic padding",
+            f"{pos['grouped'][0]:,}",
+            f"{pos['grouped'][1]:,}",
+            f"**{(pos['grouped'][0] - pos['grouped'][1]) / pos['grouped'][0]:.1%}**",
+        ],
+        [
+            "fixed: plain batches padded to 128",
+            f"{pos['fixed'][0]:,}",
+            f"{pos['fixed'][1]:,}",
+            f"**{(pos['fixed'][0] - pos['fixed'][1]) / pos['fixed'][0]:.1%}**",
+        ],
+        [
+            "(for context) plain batches + dynamic padding",
+            f"{total_dyn:,}",
+            f"{real_dyn:,}",
+            f"{dynamic_fixed:.1%}",
+        ],
+    ]
+    per_task = []
+    for name in data:
+        task_lengths = lengths[name]
+        per_task.append(
+            f"{name} {sizes[name]:,} examples, mean {sum(task_lengths) / len(task_lengths):.1f} "
+            f"tokens, {sum(x > L for x in task_lengths)} longer than {L} (truncated)"
+        )
+    report.add(
+        f"## Padding over one epoch ({steps_per_epoch} steps: "
+        + ", ".join(f"{n} {schedule.count(n)}" for n in data)
+        + ")\n\n"
+        + table(["method", "positions computed", "real tokens", "padding fraction"], rows)
+        + "\n\nTraining data: "
+        + "; ".join(per_task)
+        + f". Positions ratio fixed / grouped: {pos['fixed'][0] / pos['grouped'][0]:.2f}."
+    )
+
+    # Timed steps: the same steps of the epoch for both methods, interleaved in chunks.
+    chosen = [int((k + 0.5) * steps_per_epoch / args.steps) for k in range(args.steps)]
+    models = {"grouped": model, "fixed": copy.deepcopy(model)}
+    from minbert.optimizer import AdamW, param_groups
+
+    optimizers = {
+        m: AdamW(param_groups(models[m], dargs.weight_decay), lr=dargs.lr) for m in models
+    }
+
+    def run_step(method: str, step: int) -> float:
+        name, indices = plan[method][step]
+        td = data[name]
+        start = time.perf_counter()
+        batch = collate(
+            td.task,
+            [td.splits["train"][i] for i in indices],
+            tokenizer,
+            model.encodes_separately(td.task),
+        )
+        if method == "fixed":
+            batch = _common.pad_batch(batch, L)
+        _common.training_step(models[method], optimizers[method], td.task, batch)
+        return time.perf_counter() - start
+
+    for m in models:
+        models[m].train()
+        run_step(m, chosen[0])  # warm-up, not counted
+    times: dict[str, list[float]] = {m: [] for m in models}
+    order = ["grouped", "fixed"]
+    for c, start in enumerate(range(0, args.steps, args.chunk)):
+        for method in order if c % 2 == 0 else order[::-1]:
+            for step in chosen[start : start + args.chunk]:
+                times[method].append(run_step(method, step))
+        print(
+            f"chunk {c + 1}: grouped {sum(times['grouped']) / len(times['grouped']):.3f} s/step, "
+            f"fixed {sum(times['fixed']) / len(times['fixed']):.3f} s/step",
+            flush=True,
+        )
+    mean = {m: sum(t) / len(t) for m, t in times.items()}
+    ratio = mean["fixed"] / mean["grouped"]
+    rows = [
+        [
+            m,
+            len(times[m]),
+            f"{mean[m]:.3f}",
+            f"{median(times[m]):.3f}",
+            f"{mean[m] * steps_per_epoch / 60:.1f}",
+        ]
+        for m in order
+    ]
+    report.add(
+        "## Training time\n\n"
+        + table(
+            [
+                "method",
+                "measured steps",
+                "mean s / step",
+                "median s / step",
+                "epoch (min, extrap.)",
+            ],
+            rows,
+        )
+        + f"\n\nEpoch time ratio fixed / grouped: **{ratio:.2f}×** "
+        f"(target ≥ 2×: {'met' if ratio >= 2 else 'NOT met'}). The steps measured are steps "
+        f"{chosen[0]}, {chosen[1]}, ..., {chosen[-1]} of the epoch's {steps_per_epoch}, the same "
+        f"for both methods (each method's own batches at those steps)."
+    )
+    report.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
