@@ -222,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
     g.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA only)")
+    g.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch (default: torch's choice, one per core); on a machine shared "
+        "with other jobs, fewer threads than cores avoids over-subscription",
+    )
     g.add_argument("--no_plots", action="store_true", help="skip the PNG learning curves")
     return p
 
@@ -580,7 +587,9 @@ class TrainingStep(torch.nn.Module):
 def restore_saved_config(args: argparse.Namespace) -> argparse.Namespace:
     """--resume continues the run as configured when it started; only where it runs may change."""
     saved = json.loads((Path(args.out_dir) / "config.json").read_text())
-    keep = {k: getattr(args, k) for k in ("resume", "device", "bf16", "out_dir", "no_plots")}
+    keep = {
+        k: getattr(args, k) for k in ("resume", "device", "bf16", "out_dir", "no_plots", "threads")
+    }
     return argparse.Namespace(**{**saved, **keep})
 
 
@@ -933,6 +942,8 @@ def evaluate_only(args: argparse.Namespace) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
         if args.evaluate:
             evaluate_only(args)
         else:
