@@ -28,8 +28,15 @@ from tqdm import tqdm
 
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
 from minbert.optimizer import AdamW, linear_warmup_decay, param_groups
+from minbert.plugins import (
+    add_plugin,
+    format_parameter_report,
+    freeze_for_plugins,
+    parameter_report,
+)
 from minbert.pretrained import CheckpointError, load_pretrained
 from minbert.sampling import TaskSampler
+from minbert.smart import MomentumTeacher, SmartConfig, bregman_term, smart_regularizer
 from minbert.tokenizer import Tokenizer
 from tasks import TASKS, get_task
 from tasks.base import Task
@@ -387,15 +394,11 @@ def build_model(args: argparse.Namespace) -> MultitaskModel:
     if args.option == "pretrain":
         bert.requires_grad_(False)
     elif args.option in PLUGIN_OPTIONS:
-        from minbert.plugins import freeze_for_plugins
-
         freeze_for_plugins(bert, train_layernorms=args.train_layernorms)
     return model
 
 
 def attach_plugins(bert, args: argparse.Namespace) -> None:
-    from minbert.plugins import add_plugin
-
     options = {
         "adapter": dict(
             size=args.adapter_size, placement=args.adapter_placement, share=args.adapter_share
@@ -804,8 +807,6 @@ def training_loss(
     loss = task.loss(outputs.float(), batch["labels"])
     if smart is None:
         return loss
-    from minbert.smart import bregman_term, smart_regularizer
-
     config, kind = smart["config"], smart_kind(task)
 
     def perturbed_outputs(perturbed: list[torch.Tensor]) -> torch.Tensor:
@@ -826,8 +827,6 @@ def training_loss(
 def setup_smart(args: argparse.Namespace, trainable: list[torch.nn.Parameter]) -> dict | None:
     if not args.smart:
         return None
-    from minbert.smart import MomentumTeacher, SmartConfig
-
     config = SmartConfig(
         sigma=args.smart_sigma,
         epsilon=args.smart_epsilon,
@@ -886,16 +885,8 @@ def load_best(model: MultitaskModel, out_dir: Path) -> None:
 
 
 def print_parameter_report(model: MultitaskModel, out_dir: Path) -> None:
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    report = {"total": total, "trainable": trainable}
-    try:
-        from minbert.plugins import format_parameter_report, parameter_report
-
-        report = parameter_report(model.bert, dict(model.heads))
-        print(format_parameter_report(report))
-    except ImportError:
-        print(f"parameters: {total:,} total, {trainable:,} trainable ({trainable / total:.2%})")
+    report = parameter_report(model.bert, dict(model.heads))
+    print(format_parameter_report(report))
     (out_dir / "parameters.json").write_text(json.dumps(report, indent=2) + "\n")
 
 
