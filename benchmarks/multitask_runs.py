@@ -20,6 +20,7 @@ import argparse
 import json
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -96,6 +97,9 @@ def collect(run_dir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("suite", choices=sorted(SUITES))
+    p.add_argument(
+        "--render", action="store_true", help="only rewrite the Markdown file from the JSON one"
+    )
     p.add_argument("--only", default=None, help="comma-separated configuration names to run")
     p.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data"))
     p.add_argument("--runs_dir", default=str(ROOT / "runs" / "bench"))
@@ -113,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path = stem.with_suffix(".json")
     results = json.loads(json_path.read_text()) if json_path.exists() else {}
+    if args.render:
+        stem.with_suffix(".md").write_text(markdown(args.suite, results))
+        return 0
     for name, flags in chosen:
         out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
         cmd = [
@@ -123,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
             "--out_dir",
             str(out_dir),
             "--overwrite",
-            "--no_plots",
             *flags,
             *extra,
         ]
@@ -143,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             **collect(out_dir),
         }
         json_path.write_text(json.dumps(results, indent=2) + "\n")
+        curves = out_dir / "learning_curves.png"
+        if curves.exists():
+            shutil.copyfile(curves, stem.parent / f"{stem.name}-{name}.png")
         stem.with_suffix(".md").write_text(markdown(args.suite, results))
     return 0
 
@@ -156,9 +165,10 @@ def markdown(suite: str, results: dict) -> str:
         "a fixed split of the course's Quora dev file (see ../shared/data/README.md), so para "
         "accuracy is not comparable one-to-one with published Quora dev figures.",
         "",
-        "| run | sst acc | para acc | sts r | overall | trainable / task (with head) | "
+        "| run | sst acc | para acc | sts r | overall | trainable in all | "
+        "trainable / task (with head) | "
         "checkpoint / task | wall-clock s | train ex/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         b, s = r["best"], r["summary"]
@@ -177,7 +187,8 @@ def markdown(suite: str, results: dict) -> str:
             for k, v in sorted(r["task_checkpoint_bytes"].items())
         )
         lines.append(
-            f"| {name} | {' | '.join(cells)} | {trainable} | {sizes or '-'} | "
+            f"| {name} | {' | '.join(cells)} | {r['parameters']['trainable']:,} | {trainable} | "
+            f"{sizes or '-'} | "
             f"{s['wall_clock_s']} | {s['train_examples_per_s']} |"
         )
     lines.append("")
