@@ -7,6 +7,7 @@ the machine. Suites:
 
     defaults   short runs (--limit) comparing sentence representations and pair encodings, used
                to choose the driver's defaults
+    pair-encoding  STS alone on its full training set, cross-encoded against encoded apart
     multitask  full data: finetune and pretrain with annealed sampling (issue: multitask benchmark)
     plugins    full data: adapter, pals, lhuc, lora with annealed sampling, beside finetune
     smart      full data: SMART on and off for finetune and adapter
@@ -34,6 +35,10 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("cross-cls", ["--pair_encoding", "cross", "--representation", "cls"]),
         ("cross-pooler", ["--pair_encoding", "cross", "--representation", "pooler"]),
         ("separate-mean", ["--pair_encoding", "separate", "--representation", "mean"]),
+    ],
+    "pair-encoding": [
+        ("sts-cross", ["--tasks", "sts", "--pair_encoding", "cross"]),
+        ("sts-separate", ["--tasks", "sts", "--pair_encoding", "separate"]),
     ],
     "multitask": [
         ("finetune", ["--option", "finetune"]),
