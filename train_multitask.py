@@ -307,7 +307,8 @@ def load_data(args: argparse.Namespace, log_path: Path | None) -> dict[str, Task
     if all_skipped:
         report = format_skip_report(all_skipped)
         lines = report.splitlines()
-        print("\n".join(lines[:10] + (["..."] if len(lines) > 11 else []) + lines[-1:]))
+        shown = lines if len(lines) <= 11 else [*lines[:10], "...", lines[-1]]
+        print("\n".join(shown))
         if log_path is not None:
             log_path.write_text(report + "\n", encoding="utf-8")
             print(f"every skipped row is listed in {log_path}")
