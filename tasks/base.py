@@ -21,6 +21,7 @@ reads back to the same float), ints as ints.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,7 +49,7 @@ TASKS: dict[str, Task] = {}
 SPLITS = ("train", "dev", "test")
 
 
-class Task:
+class Task(ABC):
     """Base class of all tasks. Subclasses fill in labels, loss, predictions and metric."""
 
     num_outputs: int
@@ -93,9 +94,9 @@ class Task:
             )
         return Path(data_dir) / self.files[split]
 
+    @abstractmethod
     def parse_label(self, raw: str) -> int | float:
         """The label written in a file's label column; raises ValueError("reason") if bad."""
-        raise NotImplementedError
 
     def read(
         self, path: str | Path, strict: bool = False, require_label: bool = False
@@ -112,17 +113,17 @@ class Task:
 
     # -- model outputs ------------------------------------------------------------------------
 
+    @abstractmethod
     def label_tensor(self, labels: Sequence[int | float]) -> Tensor:
         """Labels as the tensor ``loss`` expects, shape (B,)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
         """Mean loss of a batch; ``outputs`` (B, num_outputs), ``labels`` (B,)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def predict(self, outputs: Tensor) -> list[int | float]:
         """One prediction per row of ``outputs`` (B, num_outputs), as Python numbers."""
-        raise NotImplementedError
 
     def metric(self, predictions: Sequence[int | float], labels: Sequence[int | float]) -> float:
         """The task's dev metric (``metric_name``)."""

@@ -9,6 +9,7 @@ Shape legend
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -18,7 +19,7 @@ from torch import nn
 from minbert.bert import BertConfig
 
 
-class Plugin(nn.Module):
+class Plugin(nn.Module, ABC):
     """A parameter-efficient method attached to a ``BertModel`` under ``model.plugins[kind]``.
 
     Every parameter of a plug-in belongs to exactly one task and lives in
@@ -44,9 +45,9 @@ class Plugin(nn.Module):
     def tasks(self) -> list[str]:
         return list(self.by_task.keys())
 
+    @abstractmethod
     def build_task(self) -> nn.Module:
         """Fresh modules for one task, initialised so that the plug-in is the identity."""
-        raise NotImplementedError
 
     def add_tasks(self, tasks: Iterable[str]) -> None:
         if isinstance(tasks, str):
@@ -97,9 +98,9 @@ class Plugin(nn.Module):
         reference to the layers so it can merge its update into their weights)."""
 
     @classmethod
+    @abstractmethod
     def parameters_per_task(cls, config: BertConfig, **options) -> int:
         """The number of parameters one task adds, from the plug-in's formula."""
-        raise NotImplementedError
 
     # ----- sites: the identity unless overridden (see minbert.bert.LayerSites) -----
 
