@@ -198,6 +198,12 @@ def markdown(suite: str, results: dict) -> str:
         )
     lines.append("")
     for name, r in results.items():
+        base = results.get(name.removesuffix("-smart"))
+        if name.endswith("-smart") and base is not None:
+            ratio = base["summary"]["train_examples_per_s"] / r["summary"]["train_examples_per_s"]
+            lines.append(f"- step time {name} / {name.removesuffix('-smart')}: {ratio:.2f}x")
+    lines.append("")
+    for name, r in results.items():
         lines += [
             f"- **{name}**: `{r['command']}`",
             f"  commit `{r['commit']}`, {r['machine']}, {r['date']}",
