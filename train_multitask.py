@@ -335,8 +335,16 @@ class BatchStream:
     Pass p over the data is shuffled with a generator seeded from (seed, task, p), so the stream's
     position is two integers (pass, index) and resuming rebuilds it exactly."""
 
-    def __init__(self, name: str, lengths: list[int], batch_size: int, seed: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        lengths: list[int],
+        batch_size: int,
+        seed: int,
+        make_batches=length_grouped_batches,
+    ) -> None:
         self.name, self.lengths, self.batch_size, self.seed = name, lengths, batch_size, seed
+        self.make_batches = make_batches  # (lengths, batch_size, generator) -> index lists
         self.pass_number, self.index = 0, 0
         self._batches = self._make_batches()
 
@@ -345,7 +353,7 @@ class BatchStream:
         g = torch.Generator().manual_seed(
             self.seed * 1_000_003 + task_offset * 1009 + self.pass_number
         )
-        return length_grouped_batches(self.lengths, self.batch_size, g)
+        return self.make_batches(self.lengths, self.batch_size, g)
 
     def next(self) -> list[int]:
         if self.index >= len(self._batches):

@@ -40,24 +40,11 @@ from tasks.batching import fixed_batches
 from tasks.collate import collate, token_lengths
 
 
-class FixedStream:
-    """Endless ``fixed_batches`` of one task, reshuffled each pass (the fixed-padding baseline)."""
-
-    def __init__(self, n: int, batch_size: int, seed: int) -> None:
-        self.n, self.batch_size, self.seed = n, batch_size, seed
-        self.pass_number, self.index = 0, 0
-        self._batches = self._make()
-
-    def _make(self) -> list[list[int]]:
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.pass_number)
-        return fixed_batches(self.n, self.batch_size, g)
-
-    def next(self) -> list[int]:
-        if self.index >= len(self._batches):
-            self.pass_number, self.index = self.pass_number + 1, 0
-            self._batches = self._make()
-        self.index += 1
-        return self._batches[self.index - 1]
+def fixed_padding_batches(
+    lengths: list[int], batch_size: int, g: torch.Generator
+) -> list[list[int]]:
+    """Plain shuffled batches (the fixed-padding baseline), in the driver's ``BatchStream``."""
+    return fixed_batches(len(lengths), batch_size, g)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in data
     }
     fixed = {
-        name: FixedStream(sizes[name], dargs.batch_size, dargs.seed + i)
-        for i, name in enumerate(data)
+        name: train_multitask.BatchStream(
+            name, lengths[name], dargs.batch_size, dargs.seed, make_batches=fixed_padding_batches
+        )
+        for name in data
     }
     plan = {
         "grouped": [(name, grouped[name].next()) for name in schedule],
