@@ -31,6 +31,7 @@ from minbert.optimizer import AdamW, linear_warmup_decay, param_groups
 from minbert.plugins import (
     add_plugin,
     format_parameter_report,
+    freeze_all_but_task,
     freeze_for_plugins,
     parameter_report,
 )
@@ -214,7 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     g = p.add_argument_group("run")
-    g.add_argument("--out_dir", default=None, help="run folder (default: runs/<option>-<sampling>)")
+    g.add_argument(
+        "--out_dir",
+        default=None,
+        help="run folder (default: runs/<option>-<sampling>; with --add_to: RUN_DIR+<tasks>)",
+    )
     g.add_argument(
         "--resume", action="store_true", help="continue the run in --out_dir from last.pt"
     )
@@ -226,6 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         default=None,
         help="evaluate only: load RUN_DIR's best checkpoint, print dev metrics, write predictions",
+    )
+    g.add_argument(
+        "--add_to",
+        metavar="RUN_DIR",
+        default=None,
+        help="add tasks to RUN_DIR, a finished plug-in run: train only the plug-ins and heads of "
+        "the --tasks named here (new tasks only) while RUN_DIR's tasks stay bit-identical; the "
+        "model settings (option, sizes, encoding) come from RUN_DIR's config.json",
     )
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
     g.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA only)")
@@ -243,13 +256,20 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    args.base_tasks = []  # with --add_to: the earlier run's tasks, frozen
     unknown = [t for t in args.tasks if t not in TASKS]
     if unknown or not args.tasks:
         raise UsageError(f"--tasks: unknown task(s) {unknown}; known tasks are {sorted(TASKS)}")
     if args.lr is None:
         args.lr = 5e-5 if args.option == "finetune" else 1e-3
     if args.out_dir is None:
-        args.out_dir = args.evaluate or f"runs/{args.option}-{args.sampling}"
+        args.out_dir = args.evaluate or (
+            f"{args.add_to.rstrip('/')}+{'+'.join(args.tasks)}"
+            if args.add_to
+            else f"runs/{args.option}-{args.sampling}"
+        )
+    if args.add_to and Path(args.out_dir).resolve() == Path(args.add_to).resolve():
+        raise UsageError("--out_dir must differ from --add_to: the earlier run stays as it is")
     for flag in ("epochs", "batch_size", "max_length", "log_every"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} must be at least 1")
@@ -389,25 +409,102 @@ def pick_device(name: str) -> torch.device:
 
 
 def build_model(args: argparse.Namespace) -> MultitaskModel:
-    """Load the pretrained encoder, attach the option's plug-ins, add the heads, freeze."""
+    """Load the pretrained encoder, attach the option's plug-ins, add the heads, freeze; with
+    --add_to, also load the earlier run's trained tensors and train only the new tasks."""
     bert = load_pretrained(args.checkpoint)
     for module in bert.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = args.dropout
     for layer in bert.encoder.layer:
         layer.attention.self.dropout_p = args.dropout
-    tasks = [get_task(name) for name in args.tasks]
+    names = [*args.base_tasks, *args.tasks]
     if args.option in PLUGIN_OPTIONS:
-        attach_plugins(bert, args)
+        attach_plugins(bert, args, names)
+    tasks = [get_task(name) for name in names]
     model = MultitaskModel(bert, tasks, args.representation, args.pair_encoding, args.dropout)
     if args.option == "pretrain":
         bert.requires_grad_(False)
+    elif args.base_tasks:
+        freeze_all_but_task(bert, *args.tasks)  # earlier tasks' plug-ins and LayerNorms stay
+        for name in args.base_tasks:
+            model.heads[name].requires_grad_(False)
+        load_base_run(model, Path(args.add_to))
     elif args.option in PLUGIN_OPTIONS:
         freeze_for_plugins(bert, train_layernorms=args.train_layernorms)
     return model
 
 
-def attach_plugins(bert, args: argparse.Namespace) -> None:
+# The settings that decide the model's shape: --evaluate and --add_to take them from a run.
+MODEL_SETTINGS = (
+    "option",
+    "tasks",
+    "checkpoint",
+    "representation",
+    "pair_encoding",
+    "max_length",
+    "adapter_size",
+    "adapter_placement",
+    "adapter_share",
+    "train_layernorms",
+    "pal_size",
+    "pal_heads",
+    "lora_rank",
+    "lora_alpha",
+    "lora_targets",
+)
+
+
+def read_run_config(run_dir: Path, flag: str) -> dict:
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise UsageError(f"{flag}: {path} not found; pass the folder of a training run")
+    return json.loads(path.read_text())
+
+
+def inherit_base_run(args: argparse.Namespace) -> None:
+    """--add_to: take the model settings of the earlier run; --tasks must name new tasks only."""
+    saved = read_run_config(Path(args.add_to), "--add_to")
+    if saved["option"] not in PLUGIN_OPTIONS:
+        raise UsageError(
+            f"--add_to: {args.add_to} was trained with --option {saved['option']}, which changes "
+            f"weights every task shares; tasks can be added only to a plug-in run "
+            f"({', '.join(PLUGIN_OPTIONS)})"
+        )
+    base_tasks = [*saved.get("base_tasks", []), *saved["tasks"]]
+    if repeated := [t for t in args.tasks if t in base_tasks]:
+        raise UsageError(
+            f"--tasks: {repeated} already trained in {args.add_to} (tasks {base_tasks}); "
+            f"with --add_to, name only the new tasks"
+        )
+    new_tasks = args.tasks
+    for key in MODEL_SETTINGS:
+        setattr(args, key, saved[key])
+    args.tasks, args.base_tasks = new_tasks, base_tasks
+    print(
+        f"adding {new_tasks} to {args.add_to} (tasks {base_tasks}, frozen): --option "
+        f"{args.option} and the other model settings come from its config.json"
+    )
+
+
+def load_base_run(model: MultitaskModel, run_dir: Path) -> None:
+    """Load the trained tensors of run_dir (and of the runs it was added to) into ``model``."""
+    from safetensors.torch import load_file
+
+    saved = read_run_config(run_dir, "--add_to")
+    if saved.get("add_to"):
+        load_base_run(model, Path(saved["add_to"]))
+    path = run_dir / "best.safetensors"
+    if not path.is_file():
+        raise UsageError(f"--add_to: {path} not found: {run_dir} never reached an evaluation")
+    state, own = load_file(str(path)), model.state_dict()
+    if wrong := [k for k, v in state.items() if k not in own or own[k].shape != v.shape]:
+        raise UsageError(f"--add_to: {path} does not fit the model, e.g. tensor {wrong[0]}")
+    model.load_state_dict(state, strict=False)
+    owned = set().union(*(model.task_keys(t) for t in model.tasks))
+    model.trained_shared_keys |= set(state) - owned
+
+
+def attach_plugins(bert, args: argparse.Namespace, tasks: list[str]) -> None:
     options = {
         "adapter": dict(
             size=args.adapter_size, placement=args.adapter_placement, share=args.adapter_share
@@ -421,7 +518,7 @@ def attach_plugins(bert, args: argparse.Namespace) -> None:
         ),
     }[args.option]
     try:
-        add_plugin(bert, args.option, list(args.tasks), **options)
+        add_plugin(bert, args.option, tasks, **options)
     except ValueError as err:
         raise UsageError(f"--option {args.option}: {err}") from err
 
@@ -618,6 +715,8 @@ def train(args: argparse.Namespace) -> dict[str, float]:
     out_dir = prepare_out_dir(args)
     if args.resume:
         args = restore_saved_config(args)
+    elif args.add_to:
+        inherit_base_run(args)
     device = pick_device(args.device)
     if args.bf16 and device.type != "cuda":
         raise UsageError("--bf16 needs a CUDA device (--device cuda)")
@@ -674,6 +773,8 @@ def train(args: argparse.Namespace) -> dict[str, float]:
         if smart is not None:
             smart["teacher"].load_state_dict(state["teacher"])
         torch.set_rng_state(state["rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])  # dropout on the GPU draws from these
         step, best = state["step"], state["best"]
         if main_process:
             truncate_logs(out_dir, step)
@@ -688,6 +789,7 @@ def train(args: argparse.Namespace) -> dict[str, float]:
             "scheduler": scheduler.state_dict(),
             "streams": {n: s.state_dict() for n, s in streams.items()},
             "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "step": step,
             "best": best,
         }
@@ -902,28 +1004,9 @@ def print_parameter_report(model: MultitaskModel, out_dir: Path) -> None:
 def evaluate_only(args: argparse.Namespace) -> dict[str, float]:
     """Rebuild the model from RUN_DIR/config.json, load its best checkpoint, evaluate, predict."""
     run_dir = Path(args.evaluate)
-    config_path = run_dir / "config.json"
-    if not config_path.is_file():
-        raise UsageError(f"--evaluate: {config_path} not found; pass the folder of a training run")
-    saved = json.loads(config_path.read_text())
+    saved = read_run_config(run_dir, "--evaluate")
     # The model is rebuilt as trained; data paths, batch size and device may be changed here.
-    for key in (
-        "option",
-        "tasks",
-        "checkpoint",
-        "representation",
-        "pair_encoding",
-        "max_length",
-        "adapter_size",
-        "adapter_placement",
-        "adapter_share",
-        "train_layernorms",
-        "pal_size",
-        "pal_heads",
-        "lora_rank",
-        "lora_alpha",
-        "lora_targets",
-    ):
+    for key in (*MODEL_SETTINGS, "add_to", "base_tasks"):
         if key in saved:
             setattr(args, key, saved[key])
     device = pick_device(args.device)

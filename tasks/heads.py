@@ -104,6 +104,10 @@ class MultitaskModel(nn.Module):
         self.heads = nn.ModuleDict()
         for task in tasks:
             self.heads[task.name] = self._make_head(task, D, head_dropout)
+        # Tensors no task owns that an earlier run trained and that are frozen now (its
+        # LayerNorms under --train_layernorms when tasks are added with --add_to): every task's
+        # checkpoint carries them, as it carries trainable shared tensors.
+        self.trained_shared_keys: set[str] = set()
 
     def _make_head(self, task: Task, hidden: int, dropout: float) -> nn.Module:
         if not self.encodes_separately(task):
@@ -134,7 +138,7 @@ class MultitaskModel(nn.Module):
 
     # -- tiny per-task checkpoints -----------------------------------------------------------
 
-    def _task_keys(self, task_name: str) -> set[str]:
+    def task_keys(self, task_name: str) -> set[str]:
         """State-dict keys owned by one task: its plug-in tensors and its head."""
         keys = {f"heads.{task_name}.{k}" for k in self.heads[task_name].state_dict()}
         if len(self.bert.plugins):
@@ -146,10 +150,12 @@ class MultitaskModel(nn.Module):
     def task_state_dict(self, task_name: str) -> dict[str, torch.Tensor]:
         """What one task needs on top of the pretrained encoder: its plug-ins, its head, and any
         trained tensor no task owns (the LayerNorms under --train_layernorms). Trained tensors are
-        those with requires_grad, so the selection follows the freezing, never names."""
-        trainable = {n for n, p in self.named_parameters() if p.requires_grad}
-        owned_by_others = set().union(*(self._task_keys(t) for t in self.tasks if t != task_name))
-        keys = (trainable - owned_by_others) | self._task_keys(task_name)
+        those with requires_grad or in ``trained_shared_keys``, so the selection follows the
+        freezing, never names."""
+        trained = {n for n, p in self.named_parameters() if p.requires_grad}
+        trained |= self.trained_shared_keys
+        owned_by_others = set().union(*(self.task_keys(t) for t in self.tasks if t != task_name))
+        keys = (trained - owned_by_others) | self.task_keys(task_name)
         state = self.state_dict()
         return {k: state[k].detach().contiguous().cpu() for k in sorted(keys)}
 

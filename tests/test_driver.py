@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 import train_multitask
 
@@ -180,3 +181,78 @@ def test_evaluate_refuses_a_checkpoint_that_does_not_match(
     assert train_multitask.main(argv) == 2
     err = capsys.readouterr().err
     assert "best.safetensors" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "option, extra",
+    [("adapter", ()), ("adapter", ("--train_layernorms",)), ("lora", ()), ("pals", ()),
+     ("lhuc", ())],
+)  # fmt: skip
+def test_task_added_later_leaves_earlier_tasks_bit_identical(
+    option, extra, tiny_checkpoint, tiny_data, tmp_path
+):
+    """--add_to trains a new task on a finished plug-in run; the earlier tasks' tensors and dev
+    predictions stay exactly as the earlier run left them (LayerNorms trained with the earlier
+    tasks stay frozen too)."""
+    from safetensors.torch import load_file
+
+    from tasks.base import read_predictions
+
+    base, added = tmp_path / "base", tmp_path / "added"
+    assert run(tiny_checkpoint, tiny_data, base, "--option", option, "--tasks", "sst,para",
+               "--no_plots", *extra) == 0  # fmt: skip
+    assert run(tiny_checkpoint, tiny_data, added, "--add_to", str(base), "--tasks", "sts",
+               "--no_plots") == 0  # fmt: skip
+
+    config = json.loads((added / "config.json").read_text())
+    assert (config["option"], config["tasks"], config["base_tasks"]) == (
+        option, ["sts"], ["sst", "para"]
+    )  # fmt: skip
+    assert [set(m) for m in read_jsonl(added / "metrics.jsonl")] == [
+        {"step", "epoch", "sts", "overall"}
+    ] * 2
+    for name in ("sst", "para"):
+        before = load_file(str(base / f"task-{name}.safetensors"))
+        after = load_file(str(added / f"task-{name}.safetensors"))
+        assert before.keys() == after.keys()
+        assert all(torch.equal(before[k], after[k]) for k in before)
+    # The added run's model, rebuilt as --evaluate does, predicts the earlier tasks as before.
+    args = train_multitask.restore_saved_config(
+        train_multitask.parse_args(["--out_dir", str(added), "--resume"])
+    )
+    model = train_multitask.build_model(args)
+    untrained = {k: v.clone() for k, v in model.task_state_dict("sts").items()}
+    train_multitask.load_best(model, added)
+    trained = model.task_state_dict("sts")
+    assert trained.keys() == load_file(str(added / "task-sts.safetensors")).keys()
+    assert any(not torch.equal(trained[k], untrained[k]) for k in trained if "plugins" in k)
+    args.tasks = ["sst", "para"]
+    data = train_multitask.load_data(args, None)
+    tokenizer = train_multitask.Tokenizer.from_checkpoint(args.checkpoint, args.max_length)
+    for name in ("sst", "para"):
+        ids, preds = train_multitask.predict(
+            model, data[name], "dev", tokenizer, args, torch.device("cpu")
+        )
+        _, rows = read_predictions(base / f"{name}-dev-output.csv")
+        assert {i: float(p) for i, p in zip(ids, preds)} == {i: float(v) for i, v in rows}
+
+
+def test_add_to_refuses_what_would_change_earlier_tasks(
+    tiny_checkpoint, tiny_data, tmp_path, capsys
+):
+    finetuned = tmp_path / "finetuned"
+    assert run(tiny_checkpoint, tiny_data, finetuned, "--tasks", "sst", "--no_plots") == 0
+    capsys.readouterr()
+    assert run(tiny_checkpoint, tiny_data, tmp_path / "x", "--add_to", str(finetuned),
+               "--tasks", "sts") == 2  # fmt: skip
+    assert "tasks can be added only to a plug-in run" in capsys.readouterr().err
+
+    base = tmp_path / "base"
+    assert run(tiny_checkpoint, tiny_data, base, "--option", "lora", "--tasks", "sst",
+               "--no_plots") == 0  # fmt: skip
+    capsys.readouterr()
+    assert run(tiny_checkpoint, tiny_data, tmp_path / "y", "--add_to", str(base),
+               "--tasks", "sst,sts") == 2  # fmt: skip
+    assert "['sst'] already trained" in capsys.readouterr().err
+    assert run(tiny_checkpoint, tiny_data, base, "--add_to", str(base), "--tasks", "sts") == 2
+    assert "--out_dir must differ from --add_to" in capsys.readouterr().err

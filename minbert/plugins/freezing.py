@@ -23,14 +23,16 @@ def freeze_for_plugins(model: BertModel, train_layernorms: bool = False) -> None
                 module.requires_grad_(True)
 
 
-def freeze_all_but_task(model: BertModel, task: str) -> None:
-    """Only ``task``'s plug-in parameters train: for learning a task added later while every
-    other task's outputs stay exactly as they were. Every attached plug-in must have the task."""
+def freeze_all_but_task(model: BertModel, *tasks: str) -> None:
+    """Only the plug-in parameters of ``tasks`` train: for learning tasks added later while every
+    other task's outputs stay exactly as they were. Every attached plug-in must have the tasks."""
     if len(model.plugins) == 0:
         raise ValueError("no plug-ins are attached; add one with add_plugin before freezing")
     for plugin in model.plugins.values():
-        plugin.check_task(task)
+        for task in tasks:
+            plugin.check_task(task)
     model.requires_grad_(False)
     for plugin in model.plugins.values():
-        for parameter in plugin.task_parameters(task):
-            parameter.requires_grad_(True)
+        for task in tasks:
+            for parameter in plugin.task_parameters(task):
+                parameter.requires_grad_(True)
