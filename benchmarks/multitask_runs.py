@@ -9,6 +9,8 @@ the machine. Suites:
                to choose the driver's defaults
     pair-encoding  STS alone on its full training set, cross-encoded against encoded apart
     multitask  full data: finetune and pretrain with annealed sampling (issue: multitask benchmark)
+    tuning     full data: finetune with other learning rates and more epochs (3 epochs unless
+               the configuration says otherwise: pass no --epochs after --)
     plugins    full data: adapter, pals, lhuc, lora with annealed sampling, beside finetune
     smart      full data: SMART on and off for finetune and adapter
 
@@ -43,6 +45,11 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
     "multitask": [
         ("finetune", ["--option", "finetune"]),
         ("pretrain", ["--option", "pretrain"]),
+    ],
+    "tuning": [
+        ("finetune-lr1e-4", ["--option", "finetune", "--lr", "1e-4"]),
+        ("finetune-lr2e-5", ["--option", "finetune", "--lr", "2e-5"]),
+        ("finetune-5-epochs", ["--option", "finetune", "--epochs", "5"]),
     ],
     "plugins": [
         ("adapter", ["--option", "adapter"]),
@@ -145,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             print(f"{name}: exit code {rc}", file=sys.stderr)
             continue
+        # Re-read just before writing: another runner may share this results file.
+        results = json.loads(json_path.read_text()) if json_path.exists() else {}
         results[name] = {
             "command": shlex.join(cmd),
             "commit": commit,
