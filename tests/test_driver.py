@@ -236,6 +236,15 @@ def test_task_added_later_leaves_earlier_tasks_bit_identical(
         _, rows = read_predictions(base / f"{name}-dev-output.csv")
         assert {i: float(p) for i, p in zip(ids, preds)} == {i: float(v) for i, v in rows}
 
+    # --evaluate rebuilds the added run (the earlier run's tensors, then its own) and predicts
+    # as the run did.
+    eval_dir = tmp_path / "e"
+    argv = ["--evaluate", str(added), "--data_dir", str(tiny_data), "--out_dir", str(eval_dir)]
+    assert train_multitask.main(argv) == 0
+    for split in ("dev", "test"):
+        name = f"sts-{split}-output.csv"
+        assert (eval_dir / name).read_text() == (added / name).read_text()
+
 
 def test_add_to_refuses_what_would_change_earlier_tasks(
     tiny_checkpoint, tiny_data, tmp_path, capsys
