@@ -265,3 +265,22 @@ def test_add_to_refuses_what_would_change_earlier_tasks(
     assert "['sst'] already trained" in capsys.readouterr().err
     assert run(tiny_checkpoint, tiny_data, base, "--add_to", str(base), "--tasks", "sts") == 2
     assert "--out_dir must differ from --add_to" in capsys.readouterr().err
+
+
+def test_tasks_added_one_after_another(tiny_checkpoint, tiny_data, tmp_path):
+    """A run added to an added run loads the whole chain: the first task stays as first trained."""
+    from safetensors.torch import load_file
+
+    first, second, third = tmp_path / "sst", tmp_path / "sst+para", tmp_path / "sst+para+sts"
+    assert run(tiny_checkpoint, tiny_data, first, "--option", "lora", "--tasks", "sst",
+               "--no_plots") == 0  # fmt: skip
+    assert run(tiny_checkpoint, tiny_data, second, "--add_to", str(first), "--tasks", "para",
+               "--no_plots") == 0  # fmt: skip
+    assert run(tiny_checkpoint, tiny_data, third, "--add_to", str(second), "--tasks", "sts",
+               "--no_plots") == 0  # fmt: skip
+    assert json.loads((third / "config.json").read_text())["base_tasks"] == ["sst", "para"]
+    for name, trained_in in (("sst", first), ("para", second)):
+        before = load_file(str(trained_in / f"task-{name}.safetensors"))
+        after = load_file(str(third / f"task-{name}.safetensors"))
+        assert before.keys() == after.keys()
+        assert all(torch.equal(before[k], after[k]) for k in before)
