@@ -434,10 +434,10 @@ def build_model(args: argparse.Namespace) -> MultitaskModel:
     return model
 
 
-# The settings that decide the model's shape: --evaluate and --add_to take them from a run.
+# The settings that decide the model's shape (besides the task list): --evaluate and --add_to
+# take them from a run.
 MODEL_SETTINGS = (
     "option",
-    "tasks",
     "checkpoint",
     "representation",
     "pair_encoding",
@@ -476,12 +476,11 @@ def inherit_base_run(args: argparse.Namespace) -> None:
             f"--tasks: {repeated} already trained in {args.add_to} (tasks {base_tasks}); "
             f"with --add_to, name only the new tasks"
         )
-    new_tasks = args.tasks
     for key in MODEL_SETTINGS:
         setattr(args, key, saved[key])
-    args.tasks, args.base_tasks = new_tasks, base_tasks
+    args.base_tasks = base_tasks
     print(
-        f"adding {new_tasks} to {args.add_to} (tasks {base_tasks}, frozen): --option "
+        f"adding {args.tasks} to {args.add_to} (tasks {base_tasks}, frozen): --option "
         f"{args.option} and the other model settings come from its config.json"
     )
 
@@ -695,7 +694,7 @@ class TrainingStep(torch.nn.Module):
 
 def restore_saved_config(args: argparse.Namespace) -> argparse.Namespace:
     """--resume continues the run as configured when it started; only where it runs may change."""
-    saved = json.loads((Path(args.out_dir) / "config.json").read_text())
+    saved = read_run_config(Path(args.out_dir), "--resume")
     keep = {
         k: getattr(args, k) for k in ("resume", "device", "bf16", "out_dir", "no_plots", "threads")
     }
@@ -1006,7 +1005,7 @@ def evaluate_only(args: argparse.Namespace) -> dict[str, float]:
     run_dir = Path(args.evaluate)
     saved = read_run_config(run_dir, "--evaluate")
     # The model is rebuilt as trained; data paths, batch size and device may be changed here.
-    for key in (*MODEL_SETTINGS, "add_to", "base_tasks"):
+    for key in (*MODEL_SETTINGS, "tasks", "add_to", "base_tasks"):
         if key in saved:
             setattr(args, key, saved[key])
     device = pick_device(args.device)
