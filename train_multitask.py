@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
+from minbert.layer_decay import layerwise_lr_decay
 from minbert.optimizer import AdamW, linear_warmup_decay, param_groups
 from minbert.plugins import (
     add_plugin,
@@ -42,7 +43,7 @@ from minbert.tokenizer import Tokenizer
 from tasks import TASKS, get_task
 from tasks.base import Task
 from tasks.batching import length_grouped_batches
-from tasks.collate import batch_to, collate, token_lengths
+from tasks.collate import batch_to, collate, swap_at_random, token_lengths
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, MultitaskModel
 from tasks.metrics import OVERALL_TASKS, overall_score
 from tasks.reader import DataError, Example, format_skip_report
@@ -62,10 +63,21 @@ class UsageError(Exception):
 # --------------------------------------------------------------------------------------------
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: ...)" to a flag's help, unless the help already says its default or
+    there is none to say (a switch that is off, an optional value that is unset)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        if "(default:" in help_text or action.default in (None, False):
+            return help_text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     g = p.add_argument_group("what to train")
@@ -117,7 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
                 default=None,
                 help=f"{name} {split} file (default: <data_dir>/{TASKS[name].files[split]})",
             )
-    g.add_argument("--limit", type=int, default=None, help="at most N examples per task and split")
+    g.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="at most N examples per task and split (default: all)",
+    )
     g.add_argument(
         "--strict", action="store_true", help="a malformed data row is an error, not a skip"
     )
@@ -145,6 +162,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--weight_decay", type=float, default=0.01, help="AdamW decoupled weight decay")
     g.add_argument("--dropout", type=float, default=0.1, help="dropout in the encoder and heads")
+    g.add_argument(
+        "--layer_decay",
+        type=float,
+        default=1.0,
+        help="layer-wise learning-rate decay γ: encoder layer l of L trains at lr·γ^(L+1−l), the "
+        "embeddings at lr·γ^(L+1), heads at lr (1: one rate for all; see minbert/layer_decay.py)",
+    )
+    g.add_argument(
+        "--swap_pairs",
+        action="store_true",
+        help="train symmetric pair tasks (para, sts) on each pair in a random order, (a, b) or "
+        "(b, a), so that the model cannot rely on which sentence comes first",
+    )
     g.add_argument(
         "--seed", type=int, default=11711, help="random seed (data order, dropout, sampler)"
     )
@@ -185,7 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--pal_size", type=int, default=None, help="PAL projection size s (default: sized to D)"
     )
-    g.add_argument("--pal_heads", type=int, default=None, help="attention heads inside a PAL")
+    g.add_argument(
+        "--pal_heads",
+        type=int,
+        default=None,
+        help="attention heads inside a PAL (default: the encoder's head count)",
+    )
     g.add_argument("--lora_rank", type=int, default=8, help="LoRA rank r")
     g.add_argument(
         "--lora_alpha", type=float, default=16.0, help="LoRA scale α (update scaled by α/r)"
@@ -277,6 +312,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise UsageError("--limit must be at least 1")
     if not 0 <= args.warmup < 1:
         raise UsageError("--warmup is a fraction of all steps in [0, 1)")
+    if not 0 < args.layer_decay <= 1:
+        raise UsageError("--layer_decay is a factor in (0, 1]")
     return args
 
 
@@ -693,12 +730,14 @@ class TrainingStep(torch.nn.Module):
 
 
 def restore_saved_config(args: argparse.Namespace) -> argparse.Namespace:
-    """--resume continues the run as configured when it started; only where it runs may change."""
+    """--resume continues the run as configured when it started; only where it runs may change.
+    A flag added to the driver after the run started takes its default."""
     saved = read_run_config(Path(args.out_dir), "--resume")
     keep = {
         k: getattr(args, k) for k in ("resume", "device", "bf16", "out_dir", "no_plots", "threads")
     }
-    return argparse.Namespace(**{**saved, **keep})
+    defaults = vars(build_parser().parse_args([]))
+    return argparse.Namespace(**{**defaults, **saved, **keep})
 
 
 def truncate_logs(out_dir: Path, step: int) -> None:
@@ -739,7 +778,11 @@ def train(args: argparse.Namespace) -> dict[str, float]:
     sizes = {name: len(td.splits["train"]) for name, td in data.items()}
     steps_per_epoch = args.steps_per_epoch or math.ceil(sum(sizes.values()) / args.batch_size)
     total_steps = steps_per_epoch * args.epochs
-    optimizer = AdamW(param_groups(model, args.weight_decay), lr=args.lr)
+    groups = param_groups(model, args.weight_decay)
+    if args.layer_decay != 1.0:
+        layers = model.bert.config.num_hidden_layers
+        groups = layerwise_lr_decay(groups, model, args.lr, args.layer_decay, layers)
+    optimizer = AdamW(groups, lr=args.lr)
     scheduler = linear_warmup_decay(optimizer, int(args.warmup * total_steps), total_steps)
     sampler = TaskSampler(args.sampling, sizes, args.epochs, args.seed)
     streams = {
@@ -824,6 +867,8 @@ def train(args: argparse.Namespace) -> dict[str, float]:
             indices = dist_info.shard(streams[name].next())
             separate = model.encodes_separately(td.task)
             examples = [td.splits["train"][i] for i in indices]
+            if args.swap_pairs and td.task.symmetric:
+                examples = swap_at_random(examples)
             batch = batch_to(collate(td.task, examples, tokenizer, separate), device)
             with autocast(args, device):
                 loss = step_module(td.task, batch)

@@ -63,6 +63,7 @@ class Task(ABC):
         text_columns: list[str],
         label_column: str,
         prediction_header: str,
+        symmetric: bool = False,
     ) -> None:
         if not 1 <= len(text_columns) <= 2:
             raise ValueError(f"task {name!r}: expected one or two text columns, got {text_columns}")
@@ -75,6 +76,10 @@ class Task(ABC):
         self.text_columns = list(text_columns)
         self.label_column = label_column
         self.prediction_header = prediction_header
+        # A pair task whose label is the same for (a, b) and (b, a): paraphrase, similarity.
+        self.symmetric = symmetric
+        if symmetric and not self.is_pair:
+            raise ValueError(f"task {name!r}: only a sentence-pair task can be symmetric")
 
     @property
     def is_pair(self) -> bool:

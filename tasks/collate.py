@@ -12,6 +12,7 @@ A batch is a dict:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
@@ -52,6 +53,18 @@ def collate(task: Task, examples: Sequence[Example], tokenizer: Tokenizer, separ
         "ids": [e.id for e in examples],
         "num_truncated": sum(enc["num_truncated"] for enc in encoded),
     }
+
+
+def swap_at_random(examples: Sequence[Example]) -> list[Example]:
+    """Each pair in its given order or swapped, (a, b) or (b, a), with probability ½ each (drawn
+    from torch's global generator, so a seeded run is reproducible). Only for tasks whose label
+    does not depend on the order (``Task.symmetric``): a cheap augmentation that shows a
+    cross-encoder both orders of the same pair."""
+    flips = (torch.rand(len(examples)) < 0.5).tolist()
+    return [
+        replace(e, texts=(e.texts[1], e.texts[0])) if flip else e
+        for e, flip in zip(examples, flips)
+    ]
 
 
 def batch_to(batch: dict, device: torch.device) -> dict:

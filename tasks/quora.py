@@ -16,6 +16,7 @@ QUORA = register(
             "test": "quora-test-student.csv",
         },
         text_columns=["sentence1", "sentence2"],
+        symmetric=True,
         label_column="is_duplicate",
         prediction_header="Predicted_Is_Paraphrase",
     )

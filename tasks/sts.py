@@ -13,6 +13,7 @@ STS = register(
             "test": "sts-test-student.csv",
         },
         text_columns=["sentence1", "sentence2"],
+        symmetric=True,
         label_column="similarity",
         low=0.0,
         high=5.0,

@@ -84,6 +84,22 @@ def test_separate_pair_encoding_and_pooler(tiny_checkpoint, tiny_data, tmp_path)
     assert_complete_run(out)
 
 
+def test_layer_decay_and_swapped_pairs(tiny_checkpoint, tiny_data, tmp_path):
+    """--layer_decay reaches the optimizer: with γ = 1e-3 the embeddings (rate lr·γ³ in this
+    2-layer model) stay where they were to float precision, while without it they move."""
+    from safetensors.torch import load_file
+
+    start = load_file(tiny_checkpoint / "model.safetensors")["embeddings.word_embeddings.weight"]
+    moved = {}
+    for name, extra in (("plain", ()), ("decayed", ("--layer_decay", "1e-3", "--swap_pairs"))):
+        assert run(tiny_checkpoint, tiny_data, tmp_path / name, "--no_plots", *extra) == 0
+        assert_complete_run(tmp_path / name)
+        best = load_file(tmp_path / name / "best.safetensors")
+        moved[name] = (best["bert.embeddings.word_embeddings.weight"] - start).abs().max().item()
+    assert moved["plain"] > 1e-5
+    assert moved["decayed"] < 1e-8
+
+
 def test_evaluate_only_reproduces_dev_metrics(tiny_checkpoint, tiny_data, tmp_path, capsys):
     out = tmp_path / "run"
     assert run(tiny_checkpoint, tiny_data, out, "--option", "adapter", "--no_plots") == 0

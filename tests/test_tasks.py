@@ -10,7 +10,9 @@ import torch.nn.functional as F
 
 from tasks import TASKS, get_task
 from tasks.base import MultiClassTask, read_predictions, register
+from tasks.collate import swap_at_random
 from tasks.metrics import accuracy, overall_score, pearson
+from tasks.reader import Example
 
 # -- registry ----------------------------------------------------------------------------------
 
@@ -246,3 +248,33 @@ def test_overall_score_hand_example():
     assert overall_score({"para": 0.9, "cfimdb": 0.1}) == pytest.approx(0.9)
     with pytest.raises(ValueError, match="at least one of"):
         overall_score({"cfimdb": 0.9})
+
+
+def test_symmetric_tasks_are_the_order_free_pair_tasks():
+    assert {name for name, t in TASKS.items() if t.symmetric} == {"para", "sts"}
+    with pytest.raises(ValueError, match="only a sentence-pair task can be symmetric"):
+        MultiClassTask(
+            name="x",
+            description="",
+            files={},
+            text_columns=["sentence"],
+            label_column="y",
+            prediction_header="P",
+            num_classes=2,
+            symmetric=True,
+        )
+
+
+def test_swap_at_random_swaps_about_half_and_keeps_everything_else():
+    examples = [Example(str(i), (f"a{i}", f"b{i}"), float(i % 2), i + 2) for i in range(2000)]
+    torch.manual_seed(0)
+    swapped = swap_at_random(examples)
+    flipped = 0
+    for before, after in zip(examples, swapped):
+        assert (after.id, after.label, after.line) == (before.id, before.label, before.line)
+        assert after.texts in (before.texts, before.texts[::-1])
+        flipped += after.texts != before.texts
+    # Binomial(2000, 1/2): standard deviation 22.4, so ±150 is more than 6 of them
+    assert abs(flipped - 1000) < 150
+    torch.manual_seed(0)
+    assert swap_at_random(examples) == swapped  # the global seed fixes the draw
