@@ -10,7 +10,10 @@ the machine. Suites:
     pair-encoding  STS alone on its full training set, cross-encoded against encoded apart
     multitask  full data: finetune and pretrain with annealed sampling (issue: multitask benchmark)
     tuning     full data: finetune with other learning rates and more epochs (3 epochs unless
-               the configuration says otherwise: pass no --epochs after --)
+               the configuration says otherwise: pass no --epochs after --), and with layer-wise
+               learning-rate decay and swapped pairs
+    single-task  SST alone and Quora alone (3 epochs, full data): how far fine-tuning one task
+               gets without the others, with the plain recipe and with --layer_decay/--swap_pairs
     plugins    full data: adapter, pals, lhuc, lora with annealed sampling, beside finetune
     smart      full data: SMART on and off for finetune and adapter
 
@@ -50,6 +53,16 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("finetune-lr1e-4", ["--option", "finetune", "--lr", "1e-4"]),
         ("finetune-lr2e-5", ["--option", "finetune", "--lr", "2e-5"]),
         ("finetune-5-epochs", ["--option", "finetune", "--epochs", "5"]),
+        (
+            "finetune-lr1e-4-layer-decay-0.8-swap-pairs",
+            ["--option", "finetune", "--lr", "1e-4", "--layer_decay", "0.8", "--swap_pairs"],
+        ),
+    ],
+    "single-task": [
+        ("sst", ["--tasks", "sst"]),
+        ("sst-lr1e-4-layer-decay-0.8", ["--tasks", "sst", "--lr", "1e-4", "--layer_decay", "0.8"]),
+        ("para", ["--tasks", "para"]),
+        ("para-swap-pairs", ["--tasks", "para", "--swap_pairs"]),
     ],
     "plugins": [
         ("adapter", ["--option", "adapter"]),
