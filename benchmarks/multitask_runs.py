@@ -11,7 +11,7 @@ the machine. Suites:
     multitask  full data: finetune and pretrain with annealed sampling (issue: multitask benchmark)
     tuning     full data: finetune with other learning rates and more epochs (3 epochs unless
                the configuration says otherwise: pass no --epochs after --), and with layer-wise
-               learning-rate decay and swapped pairs
+               learning-rate decay, and the default run with another seed
     single-task  SST alone and Quora alone (3 epochs, full data): how far fine-tuning one task
                gets without the others, with the plain recipe and with --layer_decay/--swap_pairs
     plugins    full data: adapter, pals, lhuc, lora with annealed sampling, beside finetune
@@ -54,9 +54,10 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("finetune-lr2e-5", ["--option", "finetune", "--lr", "2e-5"]),
         ("finetune-5-epochs", ["--option", "finetune", "--epochs", "5"]),
         (
-            "finetune-lr1e-4-layer-decay-0.8-swap-pairs",
-            ["--option", "finetune", "--lr", "1e-4", "--layer_decay", "0.8", "--swap_pairs"],
+            "finetune-lr1e-4-layer-decay-0.8",
+            ["--option", "finetune", "--lr", "1e-4", "--layer_decay", "0.8"],
         ),
+        ("finetune-seed-2", ["--option", "finetune", "--seed", "2"]),
     ],
     "single-task": [
         ("sst", ["--tasks", "sst"]),
