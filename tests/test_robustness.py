@@ -49,7 +49,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data,
     """Kill -9 a run as soon as it has written a resumable checkpoint, resume, and compare every
     evaluation with a run that was never interrupted (same seed, same machine)."""
     extra = ["--epochs", "3", "--steps_per_epoch", "10", "--eval_every", "5", "--save_every", "2",
-             "--option", "finetune"]  # fmt: skip
+             "--option", "finetune", "--layer_decay", "0.9", "--swap_pairs"]  # fmt: skip
     reference = tmp_path / "reference"
     assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, reference, *extra)) == 0
 
@@ -75,6 +75,16 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data,
     assert (killed / "sst-dev-output.csv").read_text() == (
         reference / "sst-dev-output.csv"
     ).read_text()
+
+
+def test_resume_of_a_run_older_than_a_flag(tiny_checkpoint, tiny_data, tmp_path):
+    """A run whose config.json predates a flag resumes with that flag's default."""
+    extra = ("--epochs", "1", "--steps_per_epoch", "2", "--option", "pretrain", "--no_plots")
+    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 0
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["layer_decay"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert train_multitask.main([*tiny_args(tiny_checkpoint, tiny_data, tmp_path), "--resume"]) == 0
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tiny_checkpoint, tiny_data, tmp_path, capsys):
