@@ -10,6 +10,7 @@ from minbert.layer_decay import layer_depth, layerwise_lr_decay
 from minbert.optimizer import AdamW, param_groups
 from tasks import get_task
 from tasks.heads import MultitaskModel
+from tests.conftest import TINY_CONFIG
 
 L = 3
 
@@ -32,14 +33,7 @@ def test_layer_depth(name, depth):
 
 def model() -> MultitaskModel:
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=L,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-    )
+    config = BertConfig(**{**TINY_CONFIG, "num_hidden_layers": L})
     return MultitaskModel(BertModel(config), [get_task("sst"), get_task("para")], "mean", "cross")
 
 
@@ -74,7 +68,7 @@ def test_gamma_one_changes_nothing():
     a, b = model(), model()
     opt_a = AdamW(param_groups(a, 0.01), lr=1e-3)
     opt_b = AdamW(layerwise_lr_decay(param_groups(b, 0.01), b, 1e-3, 1.0, L), lr=1e-3)
-    ids = torch.randint(0, 50, (2, 7))
+    ids = torch.randint(0, 1000, (2, 7))
     seq = {
         "input_ids": ids,
         "token_type_ids": torch.zeros_like(ids),
