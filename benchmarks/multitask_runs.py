@@ -8,7 +8,8 @@ the machine. Suites:
     defaults   short runs (--limit) comparing sentence representations and pair encodings, used
                to choose the driver's defaults
     pair-encoding  STS alone on its full training set, cross-encoded against encoded apart
-    multitask  full data: finetune and pretrain with annealed sampling (issue: multitask benchmark)
+    multitask  full data: finetune and pretrain with annealed sampling (issue: multitask benchmark),
+               and pretrain with the pairs encoded apart (the checkpoint's own cosine for STS)
     tuning     full data: finetune with other learning rates and more epochs (3 epochs unless
                the configuration says otherwise: pass no --epochs after --), and with layer-wise
                learning-rate decay, and the default run with another seed
@@ -48,6 +49,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
     "multitask": [
         ("finetune", ["--option", "finetune"]),
         ("pretrain", ["--option", "pretrain"]),
+        ("pretrain-separate", ["--option", "pretrain", "--pair_encoding", "separate"]),
     ],
     "tuning": [
         ("finetune-lr1e-4", ["--option", "finetune", "--lr", "1e-4"]),
