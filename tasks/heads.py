@@ -69,10 +69,22 @@ class PairFeatureHead(LinearHead):
 
 
 class CosineSimilarityHead(nn.Module):
-    """ŷ = 2.5 · (cos(u, v) + 1) on the 0..5 similarity scale; no parameters."""
+    """ŷ = a · cos(u, v) + b: Sentence-BERT's cosine similarity, mapped onto the 0..5 scale.
+
+    a = b = 2.5 at the start, which maps cos ∈ [−1, 1] onto [0, 5]; both are trained. They
+    calibrate the scale for the squared-error loss and give a frozen encoder (``--option
+    pretrain``) something to train; Pearson's r does not change under an affine map with a > 0,
+    so there STS scores the checkpoint's own cosine similarity.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(2.5))
+        self.shift = nn.Parameter(torch.tensor(2.5))
 
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return (2.5 * (F.cosine_similarity(u, v, dim=-1) + 1.0)).unsqueeze(-1)  # (B,) -> (B, 1)
+        cosine = F.cosine_similarity(u, v, dim=-1)
+        return (self.scale * cosine + self.shift).unsqueeze(-1)  # (B,) -> (B, 1)
 
 
 class MultitaskModel(nn.Module):

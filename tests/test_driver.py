@@ -84,6 +84,19 @@ def test_separate_pair_encoding_and_pooler(tiny_checkpoint, tiny_data, tmp_path)
     assert_complete_run(out)
 
 
+def test_frozen_encoder_with_pairs_encoded_apart(tiny_checkpoint, tiny_data, tmp_path):
+    """pretrain + separate: STS's cosine head trains only its scale and shift, so its dev
+    Pearson r is the frozen checkpoint's own at every evaluation (unchanged by ŷ = a·cos + b)."""
+    out = tmp_path / "run"
+    extra = ("--option", "pretrain", "--pair_encoding", "separate", "--sampling", "round-robin")
+    assert (
+        run(tiny_checkpoint, tiny_data, out, *extra, "--no_plots") == 0
+    )  # round-robin: sts trains
+    assert_complete_run(out)
+    first, second = (m["sts"] for m in read_jsonl(out / "metrics.jsonl"))
+    assert second == pytest.approx(first, abs=1e-6)
+
+
 def test_layer_decay_and_swapped_pairs(tiny_checkpoint, tiny_data, tmp_path):
     """--layer_decay reaches the optimizer: with γ = 1e-3 the embeddings (rate lr·γ³ in this
     2-layer model) stay where they were to float precision, while without it they move."""

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from tasks import TASKS, get_task
 from tasks.base import MultiClassTask, read_predictions, register
 from tasks.collate import swap_at_random
+from tasks.heads import CosineSimilarityHead
 from tasks.metrics import accuracy, overall_score, pearson
 from tasks.reader import Example
 
@@ -278,3 +279,13 @@ def test_swap_at_random_swaps_about_half_and_keeps_everything_else():
     assert abs(flipped - 1000) < 150
     torch.manual_seed(0)
     assert swap_at_random(examples) == swapped  # the global seed fixes the draw
+
+
+def test_cosine_head_starts_as_the_fixed_map_onto_0_to_5():
+    """At initialisation ŷ = 2.5 · (cos + 1): orthogonal vectors → 2.5, same → 5, opposite → 0."""
+    head = CosineSimilarityHead()
+    u = torch.tensor([[1.0, 0.0], [2.0, 2.0], [1.0, 1.0], [3.0, 4.0]])
+    v = torch.tensor([[0.0, 3.0], [1.0, 1.0], [-1.0, -1.0], [4.0, 3.0]])
+    expected = torch.tensor([[2.5], [5.0], [0.0], [2.5 * (24 / 25 + 1)]])
+    torch.testing.assert_close(head(u, v), expected)
+    assert sorted(n for n, _ in head.named_parameters()) == ["scale", "shift"]
