@@ -115,9 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--pair_encoding",
         choices=PAIR_ENCODINGS,
-        default="cross",
+        default=None,
         help="pair tasks: cross = one sequence [CLS] a [SEP] b [SEP]; separate = encode a and b "
-        "apart and combine ([u,v,|u-v|,u*v] for paraphrase, cosine for similarity)",
+        "apart and combine ([u,v,|u-v|,u*v] for paraphrase, cosine for similarity) (default: "
+        "separate for pretrain, whose frozen encoder keeps the checkpoint's own cosine "
+        "similarity; cross otherwise; measured in benchmarks/results/multitask.md)",
     )
 
     g = p.add_argument_group("data")
@@ -297,6 +299,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise UsageError(f"--tasks: unknown task(s) {unknown}; known tasks are {sorted(TASKS)}")
     if args.lr is None:
         args.lr = 5e-5 if args.option == "finetune" else 1e-3
+    if args.pair_encoding is None:
+        args.pair_encoding = "separate" if args.option == "pretrain" else "cross"
     if args.out_dir is None:
         args.out_dir = args.evaluate or (
             f"{args.add_to.rstrip('/')}+{'+'.join(args.tasks)}"

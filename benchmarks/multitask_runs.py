@@ -48,7 +48,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
     ],
     "multitask": [
         ("finetune", ["--option", "finetune"]),
-        ("pretrain", ["--option", "pretrain"]),
+        ("pretrain", ["--option", "pretrain", "--pair_encoding", "cross"]),
         ("pretrain-separate", ["--option", "pretrain", "--pair_encoding", "separate"]),
     ],
     "tuning": [

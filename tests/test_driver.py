@@ -84,6 +84,20 @@ def test_separate_pair_encoding_and_pooler(tiny_checkpoint, tiny_data, tmp_path)
     assert_complete_run(out)
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--option", "pretrain"], "separate"),
+        (["--option", "finetune"], "cross"),
+        (["--option", "adapter"], "cross"),
+        (["--option", "pretrain", "--pair_encoding", "cross"], "cross"),
+        (["--option", "finetune", "--pair_encoding", "separate"], "separate"),
+    ],
+)
+def test_pair_encoding_default_follows_the_option(flags, expected):
+    assert train_multitask.parse_args(flags).pair_encoding == expected
+
+
 def test_frozen_encoder_with_pairs_encoded_apart(tiny_checkpoint, tiny_data, tmp_path):
     """pretrain + separate: STS's cosine head trains only its scale and shift, so its dev
     Pearson r is the frozen checkpoint's own at every evaluation (unchanged by ŷ = a·cos + b)."""
