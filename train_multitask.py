@@ -735,12 +735,13 @@ class TrainingStep(torch.nn.Module):
 
 def restore_saved_config(args: argparse.Namespace) -> argparse.Namespace:
     """--resume continues the run as configured when it started; only where it runs may change.
-    A flag added to the driver after the run started takes its default."""
+    A flag added to the driver after the run started takes the value a run without it had (its
+    default, resolved as for a command line without flags)."""
     saved = read_run_config(Path(args.out_dir), "--resume")
     keep = {
         k: getattr(args, k) for k in ("resume", "device", "bf16", "out_dir", "no_plots", "threads")
     }
-    defaults = vars(build_parser().parse_args([]))
+    defaults = vars(parse_args([]))
     return argparse.Namespace(**{**defaults, **saved, **keep})
 
 
