@@ -13,7 +13,8 @@ Pair tasks (``--pair_encoding``):
               single-sentence task (Devlin et al. 2019)
     separate  u = r(a), v = r(b) encoded one at a time (Reimers & Gurevych 2019, Sentence-BERT);
               paraphrase: logit = W [u; v; |u − v|; u ⊙ v] + b;
-              similarity: ŷ = 2.5 · (cos(u, v) + 1), mapping [−1, 1] onto the 0..5 scale
+              similarity: ŷ = a · cos(u, v) + b, a = b = 2.5 at the start (mapping [−1, 1]
+              onto the 0..5 scale), both trained (``CosineSimilarityHead``)
 """
 
 from __future__ import annotations
