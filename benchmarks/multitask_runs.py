@@ -98,6 +98,10 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             "sst-lr1e-4-layer-decay-0.8-seed-2",
             ["--tasks", "sst", "--lr", "1e-4", "--layer_decay", "0.8", "--seed", "2"],
         ),
+        (
+            "sst-lr1e-4-layer-decay-0.8-seed-3",
+            ["--tasks", "sst", "--lr", "1e-4", "--layer_decay", "0.8", "--seed", "3"],
+        ),
     ],
     "plugins": [
         ("adapter", ["--option", "adapter"]),
