@@ -267,7 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--evaluate",
         metavar="RUN_DIR",
         default=None,
-        help="evaluate only: load RUN_DIR's best checkpoint, print dev metrics, write predictions",
+        help="evaluate only: load RUN_DIR's best checkpoint, print dev metrics, write "
+        "predictions (with the run's --batch_size they match the run's bit for bit; another "
+        "batch size pads differently and may change the last float bits)",
     )
     g.add_argument(
         "--add_to",
