@@ -76,6 +76,8 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             ["--tasks", "para", "--lr", "1e-4", "--layer_decay", "0.8"],
         ),
         ("para-lr1e-4-5-epochs", ["--tasks", "para", "--lr", "1e-4", "--epochs", "5"]),
+        ("para-seed-2", ["--tasks", "para", "--seed", "2"]),
+        ("para-seed-3", ["--tasks", "para", "--seed", "3"]),
         ("sst-batch-16", ["--tasks", "sst", "--batch_size", "16"]),
         (
             "sst-lr1e-4-layer-decay-0.8-5-epochs",
