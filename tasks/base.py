@@ -1,13 +1,22 @@
-"""What a task is: its files, how to read a row, its head width, loss, predictions and metric.
+"""What a task is: its files, how to read a row, its head, loss, predictions, metric and SMART
+divergence.
 
-There are three kinds of task, one class each; a task file declares one instance and registers it:
+There are three kinds of task, one class each, and each kind carries its own behaviour (nothing
+elsewhere switches on a kind); a task file declares one instance and registers it:
 
-    MultiClassTask  C logits; loss = cross-entropy; prediction = argmax (sst, cfimdb)
-    BinaryTask      one logit z; loss = BCE(σ(z), y); prediction = 1 if z > 0 else 0 (para)
-    RegressionTask  one score ŷ; loss = (ŷ − y)²; prediction = ŷ clipped to the label range (sts)
+    MultiClassTask  C logits; loss = cross-entropy; prediction = argmax; accuracy;
+                    SMART divergence: symmetric KL of two softmaxes (sst, cfimdb)
+    BinaryTask      one logit z; loss = BCE(σ(z), y); prediction = 1 if z > 0 else 0; accuracy;
+                    SMART divergence: symmetric KL of two Bernoullis (para)
+    RegressionTask  one score ŷ; loss = (ŷ − y)²; prediction = ŷ clipped to the label range;
+                    Pearson's r; SMART divergence: squared difference (sts)
+
+Heads (``make_head``): a single sentence, or a pair encoded as one sequence, gets a linear head
+on its sentence vector; a pair encoded one sentence at a time gets the Sentence-BERT feature head
+(classification) or a scaled cosine (regression); see ``tasks/heads.py``.
 
 All losses are means over the batch. Adding a task is one file in ``tasks/`` that calls
-``register(...)`` with one of these (plus its import line in ``tasks/__init__.py``).
+``register(...)`` with one of these; ``tasks/__init__.py`` imports every task file it finds.
 
 Prediction files follow the CS224N default final project's ``multitask_classifier.py`` and
 ``classifier.py`` byte for byte: a header line ``id \\t <column> `` and then one row per example,
@@ -27,8 +36,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
+from tasks.heads import CosineSimilarityHead, LinearHead, PairFeatureHead
 from tasks.metrics import accuracy, pearson
 from tasks.reader import Example, SkippedRow, read_examples
 
@@ -50,10 +60,12 @@ SPLITS = ("train", "dev", "test")
 
 
 class Task(ABC):
-    """Base class of all tasks. Subclasses fill in labels, loss, predictions and metric."""
+    """Base class of all tasks. Subclasses fill in labels, loss, predictions, metric, head and
+    SMART divergence kind."""
 
     num_outputs: int
     metric_name: str
+    smart_kind: str  # the divergence ℓ_s of minbert.smart.divergence for this kind of output
 
     def __init__(
         self,
@@ -131,12 +143,15 @@ class Task(ABC):
         """One prediction per row of ``outputs`` (B, num_outputs), as Python numbers."""
 
     def metric(self, predictions: Sequence[int | float], labels: Sequence[int | float]) -> float:
-        """The task's dev metric (``metric_name``)."""
-        if self.metric_name == "acc":
-            return accuracy(predictions, labels)
-        if self.metric_name == "pearson":
-            return pearson(predictions, labels)
-        raise ValueError(f"task {self.name!r}: unknown metric {self.metric_name!r}")
+        """The task's dev metric (``metric_name``): accuracy unless a kind says otherwise."""
+        return accuracy(predictions, labels)
+
+    def make_head(self, hidden: int, dropout: float, separate: bool) -> nn.Module:
+        """The head on sentence vectors of size ``hidden``: linear on one vector, or, for a pair
+        encoded one sentence at a time (``separate``), on the features [u; v; |u − v|; u ⊙ v]."""
+        if separate:
+            return PairFeatureHead(hidden, self.num_outputs, dropout)
+        return LinearHead(hidden, self.num_outputs, dropout)
 
     def _check_outputs(self, outputs: Tensor) -> None:
         if outputs.dim() != 2 or outputs.shape[1] != self.num_outputs:
@@ -169,6 +184,7 @@ class MultiClassTask(Task):
     """
 
     metric_name = "acc"
+    smart_kind = "multiclass"
 
     def __init__(self, *, num_classes: int, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -200,6 +216,7 @@ class BinaryTask(Task):
     """
 
     metric_name = "acc"
+    smart_kind = "binary"
     num_outputs = 1
 
     def parse_label(self, raw: str) -> int:
@@ -226,6 +243,7 @@ class RegressionTask(Task):
     """
 
     metric_name = "pearson"
+    smart_kind = "regression"
     num_outputs = 1
 
     def __init__(self, *, low: float, high: float, **kwargs) -> None:
@@ -251,6 +269,15 @@ class RegressionTask(Task):
     def predict(self, outputs: Tensor) -> list[float]:
         self._check_outputs(outputs)
         return outputs.detach()[:, 0].float().clamp(self.low, self.high).tolist()
+
+    def metric(self, predictions: Sequence[float], labels: Sequence[float]) -> float:
+        return pearson(predictions, labels)
+
+    def make_head(self, hidden: int, dropout: float, separate: bool) -> nn.Module:
+        """A pair encoded one sentence at a time: ŷ = a·cos(u, v) + b (``CosineSimilarityHead``)."""
+        if separate:
+            return CosineSimilarityHead()
+        return super().make_head(hidden, dropout, separate)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,15 +19,17 @@ longest first (the evaluation order; the largest batch comes first, so running o
 shows at once, not at the end of an evaluation).
 
 ``padding_fraction`` measures the effect: padded positions / all positions.
+
+``BatchStream`` turns one task's training set into an endless, resumable stream of such batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["fixed_batches", "length_grouped_batches", "padding_fraction"]
+__all__ = ["BatchStream", "fixed_batches", "length_grouped_batches", "padding_fraction"]
 
 
 def length_grouped_batches(
@@ -82,6 +84,47 @@ def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -
         total += len(batch) * max(batch_lengths)
         real += sum(batch_lengths)
     return 0.0 if total == 0 else (total - real) / total
+
+
+class BatchStream:
+    """Endless length-grouped batches of one task's training set.
+
+    Pass p over the data is shuffled with a generator seeded from (seed, task, p), so the stream's
+    position is two integers (pass, index) and resuming rebuilds it exactly."""
+
+    def __init__(
+        self,
+        name: str,
+        lengths: list[int],
+        batch_size: int,
+        seed: int,
+        make_batches: Callable[..., list[list[int]]] = length_grouped_batches,
+    ) -> None:
+        self.name, self.lengths, self.batch_size, self.seed = name, lengths, batch_size, seed
+        self.make_batches = make_batches  # (lengths, batch_size, generator) -> index lists
+        self.pass_number, self.index = 0, 0
+        self._batches = self._make_batches()
+
+    def _make_batches(self) -> list[list[int]]:
+        task_offset = sum(ord(c) for c in self.name)
+        g = torch.Generator().manual_seed(
+            self.seed * 1_000_003 + task_offset * 1009 + self.pass_number
+        )
+        return self.make_batches(self.lengths, self.batch_size, g)
+
+    def next(self) -> list[int]:
+        if self.index >= len(self._batches):
+            self.pass_number, self.index = self.pass_number + 1, 0
+            self._batches = self._make_batches()
+        self.index += 1
+        return self._batches[self.index - 1]
+
+    def state_dict(self) -> dict:
+        return {"pass_number": self.pass_number, "index": self.index}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.pass_number, self.index = state["pass_number"], state["index"]
+        self._batches = self._make_batches()
 
 
 def _check_batch_size(batch_size: int) -> None:

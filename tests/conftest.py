@@ -1,8 +1,11 @@
-"""Shared fixtures: a tiny random BERT checkpoint in Hugging Face layout (with the real vocabulary,
-so the real tokenizer works) and tiny synthetic data files in the course's format."""
+"""Shared fixtures and helpers: the one tiny model config (``tiny_config``, the project's
+``BertConfig.tiny``), a tiny random BERT checkpoint in Hugging Face layout (with the real
+vocabulary, so the real tokenizer works), tiny synthetic data files in the course's format, and
+the one way the tests run the driver (``driver_argv`` / ``run_driver``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -14,14 +17,7 @@ from safetensors.torch import save_file
 from minbert.bert import BertConfig, BertModel
 from minbert.pretrained import default_checkpoint_dir
 
-TINY_CONFIG = dict(
-    vocab_size=30522,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=64,
-    max_position_embeddings=128,
-)
+tiny_config = BertConfig.tiny  # tiny_config(**overrides): 2 layers, hidden 32, real vocab size
 
 WORDS = (
     "good bad movie film great awful what how is the a of why do you fine cat dog sat ran".split()
@@ -32,17 +28,32 @@ WORDS = (
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """A 2-layer, hidden-32 BERT saved like a Hugging Face checkpoint directory."""
     directory = tmp_path_factory.mktemp("tiny_bert")
-    config = BertConfig(**TINY_CONFIG)
     import torch
+
+    config = tiny_config()
 
     torch.manual_seed(0)
     model = BertModel(config)
     save_file(
         {k: v.contiguous() for k, v in model.state_dict().items()}, directory / "model.safetensors"
     )
-    (directory / "config.json").write_text(json.dumps(TINY_CONFIG))
+    (directory / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
     shutil.copyfile(default_checkpoint_dir() / "vocab.txt", directory / "vocab.txt")
     return directory
+
+
+def driver_argv(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> list[str]:
+    """The driver's command line for a tiny run: the tiny checkpoint and data, batches of 4,
+    sequences of at most 32 tokens, then ``extra``."""
+    return ["--checkpoint", str(checkpoint), "--data_dir", str(data), "--out_dir", str(out_dir),
+            "--batch_size", "4", "--max_length", "32", *extra]  # fmt: skip
+
+
+def run_driver(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
+    """``train_multitask.main`` on ``driver_argv``; its exit code."""
+    import train_multitask
+
+    return train_multitask.main(driver_argv(checkpoint, data, out_dir, *extra))
 
 
 def _sentence(rng: random.Random) -> str:

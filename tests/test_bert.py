@@ -3,27 +3,20 @@ paths, dropout, and the config reader."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 from minbert.bert import BertConfig, BertModel
+from tests.conftest import tiny_config
 
-V, D, NH, F, P, TYPES = 30, 16, 4, 24, 20, 2
-
-
-def tiny_config(**overrides) -> BertConfig:
-    values = dict(
-        vocab_size=V,
-        hidden_size=D,
-        num_hidden_layers=2,
-        num_attention_heads=NH,
-        intermediate_size=F,
-        max_position_embeddings=P,
-        type_vocab_size=TYPES,
-    )
-    return BertConfig(**{**values, **overrides})
+CONFIG = tiny_config()
+V, D, NH, F = (
+    CONFIG.vocab_size,
+    CONFIG.hidden_size,
+    CONFIG.num_attention_heads,
+    CONFIG.intermediate_size,
+)
+P, TYPES = CONFIG.max_position_embeddings, CONFIG.type_vocab_size
 
 
 def random_model(config: BertConfig | None = None, seed: int = 0) -> BertModel:
@@ -192,16 +185,6 @@ def test_sequence_longer_than_position_table_raises() -> None:
     model = random_model()
     with pytest.raises(ValueError, match="position table"):
         model(torch.ones(1, P + 1, dtype=torch.long))
-
-
-def test_config_from_dict_warns_on_unknown_keys_only() -> None:
-    values = tiny_config().__dict__ | {"model_type": "bert", "architectures": ["BertModel"]}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # metadata keys are not worth a warning
-        assert BertConfig.from_dict(values) == tiny_config()
-    with pytest.warns(UserWarning, match="rotary_dim"):
-        config = BertConfig.from_dict(values | {"rotary_dim": 8})
-    assert config == tiny_config()
 
 
 def test_config_rejects_inconsistent_values() -> None:

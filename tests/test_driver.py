@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -10,6 +11,11 @@ import pytest
 import torch
 
 import train_multitask
+from minbert.tokenizer import Tokenizer
+from tasks import get_task
+from tasks.model import build_model, predict
+from tasks.run import RunFolder
+from tests.conftest import run_driver
 
 PREDICTION_FILES = [
     f"{task}-{split}-output.csv" for task in ("sst", "para", "sts") for split in ("dev", "test")
@@ -17,24 +23,27 @@ PREDICTION_FILES = [
 
 
 def run(tiny_checkpoint: Path, tiny_data: Path, out_dir: Path, *extra: str) -> int:
-    argv = [
-        "--checkpoint",
-        str(tiny_checkpoint),
-        "--data_dir",
-        str(tiny_data),
-        "--out_dir",
-        str(out_dir),
-        "--epochs",
-        "2",
-        "--steps_per_epoch",
-        "3",
-        "--batch_size",
-        "4",
-        "--max_length",
-        "32",
-        *extra,
-    ]
-    return train_multitask.main(argv)
+    """A tiny run of 2 epochs of 3 steps."""
+    short = ("--epochs", "2", "--steps_per_epoch", "3")
+    return run_driver(tiny_checkpoint, tiny_data, out_dir, *short, *extra)
+
+
+def rebuilt(run_dir: Path):
+    """A finished run rebuilt as --resume configures it: its config, its model (with the runs it
+    was added to loaded), its data and tokenizer."""
+    cfg = train_multitask.parse_args(["--out_dir", str(run_dir), "--resume"])
+    model = train_multitask.make_model(cfg, torch.device("cpu"))
+    data = train_multitask.read_data(cfg, None)
+    tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, cfg.model.max_length)
+    return cfg, model, data, tokenizer
+
+
+def dev_predictions(model, name: str, data, tokenizer, cfg) -> dict[str, float]:
+    examples = data[name]["dev"]
+    predictions = predict(
+        model, get_task(name), examples, tokenizer, 2 * cfg.batch_size, torch.device("cpu")
+    )
+    return {e.id: float(p) for e, p in zip(examples, predictions)}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -95,7 +104,7 @@ def test_separate_pair_encoding_and_pooler(tiny_checkpoint, tiny_data, tmp_path)
     ],
 )
 def test_pair_encoding_default_follows_the_option(flags, expected):
-    assert train_multitask.parse_args(flags).pair_encoding == expected
+    assert train_multitask.parse_args(flags).model.pair_encoding == expected
 
 
 def test_frozen_encoder_with_pairs_encoded_apart(tiny_checkpoint, tiny_data, tmp_path):
@@ -189,21 +198,15 @@ def test_task_checkpoint_reproduces_predictions(option, tiny_checkpoint, tiny_da
 
     out = tmp_path / "run"
     assert run(tiny_checkpoint, tiny_data, out, "--option", option, "--no_plots") == 0
-    args = train_multitask.restore_saved_config(
-        train_multitask.parse_args(["--out_dir", str(out), "--resume"])
-    )
+    cfg, _, data, tokenizer = rebuilt(out)
     for name in ("sst", "para", "sts"):
         path = out / f"task-{name}.safetensors"
         assert path.stat().st_size < 200_000
-        model = train_multitask.build_model(args)
+        model = build_model(cfg.model, cfg.tasks, cfg.dropout)
         model.load_task_state_dict(name, load_file(str(path)))
-        data = train_multitask.load_data(args, None)
-        tokenizer = train_multitask.Tokenizer.from_checkpoint(args.checkpoint, args.max_length)
-        ids, preds = train_multitask.predict(
-            model, data[name], "dev", tokenizer, args, train_multitask.torch.device("cpu")
-        )
         _, rows = read_predictions(out / f"{name}-dev-output.csv")
-        assert {i: float(p) for i, p in zip(ids, preds)} == {i: float(v) for i, v in rows}
+        predictions = dev_predictions(model, name, data, tokenizer, cfg)
+        assert predictions == {i: float(v) for i, v in rows}
 
 
 def test_long_inputs_are_truncated_and_counted(tiny_checkpoint, tiny_data, tmp_path, capsys):
@@ -264,24 +267,18 @@ def test_task_added_later_leaves_earlier_tasks_bit_identical(
         assert before.keys() == after.keys()
         assert all(torch.equal(before[k], after[k]) for k in before)
     # The added run's model, rebuilt as --evaluate does, predicts the earlier tasks as before.
-    args = train_multitask.restore_saved_config(
-        train_multitask.parse_args(["--out_dir", str(added), "--resume"])
-    )
-    model = train_multitask.build_model(args)
+    cfg, model, data, tokenizer = rebuilt(added)
     untrained = {k: v.clone() for k, v in model.task_state_dict("sts").items()}
-    train_multitask.load_best(model, added)
+    RunFolder(added).load_best(model)
     trained = model.task_state_dict("sts")
     assert trained.keys() == load_file(str(added / "task-sts.safetensors")).keys()
     assert any(not torch.equal(trained[k], untrained[k]) for k in trained if "plugins" in k)
-    args.tasks = ["sst", "para"]
-    data = train_multitask.load_data(args, None)
-    tokenizer = train_multitask.Tokenizer.from_checkpoint(args.checkpoint, args.max_length)
+    cfg = dataclasses.replace(cfg, tasks=["sst", "para"])
+    data = train_multitask.read_data(cfg, None)
     for name in ("sst", "para"):
-        ids, preds = train_multitask.predict(
-            model, data[name], "dev", tokenizer, args, torch.device("cpu")
-        )
         _, rows = read_predictions(base / f"{name}-dev-output.csv")
-        assert {i: float(p) for i, p in zip(ids, preds)} == {i: float(v) for i, v in rows}
+        predictions = dev_predictions(model, name, data, tokenizer, cfg)
+        assert predictions == {i: float(v) for i, v in rows}
 
     # --evaluate rebuilds the added run (the earlier run's tensors, then its own) and predicts
     # as the run did.

@@ -1,4 +1,4 @@
-"""Layer-wise learning-rate decay: depths read from names, and the rate each parameter gets."""
+"""Layer-wise learning-rate decay: depths chosen by structure, and the rate each parameter gets."""
 
 from __future__ import annotations
 
@@ -6,41 +6,63 @@ import pytest
 import torch
 
 from minbert.bert import BertConfig, BertModel
-from minbert.layer_decay import layer_depth, layerwise_lr_decay
-from minbert.optimizer import AdamW, param_groups
+from minbert.optimizer import AdamW, layer_depths, param_groups
+from minbert.plugins import add_plugin
 from tasks import get_task
-from tasks.heads import MultitaskModel
-from tests.conftest import TINY_CONFIG
+from tasks.model import MultitaskModel
 
 L = 3
+
+
+def model(*plugins: str) -> MultitaskModel:
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig.tiny(num_hidden_layers=L))
+    for kind in plugins:
+        add_plugin(bert, kind, ["sst", "para"])
+    return MultitaskModel(bert, [get_task("sst"), get_task("para")], "mean", "cross")
 
 
 @pytest.mark.parametrize(
     ("name", "depth"),
     [
         ("bert.embeddings.word_embeddings.weight", 0),
-        ("embeddings.LayerNorm.bias", 0),
+        ("bert.embeddings.LayerNorm.bias", 0),
         ("bert.encoder.layer.0.attention.self.query.weight", 1),
         ("bert.encoder.layer.2.output.dense.bias", 3),
-        ("bert.encoder.layer.2.attention.output.adapter.down.weight", 3),  # a plug-in in layer 2
+        # plug-ins sit at the depth of the layer they act in (names as the project makes them)
+        ("bert.plugins.adapter.by_task.sst.attention.2.down.weight", 3),
+        ("bert.plugins.adapter.by_task.para.feed_forward.0.up.bias", 1),
+        ("bert.plugins.lora.by_task.sst.1.value.A", 2),
+        ("bert.plugins.pals.by_task.sst.layers.0.query.weight", 1),
+        ("bert.plugins.pals.by_task.sst.encoder.weight", L),  # V_E serves every layer: the top
+        ("bert.plugins.lhuc.by_task.para.r", L),  # one (L, D) table: the top layer
         ("bert.pooler.dense.weight", L + 1),
-        ("heads.sst.weight", L + 1),
+        ("heads.sst.linear.weight", L + 1),
     ],
 )
 def test_layer_depth(name, depth):
-    assert layer_depth(name, L) == depth
+    m = model("adapter", "lora", "pals", "lhuc")
+    parameter = dict(m.named_parameters())[name]
+    assert layer_depths(m).get(id(parameter), L + 1) == depth
 
 
-def model() -> MultitaskModel:
-    torch.manual_seed(0)
-    config = BertConfig(**{**TINY_CONFIG, "num_hidden_layers": L})
-    return MultitaskModel(BertModel(config), [get_task("sst"), get_task("para")], "mean", "cross")
+def test_plugin_parameters_get_their_layers_rate():
+    """An adapter in layer 0 trains at lr·γ^L, the rate of layer 0, not at the heads' lr."""
+    m = model("adapter")
+    m.bert.requires_grad_(False)
+    m.bert.plugins.requires_grad_(True)
+    lr, gamma = 1e-3, 0.5
+    rates = {id(p): g["lr"] for g in param_groups(m, 0.01, lr, gamma) for p in g["params"]}
+    adapters = m.bert.plugins["adapter"].by_task["sst"]
+    assert rates[id(adapters["attention"][0].down.weight)] == pytest.approx(lr * gamma**L)
+    assert rates[id(adapters["feed_forward"][2].up.weight)] == pytest.approx(lr * gamma)
+    assert rates[id(m.heads["sst"].linear.weight)] == pytest.approx(lr)
 
 
 def test_each_parameter_gets_lr_times_gamma_to_its_distance_from_the_top():
     m = model()
     lr, gamma = 1e-3, 0.5
-    groups = layerwise_lr_decay(param_groups(m, 0.01), m, lr, gamma, L)
+    groups = param_groups(m, 0.01, lr, gamma)
     names = {id(p): n for n, p in m.named_parameters()}
     seen = []
     for g in groups:
@@ -67,7 +89,7 @@ def test_gamma_one_changes_nothing():
     """γ = 1: the same update as the plain groups, to the last bit."""
     a, b = model(), model()
     opt_a = AdamW(param_groups(a, 0.01), lr=1e-3)
-    opt_b = AdamW(layerwise_lr_decay(param_groups(b, 0.01), b, 1e-3, 1.0, L), lr=1e-3)
+    opt_b = AdamW(param_groups(b, 0.01, 1e-3, 1.0), lr=1e-3)
     ids = torch.randint(0, 1000, (2, 7))
     seq = {
         "input_ids": ids,
@@ -85,4 +107,4 @@ def test_gamma_one_changes_nothing():
 def test_bad_gamma_is_refused():
     m = model()
     with pytest.raises(ValueError, match="layer decay"):
-        layerwise_lr_decay(param_groups(m, 0.01), m, 1e-3, 0.0, L)
+        param_groups(m, 0.01, 1e-3, 0.0)

@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from minbert.bert import BertConfig, BertModel
+from minbert.bert import BertModel
 from minbert.optimizer import AdamW, LinearWarmupDecay, linear_warmup_decay, param_groups
+from tests.conftest import tiny_config
 
 
 def regression_problem(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -162,15 +163,7 @@ def test_schedule_rejects_bad_arguments() -> None:
 
 
 def test_param_groups_structural_split() -> None:
-    config = BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-    )
-    model = BertModel(config)
+    model = BertModel(tiny_config())
     model.embeddings.word_embeddings.weight.requires_grad_(False)  # frozen: left out
     decay, no_decay = param_groups(model, weight_decay=0.01)
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from minbert.bert import BertConfig, BertModel
+from minbert.bert import BertModel
 from minbert.plugins import (
     PLUGINS,
     add_plugin,
@@ -28,6 +28,7 @@ from minbert.plugins import (
 )
 from minbert.plugins.adapter import Bottleneck
 from minbert.plugins.lora import TARGETS as LORA_TARGETS
+from tests.conftest import tiny_config
 
 TASKS = ["sst", "para"]
 
@@ -44,20 +45,9 @@ VARIANTS = {
 }
 
 
-def tiny_config(layers: int = 2) -> BertConfig:
-    return BertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=32,
-    )
-
-
 def base_model(layers: int = 2, seed: int = 0) -> BertModel:
     torch.manual_seed(seed)
-    return BertModel(tiny_config(layers)).eval()
+    return BertModel(tiny_config(num_hidden_layers=layers)).eval()
 
 
 def batch(seed: int = 1) -> dict[str, torch.Tensor]:
@@ -182,7 +172,7 @@ def test_other_task_gets_no_gradient(variant: str) -> None:
 
 
 def test_parameter_counts_match_the_formulas() -> None:
-    config = tiny_config(layers=6)
+    config = tiny_config(num_hidden_layers=6)
     D, L, F_ = config.hidden_size, config.num_hidden_layers, config.intermediate_size
     model = BertModel(config)
 

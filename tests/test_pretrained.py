@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,21 +15,15 @@ import torch
 from safetensors.torch import save_file
 
 from minbert.bert import BertConfig, BertModel
-from minbert.pretrained import CheckpointError, default_checkpoint_dir, load_pretrained
+from minbert.pretrained import (
+    CheckpointError,
+    config_from_dict,
+    default_checkpoint_dir,
+    load_pretrained,
+)
+from tests.conftest import tiny_config
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "sanity_check_reference.pt"
-
-
-def tiny_config(**overrides) -> BertConfig:
-    values = dict(
-        vocab_size=40,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=24,
-        max_position_embeddings=24,
-    )
-    return BertConfig(**{**values, **overrides})
 
 
 def hugging_face_layout(model: BertModel) -> dict[str, torch.Tensor]:
@@ -197,3 +192,13 @@ def test_packaged_checkpoint_matches_reference_outputs() -> None:
             out["last_hidden_state"][real], ref["last_hidden_state"][real], rtol=0, atol=1e-5
         )
         torch.testing.assert_close(out["pooler_output"], ref["pooler_output"], rtol=0, atol=1e-5)
+
+
+def test_config_from_dict_warns_on_unknown_keys_only() -> None:
+    values = tiny_config().__dict__ | {"model_type": "bert", "architectures": ["BertModel"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # metadata keys are not worth a warning
+        assert config_from_dict(values) == tiny_config()
+    with pytest.warns(UserWarning, match="rotary_dim"):
+        config = config_from_dict(values | {"rotary_dim": 8})
+    assert config == tiny_config()

@@ -14,18 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import tasks.model
 import train_multitask
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
+from tests.conftest import driver_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def tiny_args(tiny_checkpoint: Path, tiny_data: Path, out_dir: Path, *extra: str) -> list[str]:
-    return [
-        "--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data),
-        "--out_dir", str(out_dir), "--batch_size", "4", "--max_length", "32", "--no_plots",
-        *extra,
-    ]  # fmt: skip
 
 
 def metrics(out_dir: Path) -> list[dict]:
@@ -36,7 +30,9 @@ def test_same_seed_same_metrics(tiny_checkpoint, tiny_data, tmp_path):
     extra = ("--epochs", "2", "--steps_per_epoch", "4", "--option", "finetune")
     for name in ("a", "b"):
         assert (
-            train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path / name, *extra))
+            train_multitask.main(
+                driver_argv(tiny_checkpoint, tiny_data, tmp_path / name, "--no_plots", *extra)
+            )
             == 0
         )
     assert metrics(tmp_path / "a") == metrics(tmp_path / "b")
@@ -51,13 +47,18 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data,
     extra = ["--epochs", "3", "--steps_per_epoch", "10", "--eval_every", "5", "--save_every", "2",
              "--option", "finetune", "--layer_decay", "0.9", "--swap_pairs"]  # fmt: skip
     reference = tmp_path / "reference"
-    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, reference, *extra)) == 0
+    assert (
+        train_multitask.main(
+            driver_argv(tiny_checkpoint, tiny_data, reference, "--no_plots", *extra)
+        )
+        == 0
+    )
 
     killed = tmp_path / "killed"
     cmd = [
         sys.executable,
         "train_multitask.py",
-        *tiny_args(tiny_checkpoint, tiny_data, killed, *extra),
+        *driver_argv(tiny_checkpoint, tiny_data, killed, "--no_plots", *extra),
     ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
@@ -69,7 +70,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data,
     saved_step = load_trusted(killed / "last.pt")["step"]
     assert saved_step < 30
 
-    resume = [*tiny_args(tiny_checkpoint, tiny_data, killed), "--resume"]
+    resume = [*driver_argv(tiny_checkpoint, tiny_data, killed, "--no_plots"), "--resume"]
     assert train_multitask.main(resume) == 0
     assert metrics(killed) == metrics(reference)
     assert (killed / "sst-dev-output.csv").read_text() == (
@@ -80,28 +81,53 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data,
 def test_resume_of_a_run_older_than_a_flag(tiny_checkpoint, tiny_data, tmp_path):
     """A run whose config.json predates a flag resumes with that flag's default."""
     extra = ("--epochs", "1", "--steps_per_epoch", "2", "--option", "pretrain", "--no_plots")
-    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 0
+    assert (
+        train_multitask.main(
+            driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots", *extra)
+        )
+        == 0
+    )
     config = json.loads((tmp_path / "config.json").read_text())
     del config["layer_decay"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert train_multitask.main([*tiny_args(tiny_checkpoint, tiny_data, tmp_path), "--resume"]) == 0
+    assert (
+        train_multitask.main(
+            [*driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots"), "--resume"]
+        )
+        == 0
+    )
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tiny_checkpoint, tiny_data, tmp_path, capsys):
-    assert train_multitask.main([*tiny_args(tiny_checkpoint, tiny_data, tmp_path), "--resume"]) == 2
+    assert (
+        train_multitask.main(
+            [*driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots"), "--resume"]
+        )
+        == 2
+    )
     assert "--resume" in capsys.readouterr().err
 
 
 def test_existing_run_is_not_overwritten(tiny_checkpoint, tiny_data, tmp_path, capsys):
     extra = ("--epochs", "1", "--steps_per_epoch", "2", "--option", "pretrain")
-    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 0
-    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 2
+    assert (
+        train_multitask.main(
+            driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots", *extra)
+        )
+        == 0
+    )
+    assert (
+        train_multitask.main(
+            driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots", *extra)
+        )
+        == 2
+    )
     assert "--overwrite" in capsys.readouterr().err
 
 
 @pytest.fixture
 def nan_on_third_step(monkeypatch):
-    real = train_multitask.training_loss
+    real = tasks.model.batch_loss
     calls = {"n": 0}
 
     def loss_with_a_nan(model, task, batch, smart):
@@ -109,14 +135,19 @@ def nan_on_third_step(monkeypatch):
         loss = real(model, task, batch, smart)
         return loss * float("nan") if calls["n"] == 3 else loss
 
-    monkeypatch.setattr(train_multitask, "training_loss", loss_with_a_nan)
+    monkeypatch.setattr(tasks.model, "batch_loss", loss_with_a_nan)
 
 
 def test_nan_loss_stops_and_names_step_and_task(
     tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step
 ):
     extra = ("--epochs", "2", "--steps_per_epoch", "2", "--option", "finetune")
-    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 3
+    assert (
+        train_multitask.main(
+            driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots", *extra)
+        )
+        == 3
+    )
     err = capsys.readouterr().err
     assert "step 3 on task" in err and "non-finite" in err
     # The checkpoint of the evaluation at step 2 is the good one; the NaN never reached a file.
@@ -129,7 +160,12 @@ def test_nan_loss_can_skip_the_batch(
     tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step
 ):
     extra = ("--epochs", "2", "--steps_per_epoch", "2", "--nonfinite", "skip")
-    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 0
+    assert (
+        train_multitask.main(
+            driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots", *extra)
+        )
+        == 0
+    )
     assert "step 3 on task" in capsys.readouterr().err
     assert all(all(v == v for v in m.values()) for m in metrics(tmp_path))
 
@@ -155,10 +191,20 @@ def test_crafted_pickle_is_refused(tmp_path):
 
 def test_resume_refuses_a_crafted_checkpoint(tiny_checkpoint, tiny_data, tmp_path, capsys):
     extra = ("--epochs", "1", "--steps_per_epoch", "2", "--option", "pretrain")
-    assert train_multitask.main(tiny_args(tiny_checkpoint, tiny_data, tmp_path, *extra)) == 0
+    assert (
+        train_multitask.main(
+            driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots", *extra)
+        )
+        == 0
+    )
     marker = tmp_path / "pwned"
     torch.save({"payload": RunsCode(marker)}, tmp_path / "last.pt")
-    assert train_multitask.main([*tiny_args(tiny_checkpoint, tiny_data, tmp_path), "--resume"]) == 2
+    assert (
+        train_multitask.main(
+            [*driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots"), "--resume"]
+        )
+        == 2
+    )
     assert "refused" in capsys.readouterr().err
     assert not marker.exists()
 

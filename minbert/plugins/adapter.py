@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -37,6 +39,26 @@ from minbert.bert import BertConfig, gelu
 from minbert.plugins.base import Plugin
 
 PLACEMENTS = {"houlsby": ("attention", "feed_forward"), "pfeiffer": ("feed_forward",)}
+
+
+@dataclass
+class AdapterSettings:
+    """Options of ``HoulsbyAdapter`` (driver flags ``--adapter_<name>``)."""
+
+    size: int = 64  # adapter bottleneck m
+    placement: Literal["houlsby", "pfeiffer"] = "houlsby"  # houlsby: after attention and
+    # feed-forward; pfeiffer: after feed-forward only
+    share: int = 1  # share one adapter per position across k consecutive layers
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(
+                f"adapter placement {self.placement!r}: use one of {sorted(PLACEMENTS)}"
+            )
+        if self.size < 1:
+            raise ValueError(f"adapter size must be at least 1, got {self.size}")
+        if self.share < 1:
+            raise ValueError(f"adapter share must be at least 1 layer, got {self.share}")
 
 
 class Bottleneck(nn.Module):
@@ -62,33 +84,21 @@ class Bottleneck(nn.Module):
 
 class HoulsbyAdapter(Plugin):
     """Per task, bottleneck adapters at the chosen positions of every layer (or group of ``share``
-    layers). Options: ``size`` m (64), ``placement`` ("houlsby" | "pfeiffer"), ``share`` k (1).
+    layers); options in ``AdapterSettings``.
 
     W_down is drawn from N(0, initializer_range²) (BERT's own initialisation); W_up, b_up = 0.
     """
 
     kind = "adapter"
+    Settings = AdapterSettings
 
-    def __init__(
-        self,
-        config: BertConfig,
-        tasks: Iterable[str],
-        size: int = 64,
-        placement: str = "houlsby",
-        share: int = 1,
-    ) -> None:
-        super().__init__(config)
-        if placement not in PLACEMENTS:
-            raise ValueError(f"adapter placement {placement!r}: use one of {sorted(PLACEMENTS)}")
-        if size < 1:
-            raise ValueError(f"adapter size must be at least 1, got {size}")
-        if share < 1:
-            raise ValueError(f"adapter share must be at least 1 layer, got {share}")
-        self.size = size
-        self.placement = placement
-        self.positions = PLACEMENTS[placement]
-        self.share = share
-        self.groups = math.ceil(config.num_hidden_layers / share)
+    def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
+        super().__init__(config, **options)
+        self.size = self.settings.size
+        self.placement = self.settings.placement
+        self.positions = PLACEMENTS[self.placement]
+        self.share = self.settings.share
+        self.groups = math.ceil(config.num_hidden_layers / self.share)
         self.add_tasks(tasks)
 
     def build_task(self) -> nn.Module:
@@ -100,13 +110,22 @@ class HoulsbyAdapter(Plugin):
             }
         )
 
+    def layer_of(self, task: str) -> dict[nn.Parameter, int]:
+        """Group g serves layers g·k .. g·k + k − 1: the topmost of them that exists."""
+        top = self.config.num_hidden_layers - 1
+        return {
+            p: min((group + 1) * self.share - 1, top)
+            for adapters in self.by_task[task].values()
+            for group, adapter in enumerate(adapters)
+            for p in adapter.parameters()
+        }
+
     @classmethod
-    def parameters_per_task(
-        cls, config: BertConfig, size: int = 64, placement: str = "houlsby", share: int = 1
-    ) -> int:
+    def parameters_per_task(cls, config: BertConfig, **options: Any) -> int:
         """positions · ⌈L / k⌉ adapters of 2·m·D + D + m parameters each."""
-        D, m = config.hidden_size, size
-        adapters = len(PLACEMENTS[placement]) * math.ceil(config.num_hidden_layers / share)
+        s = cls.make_settings(**options)
+        D, m = config.hidden_size, s.size
+        adapters = len(PLACEMENTS[s.placement]) * math.ceil(config.num_hidden_layers / s.share)
         return adapters * (2 * m * D + D + m)
 
     def _adapt(self, position: str, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:

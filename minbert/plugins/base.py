@@ -1,5 +1,6 @@
-"""What every plug-in shares: per-task parameters in a container keyed by task name, task checks,
-and the five per-layer sites, each the identity unless a plug-in overrides it.
+"""What every plug-in shares: its settings, per-task parameters in a container keyed by task name,
+task checks, and the per-layer sites of ``minbert.sites.SiteHandler`` (each the identity unless a
+plug-in overrides it).
 
 Shape legend
     B   batch size
@@ -9,35 +10,58 @@ Shape legend
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import torch
 from torch import nn
 
 from minbert.bert import BertConfig
+from minbert.sites import SiteHandler
 
 
-class Plugin(nn.Module, ABC):
+@dataclasses.dataclass
+class NoSettings:
+    """A plug-in without options."""
+
+
+class Plugin(nn.Module, SiteHandler, ABC):
     """A parameter-efficient method attached to a ``BertModel`` under ``model.plugins[kind]``.
 
     Every parameter of a plug-in belongs to exactly one task and lives in
     ``self.by_task[task]`` (an ``nn.ModuleDict`` keyed by task name), so the state-dict keys read
     ``plugins.<kind>.by_task.<task>....`` and one task's tensors are one sub-tree.
 
-    A subclass sets ``kind``, builds one task's modules in ``build_task``, overrides the sites it
-    acts at, and gives its parameter count per task in ``parameters_per_task`` (the documented
-    formula, which the tests compare with the real count). Sites receive the layer index and the
-    task explicitly: nothing about the active task is stored between calls.
+    A subclass sets ``kind``, its options as a ``Settings`` dataclass (whose defaults and help
+    are the only ones: the driver's flags are generated from it), builds one task's modules in
+    ``build_task``, overrides the sites it acts at, says in ``layer_of`` which layer each of its
+    parameters acts in (for layer-wise learning rates), and gives its parameter count per task in
+    ``parameters_per_task`` (the documented formula, which the tests compare with the real
+    count). Sites receive the layer index and the task explicitly: nothing about the active task
+    is stored between calls.
     """
 
     kind: ClassVar[str] = ""
+    Settings: ClassVar[type] = NoSettings
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, **options: Any) -> None:
         super().__init__()
         self.config = config
+        self.settings = self.make_settings(**options)
         self.by_task = nn.ModuleDict()
+
+    @classmethod
+    def make_settings(cls, **options: Any) -> Any:
+        """``cls.Settings(**options)``; an unknown option is a ValueError listing the known ones
+        (the Settings' own checks raise ValueError for a bad value)."""
+        accepted = [f.name for f in dataclasses.fields(cls.Settings)]
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise ValueError(
+                f"plug-in {cls.kind!r} has no option {unknown}; its options: {accepted}"
+            )
+        return cls.Settings(**options)
 
     # ----- tasks -----
 
@@ -97,32 +121,16 @@ class Plugin(nn.Module, ABC):
         """Called by ``add_plugin`` once the plug-in sits in ``model.plugins`` (LoRA keeps a
         reference to the layers so it can merge its update into their weights)."""
 
+    @abstractmethod
+    def layer_of(self, task: str) -> dict[nn.Parameter, int]:
+        """For each parameter of ``task``: the index of the (topmost) encoder layer it acts in.
+        A parameter that serves several layers (a shared adapter, PAL's V_E and V_D, LHUC's
+        (L, D) table) counts at the topmost of them."""
+
     @classmethod
     @abstractmethod
-    def parameters_per_task(cls, config: BertConfig, **options) -> int:
+    def parameters_per_task(cls, config: BertConfig, **options: Any) -> int:
         """The number of parameters one task adds, from the plug-in's formula."""
-
-    # ----- sites: the identity unless overridden (see minbert.bert.LayerSites) -----
-
-    def linear(
-        self, layer: int, task: str, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        """``y = module(x)`` of the linear map ``name``; returns the (possibly changed) output."""
-        return y
-
-    def after_attention(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
-        return h
-
-    def after_feed_forward(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
-        return h
-
-    def parallel(
-        self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        return None
-
-    def after_layer(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
-        return h
 
     def extra_repr(self) -> str:
         return f"tasks={self.tasks}"

@@ -17,6 +17,7 @@ A task has L·D parameters.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,16 +39,21 @@ class LHUC(Plugin):
 
     kind = "lhuc"
 
-    def __init__(self, config: BertConfig, tasks: Iterable[str]) -> None:
-        super().__init__(config)
+    def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
+        super().__init__(config, **options)
         self.add_tasks(tasks)
 
     def build_task(self) -> nn.Module:
         return Amplitudes(self.config.num_hidden_layers, self.config.hidden_size)
 
+    def layer_of(self, task: str) -> dict[nn.Parameter, int]:
+        """r is one (L, D) table for every layer: it counts at the top layer."""
+        return {self.by_task[task].r: self.config.num_hidden_layers - 1}
+
     @classmethod
-    def parameters_per_task(cls, config: BertConfig) -> int:
+    def parameters_per_task(cls, config: BertConfig, **options: Any) -> int:
         """L · D."""
+        cls.make_settings(**options)
         return config.num_hidden_layers * config.hidden_size
 
     def after_layer(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,9 @@ full state dict holds the merged weights: unmerge before saving it or loading a 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +42,30 @@ from minbert.bert import BertConfig
 from minbert.plugins.base import Plugin
 
 TARGETS = ("query", "key", "value", "attention_output", "intermediate", "output")
+
+
+@dataclass
+class LoRASettings:
+    """Options of ``LoRA`` (driver flags ``--lora_<name>``)."""
+
+    rank: int = 8  # LoRA rank r
+    alpha: float = 16.0  # LoRA scale α (the update is scaled by α/r)
+    targets: str = "query,value"  # linear maps LoRA adapts, comma-separated (a list also
+    # works in Python): query, key, value, attention_output, intermediate, output
+    dropout: float = 0.0  # dropout on the input of the LoRA update
+
+    def __post_init__(self) -> None:
+        targets = self.targets
+        if isinstance(targets, str):
+            targets = [t.strip() for t in targets.split(",") if t.strip()]
+        unknown = [t for t in targets if t not in TARGETS]
+        if unknown or not targets or len(set(targets)) != len(targets):
+            raise ValueError(
+                f"LoRA targets {list(targets)}: give distinct names from {list(TARGETS)}"
+            )
+        if self.rank < 1:
+            raise ValueError(f"LoRA rank must be at least 1, got {self.rank}")
+        self.target_names = tuple(targets)
 
 
 def target_shape(config: BertConfig, name: str) -> tuple[int, int]:
@@ -88,36 +114,20 @@ class LowRankUpdate(nn.Module):
 class LoRA(Plugin):
     """Per task and layer, a low-rank update of each target linear map.
 
-    Options: ``rank`` r (8), ``alpha`` α (16; the update is scaled by α/r), ``targets``
-    (("query", "value")), ``dropout`` on the update's input (0).
+    Options in ``LoRASettings``: rank r, α (the update is scaled by α/r), the target maps (a
+    list, or one comma-separated string) and dropout on the update's input.
     """
 
     kind = "lora"
+    Settings = LoRASettings
 
-    def __init__(
-        self,
-        config: BertConfig,
-        tasks: Iterable[str],
-        rank: int = 8,
-        alpha: float = 16.0,
-        targets: Sequence[str] = ("query", "value"),
-        dropout: float = 0.0,
-    ) -> None:
-        super().__init__(config)
-        if isinstance(targets, str):
-            targets = [t for t in targets.split(",") if t]
-        unknown = [t for t in targets if t not in TARGETS]
-        if unknown or not targets or len(set(targets)) != len(targets):
-            raise ValueError(
-                f"LoRA targets {list(targets)}: give distinct names from {list(TARGETS)}"
-            )
-        if rank < 1:
-            raise ValueError(f"LoRA rank must be at least 1, got {rank}")
-        self.rank = rank
-        self.alpha = alpha
-        self.scale = alpha / rank
-        self.targets = tuple(targets)
-        self.dropout = nn.Dropout(dropout)
+    def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
+        super().__init__(config, **options)
+        self.rank = self.settings.rank
+        self.alpha = self.settings.alpha
+        self.scale = self.alpha / self.rank
+        self.targets = self.settings.target_names
+        self.dropout = nn.Dropout(self.settings.dropout)
         self.merged_task: str | None = None
         self._saved_weights: dict[tuple[int, str], torch.Tensor] = {}  # base W while merged
         self._layers: list[nn.Module] = []  # the model's layers; a plain list, not submodules
@@ -134,17 +144,19 @@ class LoRA(Plugin):
 
         return nn.ModuleList(updates() for _ in range(self.config.num_hidden_layers))
 
+    def layer_of(self, task: str) -> dict[nn.Parameter, int]:
+        """Layer l's updates act in layer l."""
+        return {
+            p: layer
+            for layer, updates in enumerate(self.by_task[task])
+            for p in updates.parameters()
+        }
+
     @classmethod
-    def parameters_per_task(
-        cls,
-        config: BertConfig,
-        rank: int = 8,
-        alpha: float = 16.0,
-        targets: Sequence[str] = ("query", "value"),
-        dropout: float = 0.0,
-    ) -> int:
+    def parameters_per_task(cls, config: BertConfig, **options: Any) -> int:
         """L · Σ_targets r·(d_in + d_out)."""
-        per_layer = sum(rank * sum(target_shape(config, name)) for name in targets)
+        s = cls.make_settings(**options)
+        per_layer = sum(s.rank * sum(target_shape(config, name)) for name in s.target_names)
         return config.num_hidden_layers * per_layer
 
     def attach(self, model: nn.Module) -> None:

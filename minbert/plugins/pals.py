@@ -37,6 +37,8 @@ where the proportional 102 is not divisible by 12.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +46,22 @@ from torch import nn
 
 from minbert.bert import BertConfig, scaled_dot_product_attention
 from minbert.plugins.base import Plugin
+
+
+@dataclass
+class PALSettings:
+    """Options of ``PAL`` (driver flags ``--pal_<name>``)."""
+
+    size: int | None = None  # PAL projection size s (default: sized to D, see pals.py)
+    heads: int | None = None  # attention heads inside a PAL (default: the encoder's)
+
+    def resolved(self, config: BertConfig) -> tuple[int, int]:
+        """(s, nh) for ``config``: the defaults of the module docstring where unset."""
+        heads = config.num_attention_heads if self.heads is None else self.heads
+        size = default_size(config, heads) if self.size is None else self.size
+        if heads < 1 or size < 1 or size % heads != 0:
+            raise ValueError(f"PAL size {size} must be a positive multiple of heads {heads}")
+        return size, heads
 
 
 def default_size(config: BertConfig, heads: int) -> int:
@@ -102,27 +120,17 @@ class TaskPAL(nn.Module):
 class PAL(Plugin):
     """Per task, a projected attention layer in parallel with every encoder layer.
 
-    Options: ``size`` s and ``heads`` nh (defaults: see the module docstring). Attention dropout
+    Options in ``PALSettings`` (defaults: see the module docstring). Attention dropout
     follows ``config.attention_probs_dropout_prob`` (attribute ``dropout_p``) in training mode;
     ``use_fast_path`` chooses fused attention, as ``BertSelfAttention.use_fast_path`` does.
     """
 
     kind = "pals"
+    Settings = PALSettings
 
-    def __init__(
-        self,
-        config: BertConfig,
-        tasks: Iterable[str],
-        size: int | None = None,
-        heads: int | None = None,
-    ) -> None:
-        super().__init__(config)
-        heads = config.num_attention_heads if heads is None else heads
-        size = default_size(config, heads) if size is None else size
-        if heads < 1 or size < 1 or size % heads != 0:
-            raise ValueError(f"PAL size {size} must be a positive multiple of heads {heads}")
-        self.size = size
-        self.heads = heads
+    def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
+        super().__init__(config, **options)
+        self.size, self.heads = self.settings.resolved(config)
         self.dropout_p = config.attention_probs_dropout_prob
         self.use_fast_path = True
         self.add_tasks(tasks)
@@ -130,13 +138,19 @@ class PAL(Plugin):
     def build_task(self) -> nn.Module:
         return TaskPAL(self.config, self.size, self.heads)
 
+    def layer_of(self, task: str) -> dict[nn.Parameter, int]:
+        """Layer l's attention acts in layer l; V_E and V_D serve every layer (the top one)."""
+        pal = self.by_task[task]
+        top = self.config.num_hidden_layers - 1
+        depths = {p: top for p in [*pal.encoder.parameters(), *pal.decoder.parameters()]}
+        for layer, attention in enumerate(pal.layers):
+            depths |= {p: layer for p in attention.parameters()}
+        return depths
+
     @classmethod
-    def parameters_per_task(
-        cls, config: BertConfig, size: int | None = None, heads: int | None = None
-    ) -> int:
+    def parameters_per_task(cls, config: BertConfig, **options: Any) -> int:
         """2·D·s + D + s (V_E, V_D) + 3·L·(s² + s) (query, key, value in every layer)."""
-        heads = config.num_attention_heads if heads is None else heads
-        s = default_size(config, heads) if size is None else size
+        s, _ = cls.make_settings(**options).resolved(config)
         D, L = config.hidden_size, config.num_hidden_layers
         return 2 * D * s + D + s + 3 * L * (s * s + s)
 

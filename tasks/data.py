@@ -1,0 +1,79 @@
+"""The data of a run: every split of the chosen tasks, read, limited and reported.
+
+    data = load_data(["sst", "sts"], path_of, strict=False, limit=None)
+    data["sst"]["train"]   # list[Example]; "test" is absent when its file is
+
+Every skipped row is reported (the first few and a count on the console, all of them in a file
+the caller names); inputs longer than the model's ``max_length`` are counted and reported, since
+they are truncated, not dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tasks.base import SPLITS, Task, get_task
+from tasks.collate import token_lengths
+from tasks.reader import Example, format_skip_report
+from tasks.run import UsageError
+
+Data = dict[str, dict[str, list[Example]]]  # task -> split -> examples
+
+
+def load_data(
+    tasks: list[str],
+    path_of: Callable[[Task, str], Path],
+    strict: bool,
+    limit: int | None,
+    skipped_rows: Callable[[str], Path] | None = None,
+) -> Data:
+    """Read every split of every task in ``tasks`` from ``path_of(task, split)``; at most
+    ``limit`` examples per split. A missing test file is skipped with a message, any other
+    missing or empty file is a UsageError naming its flag. ``skipped_rows(report)`` stores the
+    full report of skipped rows and returns where."""
+    data: Data = {}
+    all_skipped = []
+    for name in tasks:
+        task, data[name] = get_task(name), {}
+        for split in SPLITS:
+            path = path_of(task, split)
+            if not path.is_file():
+                if split == "test":
+                    print(f"[{name}] no test file at {path}: test predictions are skipped")
+                    continue
+                raise UsageError(
+                    f"--{name}_{split}: file {path} not found; put the course file there, point "
+                    f"--data_dir at the folder that holds it, or run: python scripts/get_data.py"
+                )
+            examples, skipped = task.read(path, strict=strict, require_label=split != "test")
+            all_skipped += skipped
+            data[name][split] = examples[:limit] if limit else examples
+            if not data[name][split]:
+                raise UsageError(f"--{name}_{split}: {path} has no usable rows")
+        sizes = ", ".join(f"{s} {len(e)}" for s, e in data[name].items())
+        print(f"[{name}] {task.description}: {sizes}")
+    if all_skipped:
+        lines = format_skip_report(all_skipped).splitlines()
+        print("\n".join(lines if len(lines) <= 11 else [*lines[:10], "...", lines[-1]]))
+        if skipped_rows is not None:
+            print(f"every skipped row is listed in {skipped_rows(chr(10).join(lines))}")
+    return data
+
+
+def train_lengths(data: Data, tokenizer, separately: Callable[[Task], bool], max_length: int):
+    """Each task's training examples' lengths in tokens (what batches are grouped by); says how
+    many inputs of each split are longer than ``max_length`` and so truncated."""
+    lengths = {}
+    for name, splits in data.items():
+        task = get_task(name)
+        for split, examples in splits.items():
+            counts = token_lengths(task, examples, tokenizer, separately(task))
+            if over := sum(1 for n in counts if n > max_length):
+                print(
+                    f"[{name}] {over} of {len(examples)} {split} inputs are longer than "
+                    f"{max_length} tokens and are truncated (longest: {max(counts)})"
+                )
+            if split == "train":
+                lengths[name] = counts
+    return lengths

@@ -1,0 +1,364 @@
+"""The model layer: one shared BERT with one head per task, how it is built from its settings,
+and the loss and update of one training batch (SMART included).
+
+Shape legend: B batch, T tokens, D hidden, C head outputs (task.num_outputs).
+
+    settings = ModelSettings(option="adapter").resolved()
+    model = build_model(settings, ["sst", "para"], dropout=0.1)
+    optimizer = adamw_for(model, lr=1e-3, weight_decay=0.01)         # minbert.optimizer
+    loss = train_step(TrainingStep(model), task, batch, optimizer)
+
+The driver, the tests and the benchmarks all build and train through these functions, so a
+benchmark measures exactly what the driver runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from minbert.bert import BertModel
+from minbert.flags import section
+from minbert.plugins import (
+    PLUGINS,
+    add_plugin,
+    freeze_all_but_task,
+    freeze_for_plugins,
+    plugin_state_dict,
+)
+from minbert.plugins.adapter import AdapterSettings
+from minbert.plugins.lora import LoRASettings
+from minbert.plugins.pals import PALSettings
+from minbert.pretrained import load_pretrained
+from minbert.smart import MomentumTeacher, SmartConfig, bregman_term, smart_regularizer
+from minbert.tokenizer import Tokenizer
+from tasks.base import Task, get_task
+from tasks.batching import length_grouped_batches
+from tasks.collate import batch_to, collate, token_lengths
+from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
+from tasks.metrics import OVERALL_TASKS, overall_score
+from tasks.reader import Example
+
+OPTIONS = ("pretrain", "finetune", *PLUGINS)
+
+
+@dataclass
+class ModelSettings:
+    """Everything that decides the model's shape besides its task list: ``--evaluate`` and
+    ``--add_to`` take these from the run they read, so the model is rebuilt as it was trained."""
+
+    # -- what to train --
+    option: Literal[OPTIONS] = "finetune"  # pretrain: frozen encoder, only the task heads
+    # train; finetune: every weight trains; adapter/pals/lhuc/lora: frozen encoder plus one
+    # parameter-efficient plug-in per task
+    checkpoint: str = "default"  # pretrained BERT directory (config.json + model.safetensors
+    # or pytorch_model.bin); 'default' is the packaged all-MiniLM-L6-v2
+    representation: Literal[REPRESENTATIONS] = "mean"  # sentence vector the heads read: BERT's
+    # pooler, the [CLS] state, or the mean of real tokens
+    pair_encoding: Literal[PAIR_ENCODINGS] | None = None  # pair tasks: cross = one sequence
+    # [CLS] a [SEP] b [SEP]; separate = encode a and b apart and combine ([u,v,|u-v|,u*v] for
+    # paraphrase, cosine for similarity) (default: separate for pretrain, whose frozen encoder
+    # keeps the checkpoint's own cosine similarity; cross otherwise; benchmarks/results/
+    # multitask.md)
+    # -- data --
+    max_length: int = 128  # tokens per sequence after truncation
+    # -- plug-ins (with --option adapter|pals|lhuc|lora) --
+    train_layernorms: bool = False  # also train the encoder's LayerNorms (with a plug-in)
+    adapter: AdapterSettings = section(AdapterSettings, "adapter_")
+    pals: PALSettings = section(PALSettings, "pal_")
+    lora: LoRASettings = section(LoRASettings, "lora_")
+
+    def resolved(self) -> ModelSettings:
+        """The option-dependent defaults filled in (the one place they are decided)."""
+        if self.pair_encoding is not None:
+            return self
+        encoding = "separate" if self.option == "pretrain" else "cross"
+        return dataclasses.replace(self, pair_encoding=encoding)
+
+    @property
+    def plugin(self) -> str | None:
+        """The plug-in kind of the option, or None for pretrain and finetune."""
+        return self.option if self.option in PLUGINS else None
+
+    def plugin_options(self) -> dict:
+        """The options of the option's plug-in, as ``add_plugin`` takes them."""
+        settings = getattr(self, self.option, None)
+        return {} if settings is None else dataclasses.asdict(settings)
+
+
+class MultitaskModel(nn.Module):
+    """A shared ``BertModel`` (``self.bert``) and one head per task (``self.heads[task.name]``).
+
+    The forward is split like BERT's so that SMART can perturb the embeddings:
+    ``embed(task, batch)`` -> a list of (B, T, D) embeddings (two for separately encoded pairs),
+    ``outputs_from_embeddings(task, embeddings, batch)`` -> (B, C) head outputs.
+    """
+
+    def __init__(
+        self,
+        bert: BertModel,
+        tasks: Sequence[Task],
+        representation: str = "mean",
+        pair_encoding: str = "cross",
+        head_dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        if representation not in REPRESENTATIONS:
+            raise ValueError(f"unknown representation {representation!r}; choose {REPRESENTATIONS}")
+        if pair_encoding not in PAIR_ENCODINGS:
+            raise ValueError(f"unknown pair encoding {pair_encoding!r}; choose {PAIR_ENCODINGS}")
+        self.bert = bert
+        self.tasks = {task.name: task for task in tasks}
+        self.representation = representation
+        self.pair_encoding = pair_encoding
+        D = bert.config.hidden_size
+        self.heads = nn.ModuleDict(
+            {t.name: t.make_head(D, head_dropout, self.encodes_separately(t)) for t in tasks}
+        )
+        # Tensors no task owns that an earlier run trained and that are frozen now (its
+        # LayerNorms under --train_layernorms when tasks are added with --add_to): every task's
+        # checkpoint carries them, as it carries trainable shared tensors.
+        self.trained_shared_keys: set[str] = set()
+
+    def encodes_separately(self, task: Task) -> bool:
+        return task.is_pair and self.pair_encoding == "separate"
+
+    def embed(self, task_name: str, batch: dict) -> list[torch.Tensor]:
+        """Token ids -> input vectors, one (B, T, D) tensor per encoded sequence."""
+        return [self.bert.embed(seq["input_ids"], seq["token_type_ids"]) for seq in batch["inputs"]]
+
+    def outputs_from_embeddings(
+        self, task_name: str, embeddings: list[torch.Tensor], batch: dict
+    ) -> torch.Tensor:
+        """Encoder + representation + head: (B, T, D) embeddings -> (B, C) outputs."""
+        reps = []
+        for emb, seq in zip(embeddings, batch["inputs"]):
+            out = self.bert.encode(emb, seq["attention_mask"], task=task_name)
+            reps.append(sentence_representation(out, seq["attention_mask"], self.representation))
+        return self.heads[task_name](*reps)
+
+    def forward(self, task_name: str, batch: dict) -> torch.Tensor:
+        return self.outputs_from_embeddings(task_name, self.embed(task_name, batch), batch)
+
+    # -- what a run saves --------------------------------------------------------------------
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The tensors that training changes: every weight for finetune, else plug-ins + heads
+        (and LayerNorms when trained). Selected by requires_grad, i.e. by the freezing."""
+        trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+        return {k: v.detach().clone() for k, v in self.state_dict().items() if k in trainable}
+
+    def task_keys(self, task_name: str) -> set[str]:
+        """State-dict keys owned by one task: its plug-in tensors and its head."""
+        keys = {f"heads.{task_name}.{k}" for k in self.heads[task_name].state_dict()}
+        if len(self.bert.plugins):
+            keys |= {f"bert.{k}" for k in plugin_state_dict(self.bert, task_name)}
+        return keys
+
+    def task_state_dict(self, task_name: str) -> dict[str, torch.Tensor]:
+        """What one task needs on top of the pretrained encoder: its plug-ins, its head, and any
+        trained tensor no task owns (the LayerNorms under --train_layernorms). Trained tensors are
+        those with requires_grad or in ``trained_shared_keys``, so the selection follows the
+        freezing, never names."""
+        trained = {n for n, p in self.named_parameters() if p.requires_grad}
+        trained |= self.trained_shared_keys
+        owned_by_others = set().union(*(self.task_keys(t) for t in self.tasks if t != task_name))
+        keys = (trained - owned_by_others) | self.task_keys(task_name)
+        state = self.state_dict()
+        return {k: state[k].detach().contiguous().cpu() for k in sorted(keys)}
+
+    def load_task_state_dict(self, task_name: str, state: dict[str, torch.Tensor]) -> None:
+        """Load a file written from ``task_state_dict`` onto a model built with the same options."""
+        expected = set(self.task_state_dict(task_name))
+        if set(state) != expected:
+            missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+            raise ValueError(
+                f"task {task_name!r} checkpoint does not match this model: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}"
+            )
+        self.load_state_dict(state, strict=False)
+
+
+def build_model(
+    settings: ModelSettings,
+    tasks: Sequence[str],
+    dropout: float = 0.1,
+    frozen_tasks: Sequence[str] = (),
+) -> MultitaskModel:
+    """Load the pretrained encoder, set its dropout, attach the option's plug-in, add a head per
+    task and freeze what the option freezes. ``frozen_tasks`` are tasks of an earlier run (joined
+    with ``--add_to``): they get their plug-ins and heads, but only ``tasks`` train."""
+    settings = settings.resolved()
+    bert = load_pretrained(settings.checkpoint)
+    for module in bert.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = dropout
+    for layer in bert.encoder.layer:
+        layer.attention.self.dropout_p = dropout
+    names = [*frozen_tasks, *tasks]
+    if settings.plugin:
+        add_plugin(bert, settings.plugin, names, **settings.plugin_options())
+    task_list = [get_task(name) for name in names]
+    model = MultitaskModel(
+        bert, task_list, settings.representation, settings.pair_encoding, dropout
+    )
+    if settings.option == "pretrain":
+        bert.requires_grad_(False)
+    elif frozen_tasks:
+        freeze_all_but_task(bert, *tasks)  # earlier tasks' plug-ins and LayerNorms stay
+        for name in frozen_tasks:
+            model.heads[name].requires_grad_(False)
+    elif settings.plugin:
+        freeze_for_plugins(bert, train_layernorms=settings.train_layernorms)
+    return model
+
+
+# ------------------------------------------------------------------------------------------------
+# Prediction and evaluation
+
+
+@torch.no_grad()
+def predict(
+    model: MultitaskModel,
+    task: Task,
+    examples: Sequence[Example],
+    tokenizer: Tokenizer,
+    batch_size: int,
+    device: torch.device,
+    autocast: contextlib.AbstractContextManager | None = None,
+) -> list:
+    """Predictions in the examples' order, in eval mode; batches grouped by length for speed
+    (the longest first). A prediction depends on its batch's padding in the last float bits, so
+    the same batch size gives the same predictions bit for bit."""
+    model.eval()
+    separate = model.encodes_separately(task)
+    lengths = token_lengths(task, examples, tokenizer, separate)
+    predictions: list = [None] * len(examples)
+    for indices in length_grouped_batches(lengths, batch_size, None):
+        batch = batch_to(collate(task, [examples[i] for i in indices], tokenizer, separate), device)
+        with autocast or contextlib.nullcontext():
+            outputs = model(task.name, batch)
+        for i, p in zip(indices, task.predict(outputs.float())):
+            predictions[i] = p
+    return predictions
+
+
+def evaluate(
+    model: MultitaskModel,
+    dev: dict[str, Sequence[Example]],
+    tokenizer: Tokenizer,
+    batch_size: int,
+    device: torch.device,
+    autocast: contextlib.AbstractContextManager | None = None,
+) -> dict[str, float]:
+    """Each task's dev metric (task -> dev examples) and the overall score: the course's
+    (tasks/metrics.py), or for tasks outside it alone (``--tasks cfimdb``) the mean metric."""
+    metrics = {}
+    for name, examples in dev.items():
+        task = get_task(name)
+        predictions = predict(model, task, examples, tokenizer, batch_size, device, autocast)
+        metrics[name] = task.metric(predictions, [e.label for e in examples])
+    scored = any(name in OVERALL_TASKS for name in metrics)
+    metrics["overall"] = overall_score(metrics) if scored else sum(metrics.values()) / len(metrics)
+    return metrics
+
+
+# ------------------------------------------------------------------------------------------------
+# One training batch
+
+
+@dataclass
+class Smart:
+    """SMART during training: its hyperparameters and the momentum teacher θ̃ of the trainable
+    parameters (create it after the model is on its device and frozen as it will train)."""
+
+    config: SmartConfig
+    teacher: MomentumTeacher
+
+    @classmethod
+    def for_model(cls, config: SmartConfig, model: nn.Module) -> Smart:
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        return cls(config, MomentumTeacher(trainable, config.momentum))
+
+
+def batch_loss(model: MultitaskModel, task: Task, batch: dict, smart: Smart | None) -> torch.Tensor:
+    """The task loss of one batch, plus SMART's λ_s·R_s + μ·D_Breg when SMART is on
+    (``minbert/smart.py``: the embeddings are computed once and perturbed, never re-embedded)."""
+    embeddings = model.embed(task.name, batch)
+    outputs = model.outputs_from_embeddings(task.name, embeddings, batch)
+    loss = task.loss(outputs.float(), batch["labels"])
+    if smart is None:
+        return loss
+
+    def perturbed_outputs(perturbed: list[torch.Tensor]) -> torch.Tensor:
+        return model.outputs_from_embeddings(task.name, perturbed, batch)
+
+    def teacher_outputs() -> torch.Tensor:
+        # A trainable embedding layer differs in the teacher, so the teacher embeds again;
+        # a frozen one gives the same vectors, so they are reused (one embed per step).
+        if any(p.requires_grad for p in model.bert.embeddings.parameters()):
+            return model(task.name, batch)
+        return model.outputs_from_embeddings(task.name, [e.detach() for e in embeddings], batch)
+
+    config = smart.config
+    adversarial = smart_regularizer(perturbed_outputs, embeddings, outputs, task.smart_kind, config)
+    bregman = bregman_term(teacher_outputs, outputs, smart.teacher, task.smart_kind)
+    return loss + config.weight * adversarial + config.bregman_weight * bregman
+
+
+class TrainingStep(nn.Module):
+    """The loss of one batch as a module, so that DistributedDataParallel sees the whole step
+    (SMART's extra forwards included) as its forward."""
+
+    def __init__(self, model: MultitaskModel, smart: Smart | None = None) -> None:
+        super().__init__()
+        self.model = model
+        self.smart = smart
+
+    def forward(self, task: Task, batch: dict) -> torch.Tensor:
+        return batch_loss(self.model, task, batch, self.smart)
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A batch gave a NaN or infinite loss; nothing was updated."""
+
+
+def train_step(
+    step: nn.Module,
+    task: Task,
+    batch: dict,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    autocast: contextlib.AbstractContextManager | None = None,
+    skip_nonfinite: bool = False,
+) -> torch.Tensor | None:
+    """One update: loss (its forward under ``autocast``, e.g. bf16), backward, AdamW step,
+    schedule step, and SMART's teacher update.
+
+    A non-finite loss raises ``NonFiniteLoss`` before anything changes, or with
+    ``skip_nonfinite`` drops the batch (the schedule still advances, so a skipped batch costs
+    its step) and returns None. Returns the detached loss otherwise.
+    """
+    with autocast or contextlib.nullcontext():
+        loss = step(task, batch)
+    optimizer.zero_grad(set_to_none=True)
+    finite = bool(torch.isfinite(loss))
+    if not finite and not skip_nonfinite:
+        raise NonFiniteLoss(f"non-finite loss ({loss.item()})")
+    loss.backward()  # a skipped batch too: keeps every process's gradient exchange in step
+    if finite:
+        optimizer.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+    if scheduler is not None:
+        scheduler.step()
+    smart = getattr(getattr(step, "module", step), "smart", None)  # under DDP: .module
+    if finite and smart is not None:
+        smart.teacher.update()
+    return loss.detach() if finite else None

@@ -1,0 +1,287 @@
+"""The run folder: the one owner of everything a run writes and reads.
+
+    runs/<name>/
+        config.json              the resolved settings, flat: {flag name: value}
+        metrics.jsonl            one line per evaluation: step, epoch, each task's metric, overall
+        train_log.jsonl          one line per task every --log_every steps: mean training loss
+        last.pt                  everything needed to resume (torch, plain tensors and containers)
+        best.safetensors         the trained tensors at the best evaluation
+        task-<name>.safetensors  one task's plug-ins + head (plug-in and pretrain runs)
+        <task>-<split>-output.csv  predictions in the course's format
+        parameters.json, skipped_rows.txt, summary.json, learning_curves.png
+
+Every file is written through ``minbert.checkpoint``'s one atomic writer (fsync + rename), except
+the two logs, which grow a line at a time and are cut back atomically on resume; every checkpoint
+is read through its one safe loader. A mistake of the user's (a missing run, a run that does not
+fit the model) is a ``UsageError``: one line, no traceback.
+
+``merge_config`` is the one rule by which a command takes settings from a saved run: ``--resume``
+(all but where it runs), ``--evaluate`` (the model and its tasks) and ``--add_to`` (the model).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minbert.checkpoint import (
+    atomic_save,
+    atomic_write_text,
+    load_tensors,
+    load_trusted,
+    save_tensors,
+)
+from tasks.model import MultitaskModel
+
+LOGS = ("metrics.jsonl", "train_log.jsonl")
+
+
+class UsageError(Exception):
+    """A mistake in the command line or the files it names: reported in one line, no traceback."""
+
+
+def merge_config(
+    command_line: dict[str, Any],
+    saved: dict[str, Any],
+    inherited: Iterable[str],
+    defaults: dict[str, Any],
+) -> dict[str, Any]:
+    """The settings of a command that reads a saved run, all flat ``{flag: value}`` dicts.
+
+    A key in ``inherited`` takes the saved run's value; a key the saved run predates (a flag
+    added since) takes the default a command line without flags has, so that it resolves as it
+    would have then; every other key comes from the command line. Option-dependent defaults are
+    resolved afterwards, once, by the caller.
+    """
+    merged = dict(command_line)
+    for key in inherited:
+        merged[key] = saved[key] if key in saved else defaults[key]
+    return merged
+
+
+class RunFolder:
+    """One run's folder. ``writes`` is False in every process but the first of a distributed run:
+    then the writing methods do nothing, and reading still works."""
+
+    def __init__(self, path: str | Path, writes: bool = True) -> None:
+        self.path = Path(path)
+        self.writes = writes
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def prepare(self, resume: bool, overwrite: bool) -> None:
+        """Check that the folder can take the run; for a new run, clear an old one's state."""
+        if resume:
+            if not self.file("last.pt").is_file():
+                raise UsageError(f"--resume: {self.file('last.pt')} not found; nothing to resume")
+            return
+        if self.file("metrics.jsonl").exists() and not overwrite:
+            raise UsageError(
+                f"--out_dir {self.path} already holds a run; pass --resume to continue it, "
+                "--overwrite to start over, or another --out_dir"
+            )
+        if self.writes:
+            self.path.mkdir(parents=True, exist_ok=True)
+            for name in (*LOGS, "last.pt", "best.safetensors"):
+                self.file(name).unlink(missing_ok=True)
+
+    def write_config(self, flat: dict[str, Any]) -> None:
+        self._write_json("config.json", flat)
+
+    def read_config(self, flag: str) -> dict[str, Any]:
+        """The run's config.json; ``flag`` names the option that pointed here, for messages."""
+        path = self.file("config.json")
+        if not path.is_file():
+            raise UsageError(f"{flag}: {path} not found; pass the folder of a training run")
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise UsageError(f"{flag}: {path} is corrupted (not valid JSON: {err})") from None
+        if not isinstance(config, dict):
+            raise UsageError(f"{flag}: {path} is corrupted (not a JSON object)")
+        return config
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    def log_training(self, step: int, epoch: int, running: dict[str, list[float]]) -> None:
+        """A line per task with the mean loss since the last line; empties ``running``."""
+        records = [
+            {"step": step, "epoch": epoch, "task": name, "loss": sum(losses) / len(losses)}
+            for name, losses in running.items()
+            if losses
+        ]
+        for losses in running.values():
+            losses.clear()
+        self._append("train_log.jsonl", records)
+
+    def log_metrics(self, step: int, epoch: int, metrics: dict[str, float]) -> None:
+        self._append("metrics.jsonl", [{"step": step, "epoch": epoch, **metrics}])
+
+    def read_log(self, name: str) -> list[dict[str, Any]]:
+        path = self.file(name)
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+    def truncate_logs(self, step: int) -> None:
+        """After a resume, drop the log lines written after the checkpoint it continues from."""
+        for name in LOGS:
+            if self.writes and self.file(name).exists():
+                kept = [r for r in self.read_log(name) if r["step"] <= step]
+                atomic_write_text(self.file(name), "".join(json.dumps(r) + "\n" for r in kept))
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def save_last(
+        self, step: int, best: float, model, optimizer, scheduler, streams, teacher=None
+    ) -> None:
+        """last.pt: everything that resuming at ``step`` needs: the trained tensors, the
+        optimizer and schedule, each batch stream's position, the random state (CPU and CUDA),
+        SMART's teacher, and the best overall score so far."""
+        if not self.writes:
+            return
+        state = {
+            "model": model.trainable_state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "streams": {name: s.state_dict() for name, s in streams.items()},
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "step": step,
+            "best": best,
+        }
+        if teacher is not None:
+            state["teacher"] = teacher.state_dict()
+        atomic_save(state, self.file("last.pt"))
+
+    def resume(self, model, optimizer, scheduler, streams, teacher=None) -> tuple[int, float]:
+        """Put last.pt back into the parts built as at the start; returns (step, best)."""
+        state = load_trusted(self.file("last.pt"))
+        model.load_state_dict(state["model"], strict=False)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        for name, stream_state in state["streams"].items():
+            streams[name].load_state_dict(stream_state)
+        if teacher is not None:
+            teacher.load_state_dict(state["teacher"])
+        torch.set_rng_state(state["rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])  # dropout on the GPU draws from these
+        return state["step"], state["best"]
+
+    def save_best(self, model: MultitaskModel) -> None:
+        if self.writes:
+            save_tensors(model.trainable_state_dict(), self.file("best.safetensors"))
+
+    def load_best(self, model: MultitaskModel) -> None:
+        """Load best.safetensors (the trained tensors) over a model built from the run's config."""
+        state = self._read_best("--evaluate")
+        expected = model.trainable_state_dict()
+        differ = sorted(
+            k
+            for k in set(state) | set(expected)
+            if k not in state or k not in expected or state[k].shape != expected[k].shape
+        )
+        if differ:
+            raise UsageError(
+                f"{self.file('best.safetensors')} does not match the model built from "
+                f"{self.file('config.json')}: {len(differ)} tensors differ in name or shape, "
+                f"e.g. {differ[0]}"
+            )
+        model.load_state_dict(state, strict=False)
+
+    def load_into(self, model: MultitaskModel) -> None:
+        """``--add_to``: load this run's trained tensors, and those of the runs it was itself
+        added to, into a model that holds their tasks and more."""
+        saved = self.read_config("--add_to")
+        if saved.get("add_to"):
+            RunFolder(saved["add_to"]).load_into(model)
+        state, own = self._read_best("--add_to"), model.state_dict()
+        if wrong := [k for k, v in state.items() if k not in own or own[k].shape != v.shape]:
+            raise UsageError(
+                f"--add_to: {self.file('best.safetensors')} does not fit the model, e.g. tensor "
+                f"{wrong[0]}"
+            )
+        model.load_state_dict(state, strict=False)
+        owned = set().union(*(model.task_keys(t) for t in model.tasks))
+        model.trained_shared_keys |= set(state) - owned
+
+    def save_task_checkpoints(self, model: MultitaskModel) -> None:
+        """task-<name>.safetensors: one task's plug-ins + head, loadable onto the pretrained
+        encoder."""
+        for name in model.tasks:
+            path = self.file(f"task-{name}.safetensors")
+            state = model.task_state_dict(name)
+            if self.writes:
+                save_tensors(state, path)
+                count = sum(t.numel() for t in state.values())
+                print(f"{path}: {count:,} parameters, {path.stat().st_size / 1024:.1f} KiB")
+
+    def _read_best(self, flag: str) -> dict:
+        path = self.file("best.safetensors")
+        if not path.is_file():
+            raise UsageError(f"{flag}: {path} not found: {self.path} never reached an evaluation")
+        return load_tensors(path)
+
+    # -- outputs --------------------------------------------------------------------------------
+
+    def write_predictions(self, task, split: str, ids: list[str], predictions: list) -> None:
+        if self.writes:
+            self.path.mkdir(parents=True, exist_ok=True)
+            task.write_predictions(self.file(f"{task.name}-{split}-output.csv"), ids, predictions)
+
+    def write_parameters(self, report: dict[str, Any]) -> None:
+        self._write_json("parameters.json", report)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        self._write_json("summary.json", summary)
+
+    def write_skipped_rows(self, report: str) -> Path:
+        if self.writes:
+            atomic_write_text(self.file("skipped_rows.txt"), report + "\n")
+        return self.file("skipped_rows.txt")
+
+    def plot_learning_curves(self, tasks: list[str]) -> None:
+        """learning_curves.png: training loss per task and each dev metric against the step."""
+        if not self.writes:
+            return
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        train, evals = self.read_log("train_log.jsonl"), self.read_log("metrics.jsonl")
+        fig, (ax_loss, ax_dev) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for name in tasks:
+            points = [(r["step"], r["loss"]) for r in train if r["task"] == name]
+            if points:
+                ax_loss.plot(*zip(*points), label=name)
+        ax_loss.set(
+            xlabel="step", ylabel="training loss (mean since last point)", title="Training loss"
+        )
+        ax_loss.legend()
+        for key in [*tasks, "overall"]:
+            points = [(r["step"], r[key]) for r in evals if key in r]
+            if points:
+                ax_dev.plot(*zip(*points), marker="o", label=key)
+        ax_dev.set(xlabel="step", ylabel="dev metric", title="Dev metrics (acc; Pearson r for sts)")
+        ax_dev.legend()
+        fig.tight_layout()
+        fig.savefig(self.file("learning_curves.png"), dpi=100)
+        plt.close(fig)
+
+    def _write_json(self, name: str, value: Any) -> None:
+        if self.writes:
+            atomic_write_text(self.file(name), json.dumps(value, indent=2) + "\n")
+
+    def _append(self, name: str, records: list[dict[str, Any]]) -> None:
+        if self.writes and records:
+            with open(self.file(name), "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in records))
