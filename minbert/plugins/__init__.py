@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from minbert.bert import BertConfig, BertModel
 from minbert.plugins.adapter import HoulsbyAdapter
 from minbert.plugins.base import Plugin
-from minbert.plugins.checkpoint import load_plugin_state_dict, plugin_state_dict
+from minbert.plugins.task_state import load_plugin_state_dict, plugin_state_dict
 from minbert.plugins.freezing import freeze_all_but_task, freeze_for_plugins
 from minbert.plugins.lhuc import LHUC
 from minbert.plugins.lora import LoRA
