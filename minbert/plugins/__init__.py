@@ -36,12 +36,12 @@ from collections.abc import Iterable
 from minbert.bert import BertConfig, BertModel
 from minbert.plugins.adapter import HoulsbyAdapter
 from minbert.plugins.base import Plugin
-from minbert.plugins.task_state import load_plugin_state_dict, plugin_state_dict
 from minbert.plugins.freezing import freeze_all_but_task, freeze_for_plugins
 from minbert.plugins.lhuc import LHUC
 from minbert.plugins.lora import LoRA
 from minbert.plugins.pals import PAL
 from minbert.plugins.report import format_parameter_report, parameter_report
+from minbert.plugins.task_state import load_plugin_state_dict, plugin_state_dict
 
 PLUGINS: dict[str, type[Plugin]] = {
     "adapter": HoulsbyAdapter,
