@@ -97,15 +97,8 @@ def test_hugging_face_layout_loads_strictly(tmp_path: Path, fmt: str, caplog) ->
 
 
 def test_bert_base_shaped_checkpoint_loads(tmp_path: Path) -> None:
-    # bert-base's shapes, with a small vocabulary to keep the file small and the test fast.
-    config = BertConfig(
-        vocab_size=100,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        max_position_embeddings=512,
-    )
+    # bert-base's shapes (BertConfig's defaults), with a small vocabulary to keep it fast.
+    config = BertConfig(vocab_size=100)
     torch.manual_seed(0)
     model = BertModel(config).eval()
     write_checkpoint(tmp_path, config, hugging_face_layout(model))
