@@ -350,8 +350,11 @@ def one_batch(run: Run, name: str, step: int) -> torch.Tensor | None:
     separate = run.model.encodes_separately(task)
     batch = batch_to(collate(task, examples, run.tokenizer, separate), run.device)
     bf16, skip = autocast(cfg.bf16, run.device), cfg.nonfinite == "skip"
+    teacher = run.smart.teacher if run.smart else None
     try:
-        loss = train_step(run.step_module, task, batch, run.optimizer, run.scheduler, bf16, skip)
+        loss = train_step(
+            run.step_module, task, batch, run.optimizer, run.scheduler, bf16, skip, teacher
+        )
     except NonFiniteLoss as err:
         raise NonFiniteLoss(
             f"{err} at step {step} on task {name}; the run stops here, before "

@@ -337,9 +337,10 @@ def train_step(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     autocast: contextlib.AbstractContextManager | None = None,
     skip_nonfinite: bool = False,
+    teacher: MomentumTeacher | None = None,
 ) -> torch.Tensor | None:
     """One update: loss (its forward under ``autocast``, e.g. bf16), backward, AdamW step,
-    schedule step, and SMART's teacher update.
+    schedule step, and SMART's teacher update (pass ``Smart.teacher`` when SMART is on).
 
     A non-finite loss raises ``NonFiniteLoss`` before anything changes, or with
     ``skip_nonfinite`` drops the batch (the schedule still advances, so a skipped batch costs
@@ -358,7 +359,6 @@ def train_step(
         optimizer.zero_grad(set_to_none=True)
     if scheduler is not None:
         scheduler.step()
-    smart = getattr(getattr(step, "module", step), "smart", None)  # under DDP: .module
-    if finite and smart is not None:
-        smart.teacher.update()
+    if finite and teacher is not None:
+        teacher.update()
     return loss.detach() if finite else None
