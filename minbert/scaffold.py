@@ -1,405 +1,57 @@
-"""Course scaffolding: write the student version of this project, with exercises cut out.
+"""Alias of ``minbert.course.scaffold``, the course scaffolding (the student version of this
+project, with the exercises cut out), so that ``python -m minbert.scaffold`` keeps working:
 
-An exercise region in a Python file is a block of statements at one indentation, marked by two
-comment lines at that indentation, with a hint in ``HINT`` comment lines just above::
+    python -m minbert.scaffold OUT_DIR        # same as python -m minbert.course.scaffold OUT_DIR
+    python -m minbert.scaffold --list
 
-    def forward(self, h):
-        # HINT: h + up(gelu(down(h))), with gelu from minbert.bert.
-        # BEGIN SOLUTION: adapter
-        z = gelu(self.down(h))
-        return h + self.up(z)
-        # END SOLUTION
-
-The marker lines are the comments ``# BEGIN SOLUTION: <exercise-id>`` and ``# END SOLUTION``;
-every ``# HINT:`` line directly above the first is part of the hint. The markers are comments, so
-they change nothing in the full tree. One exercise id may mark several regions (attention is the
-equation and the multi-head module). Only real comments count (the file is read with
-``tokenize``): a marker inside a string is text.
-
-The student version of a file keeps the hint comments and replaces each region of a removed
-exercise, markers included, by ``raise NotImplementedError("<exercise-id>: <hint>")`` at the
-region's indentation; everything else is byte for byte the same. ``sanity_check.py`` reports a
-check whose exercise raises this as NOT IMPLEMENTED, with the hint.
-
-    python -m minbert.scaffold OUT_DIR                    # every exercise removed
-    python -m minbert.scaffold OUT_DIR --exercise lora    # only these (repeatable)
-    python -m minbert.scaffold OUT_DIR --keep adamw       # all but these (repeatable)
-    python -m minbert.scaffold --list                     # the exercises and where they are
-
-The files copied are the project's: ``git ls-files`` (tracked files and untracked ones git does
-not ignore) when the source is a git checkout, else every file under it except caches, run
-outputs, virtual environments and data CSVs. Instructor-only files (``INSTRUCTOR_ONLY``) are left
-out. The student tree needs no git. OUT_DIR must be empty (or absent) unless ``--force``, and must
-not lie inside the source tree.
+The code and its documentation are in ``minbert/course/scaffold.py``.
 """
 
 from __future__ import annotations
 
-import argparse
-import fnmatch
-import io
-import os
-import re
-import shutil
-import subprocess
 import sys
-import tokenize
-from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from minbert.course.scaffold import (
+    BEGIN,
+    END,
+    EXCLUDED_DIRS,
+    EXCLUDED_FILES,
+    HINT,
+    INSTRUCTOR_ONLY,
+    LINE_LENGTH,
+    MARKER_PREFIXES,
+    PROJECT_ROOT,
+    Region,
+    ScaffoldError,
+    find_exercises,
+    find_regions,
+    main,
+    project_files,
+    raise_statement,
+    student_source,
+    write_student_tree,
+)
 
-BEGIN = re.compile(r"# BEGIN SOLUTION:\s*([a-z][a-z0-9_-]*)\s*$")
-END = re.compile(r"# END SOLUTION\s*$")
-HINT = re.compile(r"# HINT:\s?(.*?)\s*$")
-MARKER_PREFIXES = ("# BEGIN SOLUTION", "# END SOLUTION")
-
-# Grades the scaffolding itself against the full solution: meaningless in a student tree.
-INSTRUCTOR_ONLY = ("tests/test_scaffold.py",)
-
-# Without git: directories and files that are not part of the project.
-EXCLUDED_DIRS = {
-    ".git",
-    "__pycache__",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".mypy_cache",
-    ".venv",
-    "venv",
-    "runs",
-}
-EXCLUDED_FILES = ("*.pyc", "*.pyo", "data/*.csv", ".DS_Store")
-
-LINE_LENGTH = 100
-
-
-class ScaffoldError(ValueError):
-    """A malformed marker, an unknown exercise, or an output directory that cannot be used."""
-
-
-@dataclass(frozen=True)
-class Region:
-    """One marked block: lines ``begin`` .. ``end`` (0-based, the marker lines included)."""
-
-    exercise: str
-    path: str  # relative to the project root, with '/' separators
-    begin: int
-    end: int
-    indent: str
-    hint: str
-    function: str  # the enclosing function or class, e.g. "BertSelfAttention.forward"
-
-    @property
-    def lines(self) -> str:
-        """1-based line numbers of the solution, markers excluded, as "a-b"."""
-        first, last = self.begin + 2, self.end
-        return str(first) if first == last else f"{first}-{last}"
-
-
-def _comment_lines(text: str, path: str) -> dict[int, str]:
-    """0-based line number -> comment, for the comments that are alone on their line."""
-    comments: dict[int, str] = {}
-    lines = text.splitlines()
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type == tokenize.COMMENT:
-                row, col = token.start
-                if not lines[row - 1][:col].strip():
-                    comments[row - 1] = token.string.rstrip()
-    except (tokenize.TokenError, SyntaxError) as err:
-        raise ScaffoldError(f"{path}: cannot tokenize: {err}") from err
-    return comments
-
-
-def _enclosing_names(text: str) -> dict[int, str]:
-    """0-based line -> qualified name of the innermost function or class around it."""
-    import ast
-
-    names: dict[int, str] = {}
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
-                for line in range(child.lineno - 1, child.end_lineno or child.lineno):
-                    names[line] = name  # inner definitions are visited later and overwrite
-                visit(child, name + ".")
-            else:
-                visit(child, prefix)
-
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:  # reported by the compile check of the student version
-        return names
-    visit(tree, "")
-    return names
-
-
-def _indent(line: str) -> str:
-    return line[: len(line) - len(line.lstrip())]
-
-
-def find_regions(text: str, path: str) -> list[Region]:
-    """The marked regions of one Python source file, checked for well-formedness."""
-    comments = _comment_lines(text, path)
-    if not any(c.startswith(MARKER_PREFIXES) for c in comments.values()):
-        return []
-    lines = text.splitlines()
-    names = _enclosing_names(text)
-    regions: list[Region] = []
-    open_at: int | None = None
-    exercise = ""
-    for i, line in enumerate(lines):
-        comment = comments.get(i)
-        where = f"{path}:{i + 1}"
-        if comment is not None and comment.startswith(MARKER_PREFIXES):
-            begin, end = BEGIN.match(comment), END.match(comment)
-            if begin is None and end is None:
-                raise ScaffoldError(
-                    f"{where}: malformed marker {comment!r}; write "
-                    "'# BEGIN SOLUTION: <exercise-id>' (lower case, digits, '-', '_') or "
-                    "'# END SOLUTION'"
-                )
-            if begin is not None:
-                if open_at is not None:
-                    raise ScaffoldError(
-                        f"{where}: BEGIN SOLUTION inside the region opened at line {open_at + 1}"
-                    )
-                open_at, exercise = i, begin.group(1)
-                continue
-            if open_at is None:
-                raise ScaffoldError(f"{where}: END SOLUTION without a BEGIN SOLUTION")
-            indent = _indent(lines[open_at])
-            if _indent(line) != indent:
-                raise ScaffoldError(
-                    f"{where}: END SOLUTION is not at the indentation of its BEGIN SOLUTION "
-                    f"(line {open_at + 1})"
-                )
-            body = [j for j in range(open_at + 1, i) if lines[j].strip()]
-            if not any(j not in comments for j in body):
-                raise ScaffoldError(f"{where}: the region opened at line {open_at + 1} is empty")
-            for j in body:
-                if not _indent(lines[j]).startswith(indent):
-                    raise ScaffoldError(
-                        f"{path}:{j + 1}: a region is a block at one indentation; this line is "
-                        f"left of its BEGIN SOLUTION (line {open_at + 1})"
-                    )
-            hint_lines = []
-            j = open_at - 1
-            while j >= 0 and j in comments and HINT.match(comments[j]):
-                if _indent(lines[j]) != indent:
-                    raise ScaffoldError(f"{path}:{j + 1}: HINT not at the region's indentation")
-                hint_lines.insert(0, HINT.match(comments[j]).group(1))
-                j -= 1
-            hint = " ".join(h for h in hint_lines if h)
-            if not hint:
-                raise ScaffoldError(
-                    f"{path}:{open_at + 1}: region {exercise!r} has no '# HINT: ...' line "
-                    "directly above its BEGIN SOLUTION"
-                )
-            regions.append(
-                Region(exercise, path, open_at, i, indent, hint, names.get(open_at, "<module>"))
-            )
-            open_at = None
-    if open_at is not None:
-        raise ScaffoldError(f"{path}:{open_at + 1}: BEGIN SOLUTION without an END SOLUTION")
-    return regions
-
-
-def _string_literal(text: str, quote: str = '"') -> str:
-    return quote + text.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
-
-
-def raise_statement(exercise: str, hint: str, indent: str) -> list[str]:
-    """``raise NotImplementedError("<exercise>: <hint>")``, wrapped to the line length."""
-    message = f"{exercise}: {hint}"
-    quote = "'" if '"' in message and "'" not in message else '"'
-    line = f"{indent}raise NotImplementedError({_string_literal(message, quote)})"
-    if len(line) <= LINE_LENGTH:
-        return [line]
-    inner = indent + " " * 4
-    width = LINE_LENGTH - len(inner)  # of each literal, quotes included
-    chunks: list[str] = []
-    current = ""
-    for word in message.split(" "):
-        candidate = f"{current} {word}" if current else word
-        # every chunk but the last keeps the space that follows it
-        if current and len(_string_literal(candidate + " ", quote)) > width:
-            chunks.append(current + " ")
-            current = word
-        else:
-            current = candidate
-    chunks.append(current)
-    return [
-        f"{indent}raise NotImplementedError(",
-        *(inner + _string_literal(chunk, quote) for chunk in chunks),
-        f"{indent})",
-    ]
-
-
-def student_source(text: str, path: str, remove: Iterable[str] | None = None) -> str:
-    """``text`` with the regions of the exercises in ``remove`` (all when None) replaced."""
-    regions = find_regions(text, path)
-    remove = None if remove is None else set(remove)
-    chosen = [r for r in regions if remove is None or r.exercise in remove]
-    if not chosen:
-        return text
-    lines = text.splitlines(keepends=True)
-    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-    for region in reversed(chosen):  # from the bottom, so earlier line numbers stay valid
-        statement = raise_statement(region.exercise, region.hint, region.indent)
-        replacement = [s + newline for s in statement]
-        lines[region.begin : region.end + 1] = replacement
-    result = "".join(lines)
-    try:
-        compile(result, path, "exec")
-    except SyntaxError as err:  # a region that is not a block of whole statements
-        raise ScaffoldError(f"{path}: the student version does not compile: {err}") from err
-    return result
-
-
-def project_files(root: Path) -> list[str]:
-    """The project's files under ``root`` (relative, '/'-separated, sorted)."""
-    try:
-        listed = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=root,
-            capture_output=True,
-            check=True,
-        ).stdout.decode()
-        files = {p for p in listed.split("\0") if p}
-    except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout
-        files = set()
-    if not files:
-        for directory, subdirs, names in os.walk(root):
-            subdirs[:] = sorted(
-                d for d in subdirs if d not in EXCLUDED_DIRS and not d.endswith(".egg-info")
-            )
-            for name in names:
-                rel = (Path(directory) / name).relative_to(root).as_posix()
-                if not any(fnmatch.fnmatch(rel, pattern) for pattern in EXCLUDED_FILES):
-                    files.add(rel)
-    return sorted(p for p in files if (root / p).is_file() and p not in INSTRUCTOR_ONLY)
-
-
-def find_exercises(root: Path = PROJECT_ROOT) -> dict[str, list[Region]]:
-    """Exercise id -> its regions, over the project's Python files, in file order."""
-    exercises: dict[str, list[Region]] = {}
-    for rel in project_files(root):
-        if rel.endswith(".py"):
-            text = (root / rel).read_text(encoding="utf-8")
-            for region in find_regions(text, rel):
-                exercises.setdefault(region.exercise, []).append(region)
-    return exercises
-
-
-def _check_output_dir(out_dir: Path, root: Path, force: bool) -> None:
-    out, src = out_dir.resolve(), root.resolve()
-    if out == src or src in out.parents:
-        raise ScaffoldError(
-            f"{out_dir} is inside the source tree {root}; choose a directory outside"
-        )
-    if out in src.parents:
-        raise ScaffoldError(f"{out_dir} contains the source tree {root}; choose another directory")
-    if out.exists() and not out.is_dir():
-        raise ScaffoldError(f"{out_dir} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise ScaffoldError(f"{out_dir} is not empty; pass --force to write into it anyway")
-
-
-def write_student_tree(
-    out_dir: Path,
-    root: Path = PROJECT_ROOT,
-    remove: Iterable[str] | None = None,
-    force: bool = False,
-) -> dict[str, list[Region]]:
-    """Copy the project from ``root`` to ``out_dir`` with the exercises in ``remove`` (all when
-    None) cut out. Returns the regions removed, by exercise. Unknown ids are a ScaffoldError."""
-    exercises = find_exercises(root)
-    if remove is not None:
-        remove = list(dict.fromkeys(remove))
-        unknown = [e for e in remove if e not in exercises]
-        if unknown:
-            raise ScaffoldError(f"unknown exercise {unknown}; the exercises: {list(exercises)}")
-    _check_output_dir(out_dir, root, force)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for rel in project_files(root):
-        source, target = root / rel, out_dir / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if rel.endswith(".py"):
-            raw = source.read_bytes()
-            text = raw.decode("utf-8")
-            student = student_source(text, rel, remove)
-            if student != text:
-                target.write_bytes(student.encode("utf-8"))
-                shutil.copymode(source, target)
-                continue
-        shutil.copy2(source, target)
-    chosen = list(exercises) if remove is None else remove
-    return {e: exercises[e] for e in chosen}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m minbert.scaffold",
-        description="Write the student version of this project: every marked exercise region "
-        "becomes raise NotImplementedError(<hint>). See GUIDE.md for the exercises.",
-    )
-    parser.add_argument("out_dir", nargs="?", type=Path, metavar="OUT_DIR")
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument(
-        "--exercise",
-        action="append",
-        metavar="ID",
-        help="remove only this exercise (repeatable; default: all)",
-    )
-    which.add_argument(
-        "--keep",
-        action="append",
-        metavar="ID",
-        help="remove every exercise but this one (repeatable)",
-    )
-    parser.add_argument("--force", action="store_true", help="write into a non-empty OUT_DIR")
-    parser.add_argument("--list", action="store_true", help="list the exercises and exit")
-    parser.add_argument(
-        "--source",
-        type=Path,
-        default=PROJECT_ROOT,
-        metavar="DIR",
-        help="the project to copy (default: %(default)s)",
-    )
-    args = parser.parse_args(argv)
-    try:
-        exercises = find_exercises(args.source)
-        if args.list:
-            rows = [
-                (exercise if i == 0 else "", f"{r.path}:{r.lines}", r.function)
-                for exercise, regions in exercises.items()
-                for i, r in enumerate(regions)
-            ]
-            widths = [max((len(row[k]) for row in rows), default=0) for k in (0, 1)]
-            for exercise, where, function in rows:
-                print(f"{exercise:<{widths[0]}}  {where:<{widths[1]}}  {function}")
-            return 0
-        if args.out_dir is None:
-            parser.error("OUT_DIR is required (or --list)")
-        remove = args.exercise
-        if args.keep:
-            unknown = [e for e in args.keep if e not in exercises]
-            if unknown:
-                raise ScaffoldError(f"unknown exercise {unknown}; the exercises: {list(exercises)}")
-            remove = [e for e in exercises if e not in args.keep]
-        removed = write_student_tree(args.out_dir, args.source, remove, args.force)
-    except ScaffoldError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    count = sum(len(r) for r in removed.values())
-    names = ", ".join(removed) or "none"
-    print(f"wrote the student tree to {args.out_dir}: {count} regions removed ({names})")
-    print(f"students run: cd {args.out_dir} && python sanity_check.py")
-    return 0
-
+__all__ = [
+    "BEGIN",
+    "END",
+    "EXCLUDED_DIRS",
+    "EXCLUDED_FILES",
+    "HINT",
+    "INSTRUCTOR_ONLY",
+    "LINE_LENGTH",
+    "MARKER_PREFIXES",
+    "PROJECT_ROOT",
+    "Region",
+    "ScaffoldError",
+    "find_exercises",
+    "find_regions",
+    "main",
+    "project_files",
+    "raise_statement",
+    "student_source",
+    "write_student_tree",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

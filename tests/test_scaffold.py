@@ -1,4 +1,5 @@
-"""Course scaffolding (minbert.scaffold) and per-component grading (sanity_check.py).
+"""Course scaffolding (minbert.course.scaffold) and per-component grading (sanity_check.py, the
+runner of the checks in minbert/course/checks/).
 
 * the full solution passes every check;
 * the student tree (every exercise cut out) imports, its tests collect, and its sanity check
@@ -7,7 +8,7 @@
 * the marker format: parsing, errors, the raise statement, the file selection, OUT_DIR rules.
 
 This file grades the scaffolding against the full solution, so it is not copied into the
-student tree (``minbert.scaffold.INSTRUCTOR_ONLY``).
+student tree (``minbert.course.scaffold.INSTRUCTOR_ONLY``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import sanity_check
-from minbert import scaffold
+from minbert.course import scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = [  # the order of GUIDE.md

@@ -1,0 +1,273 @@
+"""The check registry: what a check is, how it is declared, run, selected and reported.
+
+A check is a function ``Context -> Measurement`` declared with ``@check`` right where it is
+written, in the checks file of the source file it grades (``minbert/course/checks/<file>.py``)::
+
+    @check(
+        "attention: scaled_dot_product_attention vs equation",
+        tolerance=1e-5,
+        hint="divide QKᵀ by √d_k (the head size), add M before the softmax, ...",
+        exercises=("attention",),
+    )
+    def check_attention_function(ctx: Context) -> Measurement:
+        ...
+
+A check made by a factory (``hidden_state_check("single")``) is registered right below the
+factory: ``check("bert: ...", tolerance=1e-5, hint=..., exercises=...)(hidden_state_check(...))``.
+The report lists the checks in the order they were registered: the import order of
+``minbert/course/checks/__init__.py`` (the order of GUIDE.md), then each file top to bottom.
+
+The rules a check keeps:
+
+* it measures the largest absolute difference between what minBERT computes and a reference,
+  and passes when that is at most its ``tolerance``; ``compare`` measures two tensors and says
+  where they differ most, ``worst_of`` keeps the worst of several measurements;
+* its reference is written out with plain torch operations (``minbert/course/references.py``
+  and next to the check) and never calls the code it grades;
+* it calls no exercise but its own (the layer check swaps in a reference self-attention, the
+  plug-in checks call the plug-in's own sites, PAL uses the fused attention, SMART runs on a
+  small model defined in its check), so a missing attention does not fail the AdamW check;
+* it imports the graded code inside the function, so a module that cannot be imported fails
+  only the checks that need it;
+* it names the course exercises it depends on (``exercises``: the ids of ``python -m
+  minbert.scaffold --list``). In a student tree a check whose exercise is missing raises that
+  exercise's ``NotImplementedError`` and is reported NOT IMPLEMENTED with its hint. An exception
+  in one check (a bug, or a ``NotImplementedError``) never stops the others (``run_check``).
+
+To add a check: write it in the checks file of the source file it grades, decorate it, and add
+the exercise to GUIDE.md. A new checks file is imported in ``minbert/course/checks/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from minbert.checkpoint import load_trusted
+
+PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
+
+
+@dataclass
+class Measurement:
+    """The outcome of one check: the largest absolute difference from the reference, and where
+    it is (printed when the check fails, to say which tensor or step to look at)."""
+
+    max_abs_diff: float
+    hint: str = ""
+
+    def is_worse_than(self, other: Measurement) -> bool:
+        """Larger difference, with NaN (a broken computation) worst of all."""
+        if math.isnan(other.max_abs_diff):
+            return False
+        return math.isnan(self.max_abs_diff) or self.max_abs_diff > other.max_abs_diff
+
+
+def worst_of(measurements: list[Measurement]) -> Measurement:
+    """The measurement with the largest difference (NaN first); 0 when there is none."""
+    worst = Measurement(0.0)
+    for m in measurements:
+        if m.is_worse_than(worst):
+            worst = m
+    return worst
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report.
+
+    name: "<component>: what is compared" (``--only <component>`` selects it).
+    tolerance: the largest absolute difference that passes.
+    run: computes the measurement.
+    hint: what to look at when the check fails.
+    exercises: the course exercises (``minbert.scaffold`` ids) whose code this check runs; with
+        any of them missing the check is NOT IMPLEMENTED, with all of them done it can pass.
+    """
+
+    name: str
+    tolerance: float
+    run: Callable[[Context], Measurement]
+    hint: str = ""
+    exercises: tuple[str, ...] = ()
+
+    @property
+    def component(self) -> str:
+        return self.name.split(":", 1)[0]
+
+
+@dataclass
+class Result:
+    check: Check
+    status: str  # PASS, FAIL or NOT IMPLEMENTED
+    max_abs_diff: float | None  # None when the check raised
+    detail: str = ""  # the tensor that differs, or the exception and where it was raised
+
+
+class Context:
+    """What the checks share, built on first use: a check that does not need the model does not
+    fail because the model cannot be built."""
+
+    def __init__(self, checkpoint: str | None, reference_file: Path) -> None:
+        self.checkpoint = checkpoint
+        self.reference_file = reference_file
+        self._outputs: dict[tuple[str, bool], dict[str, torch.Tensor]] = {}
+
+    @functools.cached_property
+    def reference(self) -> dict:
+        if not self.reference_file.is_file():
+            raise FileNotFoundError(
+                f"{self.reference_file} is missing; regenerate it with scripts/make_reference.py"
+            )
+        return load_trusted(self.reference_file)  # plain tensors only
+
+    @functools.cached_property
+    def model(self) -> torch.nn.Module:
+        from minbert.pretrained import load_pretrained
+
+        model = load_pretrained(self.checkpoint).eval()  # eval: dropout off
+        # A reference made from another checkpoint would fail every check, for no useful reason.
+        meta = self.reference.get("meta", {})
+        shape = (model.config.num_hidden_layers, model.config.hidden_size)
+        if meta and shape != (meta.get("num_hidden_layers"), meta.get("hidden_size")):
+            raise ValueError(
+                f"the checkpoint has {shape[0]} layers of size {shape[1]} but the reference was "
+                f"made from {meta.get('checkpoint')} ({meta.get('num_hidden_layers')} layers of "
+                f"size {meta.get('hidden_size')}); make one for this checkpoint with "
+                "scripts/make_reference.py --checkpoint DIR --out FILE"
+            )
+        return model
+
+    def outputs(self, batch: str, fast_attention: bool = True) -> dict[str, torch.Tensor]:
+        """minBERT's outputs on the reference batch ``batch`` ("single" or "pair")."""
+        key = (batch, fast_attention)
+        if key not in self._outputs:
+            ref = self.reference[batch]
+            self.model.set_fast_attention(fast_attention)
+            try:
+                with torch.no_grad():
+                    self._outputs[key] = self.model(
+                        input_ids=ref["input_ids"],
+                        attention_mask=ref["attention_mask"],
+                        token_type_ids=ref["token_type_ids"],
+                    )
+            finally:
+                self.model.set_fast_attention(True)
+        return self._outputs[key]
+
+
+def compare(
+    name: str,
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    axes: tuple[str, ...] = ("sentence", "token", "dim"),
+) -> Measurement:
+    """max |got − expected| over the positions where ``mask`` (B, T) is true (all if None), and
+    where it occurs, naming the position along ``axes``."""
+    if not isinstance(got, torch.Tensor):
+        return Measurement(math.inf, f"{name} is a {type(got).__name__}, expected a tensor")
+    if got.shape != expected.shape:
+        return Measurement(
+            math.inf, f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+        )
+    diff = (got.detach().double() - expected.detach().double()).abs()
+    if mask is not None:  # padding positions are not compared (a where, so NaN there is ignored)
+        diff = torch.where(mask.reshape(mask.shape + (1,) * (diff.ndim - 2)), diff, 0.0)
+    if diff.numel() == 0:
+        return Measurement(0.0)
+    where = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+    axes = axes[-diff.ndim :] if len(axes) >= diff.ndim else axes + ("index",) * diff.ndim
+    at = ", ".join(f"{axis} {i}" for axis, i in zip(axes, where))
+    hint = f"{name} differs most at {at}: got {got[where].item():.6g}, expected "
+    hint += f"{expected[where].item():.6g}"
+    return Measurement(diff.max().item(), hint)
+
+
+# ----------------------------------------------------------------------------------------------
+# Declaring checks
+
+CheckFunction = Callable[[Context], Measurement]
+
+# Every declared check, in the order of declaration (minbert/course/checks/__init__.py imports
+# the checks files in the order of GUIDE.md).
+CHECKS: list[Check] = []
+
+
+def check(
+    name: str, *, tolerance: float, hint: str = "", exercises: tuple[str, ...] = ()
+) -> Callable[[CheckFunction], CheckFunction]:
+    """Register the decorated function as the check ``name`` (see ``Check``); the function is
+    returned unchanged. Two checks of one name are a ValueError."""
+
+    def register(run: CheckFunction) -> CheckFunction:
+        if any(c.name == name for c in CHECKS):
+            raise ValueError(f"a check named {name!r} is already registered")
+        CHECKS.append(Check(name, tolerance, run, hint, tuple(exercises)))
+        return run
+
+    return register
+
+
+# ----------------------------------------------------------------------------------------------
+# Running, selecting and reporting
+
+
+def not_implemented_message(err: BaseException) -> str | None:
+    """The message of a NotImplementedError in ``err`` or its causes, else None."""
+    while err is not None:
+        if isinstance(err, NotImplementedError):
+            return str(err) or "NotImplementedError"
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def run_check(check: Check, ctx: Context) -> Result:
+    """Run one check; never raises (a broken check is a FAIL, a missing exercise NOT
+    IMPLEMENTED)."""
+    try:
+        measurement = check.run(ctx)
+    except Exception as err:  # one broken check must not stop the others
+        todo = not_implemented_message(err)
+        detail = todo if todo is not None else f"{type(err).__name__}: {err}"
+        frame = traceback.extract_tb(err.__traceback__)[-1]
+        detail += f" ({Path(frame.filename).name}:{frame.lineno})"
+        return Result(check, NOT_IMPLEMENTED if todo is not None else FAIL, None, detail)
+    diff = measurement.max_abs_diff
+    passed = diff <= check.tolerance  # NaN compares false: fails
+    return Result(check, PASS if passed else FAIL, diff, "" if passed else measurement.hint)
+
+
+def format_result(result: Result, width: int) -> str:
+    """The check's line, and under a FAIL or NOT IMPLEMENTED what differs and what to try."""
+    check = result.check
+    diff = "-" if result.max_abs_diff is None else f"{result.max_abs_diff:.2e}"
+    line = f"{check.name:<{width}}  max_abs_diff {diff:<9}  tol {check.tolerance:<7.0e}  "
+    line += result.status
+    if result.status == FAIL:
+        if result.detail:
+            line += f"\n    {result.detail}"
+        if check.hint:
+            line += f"\n    hint: {check.hint}"
+    elif result.status == NOT_IMPLEMENTED:
+        line += f"\n    hint: {result.detail}"
+    return line
+
+
+def select(checks: list[Check], names: list[str]) -> list[Check]:
+    """The checks of each component in ``names`` (the part of a check's name before ':'), or
+    whose name contains it; an unknown name is a ValueError."""
+    chosen: list[Check] = []
+    for name in names:
+        found = [c for c in checks if c.component == name.lower()]
+        found = found or [c for c in checks if name.lower() in c.name.lower()]
+        if not found:
+            components = ", ".join(dict.fromkeys(c.component for c in checks))
+            raise ValueError(f"no check matches {name!r}; components: {components}")
+        chosen += [c for c in found if c not in chosen]
+    return [c for c in checks if c in chosen]  # in the usual order
