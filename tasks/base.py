@@ -30,6 +30,7 @@ reads back to the same float), ints as ints.
 from __future__ import annotations
 
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -305,21 +306,32 @@ def get_task(name: str) -> Task:
 # Helpers
 
 
+# A number as the course's files write it: ASCII digits, an optional sign, point and exponent
+# (or inf / nan, refused as not finite). Python's float() also takes "0_5" or "٣" (an Arabic-
+# Indic three), which no one means as a label.
+_NUMBER = re.compile(
+    r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|inf(inity)?|nan)", re.IGNORECASE | re.ASCII
+)
+_INTEGRAL = re.compile(
+    r"[+-]?\d+(\.0*)?", re.ASCII
+)  # "3", "-1" or "3.0" (the Quora files write 1.0)
+
+
 def _parse_number(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError("not a number") from None
+    if not _NUMBER.fullmatch(raw.strip()):
+        raise ValueError("not a number")
+    value = float(raw)
     if not math.isfinite(value):
         raise ValueError("not a finite number")
     return value
 
 
 def _parse_class(raw: str, num_classes: int) -> int:
-    """A class index 0..num_classes−1, written as an integer ("3") or integral float ("3.0")."""
+    """A class index 0..num_classes−1, written as an integer ("3") or integral float ("3.0");
+    not in scientific notation (``1e-400`` is 0.0 to float(), but no one writes a class so)."""
     value = _parse_number(raw)
-    if value != int(value):
-        raise ValueError(f"{value:g} is not an integer class")
+    if not _INTEGRAL.fullmatch(raw.strip()):
+        raise ValueError(f"{raw.strip()} is not an integer class")
     if not 0 <= value < num_classes:
         raise ValueError(f"class {int(value)} is out of range 0..{num_classes - 1}")
     return int(value)

@@ -37,6 +37,7 @@ Sentences are not lower-cased, tokenized or truncated here: that is the tokenize
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ from pathlib import Path
 __all__ = ["DataError", "Example", "SkippedRow", "format_skip_report", "read_examples"]
 
 ID_COLUMN = "id"
+PREDICTION_SEPARATOR = " , "  # between id and prediction in the course's prediction files
 _BOM = "\ufeff"
 
 
@@ -106,7 +108,11 @@ def read_examples(
         raise DataError(f"{name}: file not found")
     if not path.is_file():
         raise DataError(f"{name}: not a regular file")
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise DataError(f"{name}: cannot be read ({err.strerror or err})") from None
+    _check_is_utf8_text(name, raw)
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the newline that ends the last line does not start another one
@@ -172,6 +178,28 @@ def format_skip_report(skipped: Sequence[SkippedRow]) -> str:
 
 # ----------------------------------------------------------------------------------------------
 # Helpers
+
+
+def _check_is_utf8_text(name: str, raw: bytes) -> None:
+    """Whole-file problems that would otherwise show as a confusing error on every row."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise DataError(f"{name}: the file is UTF-16 text (it starts with a UTF-16 byte-order "
+                        "mark); expected UTF-8: save it as UTF-8")  # fmt: skip
+    if raw and raw.count(b"\x00") * 2 >= len(raw):
+        raise DataError(f"{name}: the file is mostly NUL bytes (a binary or zero-filled file), "
+                        "not UTF-8 text")  # fmt: skip
+    if b"\x00" in raw:
+        line = raw[: raw.index(b"\x00")].count(b"\n") + 1
+        raise DataError(f"{name}:{line}: NUL byte in the text (expected UTF-8 text without NULs)")
+    if b"\r" in raw and b"\n" not in raw.rstrip(b"\r"):
+        raise DataError(f"{name}: the lines end with CR alone (old Mac line ends); expected LF or "
+                        "CRLF: convert the file, e.g. tr '\\r' '\\n'")  # fmt: skip
+
+
+def _visible(text: str) -> bool:
+    """True when ``text`` has a character that is not whitespace, a control, a format character
+    or a zero-width space (categories Cc, Cf, Z*): a sentence of only those reads as empty."""
+    return any(not (ch.isspace() or unicodedata.category(ch)[0] in "CZ") for ch in text)
 
 
 def _strip_bom(line: bytes) -> bytes:
@@ -276,6 +304,11 @@ def _read_row(
     example_id = field(id_index)
     if example_id == "":
         problems.append("empty id")
+    elif example_id is not None and PREDICTION_SEPARATOR in example_id:
+        problems.append(
+            f"id {example_id!r} contains {PREDICTION_SEPARATOR!r}, the separator of the "
+            "prediction files, so its predictions could not be read back"
+        )
     elif example_id is not None and example_id in first_line_of_id:
         first = first_line_of_id[example_id]
         problems.append(f"duplicate id {example_id!r} (first seen on line {first})")
@@ -285,6 +318,8 @@ def _read_row(
         text = field(index)
         if text == "":
             problems.append(f"empty {column}")
+        elif text is not None and not _visible(text):
+            problems.append(f"empty {column} (only invisible characters: {text!r})")
         texts.append(text)
 
     label = None

@@ -327,3 +327,49 @@ def test_real_files(task_name, split):
     assert len(examples) + len(skipped) == lines - 1
     assert len(examples) > 200
     assert all((e.label is None) == (split == "test") for e in examples)
+
+
+@pytest.mark.parametrize(
+    ("label", "reason"),
+    [
+        ("0_5", "not a number"),  # float() reads 5
+        ("\u0663", "not a number"),  # an Arabic-Indic three: float() reads 3
+        ("1e-400", "not an integer class"),  # float() reads 0.0
+        ("2e0", "not an integer class"),
+    ],
+)
+def test_labels_python_accepts_but_a_person_would_not(tmp_path, label, reason):
+    path = tmp_path / "f.csv"
+    path.write_text(f"\tid\tsentence\tsentiment\n0\ta\tgood .\t{label}\n1\tb\tfine .\t2\n")
+    examples, skipped = get_task("sst").read(path)
+    assert [e.id for e in examples] == ["b"]
+    assert len(skipped) == 1 and skipped[0].line == 2 and reason in skipped[0].reason
+
+
+def test_invisible_sentences_and_ids_with_the_prediction_separator(tmp_path):
+    path = tmp_path / "f.csv"
+    rows = ["\u200b\u200b", "\u00ad\u2060", "\x07\x1b", "a visible one ."]
+    lines = ["\tid\tsentence\tsentiment"] + [f"{i}\tid{i}\t{t}\t1" for i, t in enumerate(rows)]
+    lines.append("9\tx , y\tok .\t1")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    examples, skipped = get_task("sst").read(path)
+    assert [e.id for e in examples] == ["id3"]
+    assert [s.line for s in skipped] == [2, 3, 4, 6]
+    assert all("only invisible characters" in s.reason for s in skipped[:3])
+    assert "' , '" in skipped[3].reason
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("\tid\tsentence\n0\ta\tgood .\n".encode("utf-16"), "UTF-16"),
+        (b"\x00" * 64, "NUL bytes"),
+        (b"\tid\tsentence\n0\ta\tgo\x00od .\n", ":2: NUL byte"),
+        (b"\tid\tsentence\r0\ta\tgood .\r1\tb\tbad .\r", "CR alone"),
+    ],
+)
+def test_files_that_are_not_utf8_text_get_their_own_words(tmp_path, content, words):
+    path = tmp_path / "f.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=words):
+        get_task("sst").read(path)
