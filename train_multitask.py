@@ -38,7 +38,7 @@ from tasks import TASKS, get_task
 from tasks.base import SPLITS, Task
 from tasks.batching import BatchStream
 from tasks.collate import batch_to, collate, swap_at_random
-from tasks.data import Data, load_data, train_lengths
+from tasks.data import Data, fingerprints, load_data, train_lengths
 from tasks.devices import Distributed, autocast, pick_device, set_up_distributed
 from tasks.metrics import OVERALL_TASKS
 from tasks.model import (
@@ -49,11 +49,10 @@ from tasks.model import (
     TrainingStep,
     build_model,
     evaluate,
-    predict,
     train_step,
 )
 from tasks.reader import DataError
-from tasks.run import RunFolder, UsageError, merge_config
+from tasks.run import RunFolder, RunStopped, UsageError, merge_config
 
 RUN_DIR = {"metavar": "RUN_DIR"}
 
@@ -186,55 +185,71 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         source, flag = flat["out_dir"] or TrainConfig.from_flat(flat).resolved().out_dir, "--resume"
         inherited = [k for k in [*defaults, "base_tasks"] if k not in WHERE_IT_RUNS]
     elif flat["evaluate"]:
-        source, flag, inherited = flat["evaluate"], "--evaluate", [*MODEL_KEYS, "tasks", "add_to"]
-        inherited.append("base_tasks")
+        source, flag = flat["evaluate"], "--evaluate"
+        inherited = [*MODEL_KEYS, "tasks", "add_to", "base_tasks"]
     elif flat["add_to"]:
         source, flag, inherited = flat["add_to"], "--add_to", MODEL_KEYS
     if source is not None:
         saved = RunFolder(source).read_config(flag)
-        flat = merge_config(flat, saved, inherited, defaults | {"base_tasks": []})
+        flat = merge_config(flat, saved, inherited, defaults | {"base_tasks": []}, flag, source)
         if flag == "--add_to":
             flat["base_tasks"] = [*saved.get("base_tasks", []), *saved["tasks"]]
     config = TrainConfig.from_flat(flat).resolved()
-    check(config)
+    check(config, explicit=[k for k in FILE_FLAGS if flat.get(k)])
     return config
 
 
-def check(cfg: TrainConfig) -> None:
-    """Every value in range, or a UsageError naming the flag and the fix."""
-    unknown = [t for t in cfg.tasks if t not in TASKS]
-    repeated = [t for t in cfg.tasks if t in cfg.base_tasks]
-    same = cfg.add_to and Path(cfg.out_dir).resolve() == Path(cfg.add_to).resolve()
+def inside(a: Path, b: Path) -> bool:
+    a, b = a.resolve(), b.resolve()
+    return a == b or b in a.parents or a in b.parents
+
+
+def check(cfg: TrainConfig, explicit: list[str]) -> None:
+    """Every value in range and every named file present, or a UsageError naming the flag and
+    the fix, before anything is written."""
+    tasks, m = cfg.tasks, cfg.model
+    unknown = [t for t in tasks if t not in TASKS]
+    repeated = [t for t in tasks if t in cfg.base_tasks]
+    try:
+        checkpoint = m.check([get_task(t) for t in tasks if t in TASKS])
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    missing = [k for k in explicit if not Path(cfg.files[k]).is_file()]
     for bad, message in [
-        (unknown or not cfg.tasks, f"--tasks: unknown task(s) {unknown}; known: {sorted(TASKS)}"),
-        (same, "--out_dir must differ from --add_to: the earlier run stays as it is"),
-        (cfg.add_to and cfg.model.plugin is None,
-         f"--add_to: {cfg.add_to} was trained with --option {cfg.model.option}, which changes "
-         "weights every task shares; tasks can be added only to a plug-in run "
-         "(adapter, pals, lhuc, lora)"),
+        (unknown or not tasks, f"--tasks: unknown task(s) {unknown}; known: {sorted(TASKS)}"),
+        (len(set(tasks)) < len(tasks), f"--tasks {','.join(tasks)}: a task is named twice"),
+        (missing, f"--{missing[0] if missing else ''}: file not found; give an existing file"),
+        (cfg.add_to and inside(Path(cfg.out_dir), Path(cfg.add_to)),
+         "--out_dir must differ from --add_to and lie outside it: the earlier run stays as it is"),
+        (inside(Path(cfg.out_dir), checkpoint), f"--out_dir {cfg.out_dir} and the checkpoint "
+         f"folder {checkpoint} must not be the same or inside each other"),
+        (cfg.add_to and m.plugin is None,
+         f"--add_to: {cfg.add_to} was trained with --option {m.option}, which changes weights "
+         "every task shares; tasks can be added only to a plug-in run (adapter, pals, lhuc, lora)"),
         (cfg.add_to and repeated, f"--tasks: {repeated} already trained in {cfg.add_to} (tasks "
          f"{cfg.base_tasks}); with --add_to, name only the new tasks"),
-        (cfg.epochs < 1, "--epochs must be at least 1"),
-        (cfg.batch_size < 1, "--batch_size must be at least 1"),
-        (cfg.log_every < 1, "--log_every must be at least 1"),
-        (cfg.model.max_length < 1, "--max_length must be at least 1"),
-        (cfg.limit is not None and cfg.limit < 1, "--limit must be at least 1"),
-        (not 0 <= cfg.warmup < 1, "--warmup is a fraction of all steps in [0, 1)"),
-        (not 0 < cfg.layer_decay <= 1, "--layer_decay is a factor in (0, 1]"),
+        (not 0 < cfg.lr < math.inf, f"--lr {cfg.lr}: must be a positive number"),
+        (not 0 <= cfg.warmup < 1, f"--warmup {cfg.warmup}: a fraction of all steps in [0, 1)"),
+        (not 0 <= cfg.dropout < 1, f"--dropout {cfg.dropout}: a probability in [0, 1)"),
+        (not 0 < cfg.layer_decay <= 1, f"--layer_decay {cfg.layer_decay}: a factor in (0, 1]"),
+    ] + [
+        (v is not None and not v >= low, f"--{name} {v}: must be at least {low}")
+        for name, low in AT_LEAST.items() for v in [getattr(cfg, name)]
     ]:  # fmt: skip
         if bad:
             raise UsageError(message)
+    pick_device(cfg.device)
 
 
-# --------------------------------------------------------------------------------------------
-# Data, model, predictions
-# --------------------------------------------------------------------------------------------
+AT_LEAST = {"epochs": 1, "batch_size": 1, "steps_per_epoch": 1, "limit": 1, "log_every": 1,
+            "eval_every": 0, "save_every": 0, "seed": 0, "threads": 1,
+            "weight_decay": 0}  # fmt: skip
 
 
-def read_data(cfg: TrainConfig, folder: RunFolder | None) -> Data:
-    """The chosen tasks' files (tasks/data.py); skipped rows listed in the run folder."""
-    skipped = folder.write_skipped_rows if folder is not None else None
-    return load_data(cfg.tasks, cfg.data_path, cfg.strict, cfg.limit, skipped)
+def read_data(cfg: TrainConfig) -> tuple[Data, str]:
+    """The chosen tasks' files (tasks/data.py) and the report of their skipped rows."""
+    explicit = [key for key, path in cfg.files.items() if path]
+    return load_data(cfg.tasks, cfg.data_path, cfg.strict, cfg.limit, explicit)
 
 
 def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
@@ -248,25 +263,6 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
     return model.to(device)
 
 
-def dev_metrics(model, data: Data, tokenizer, cfg: TrainConfig, device) -> dict[str, float]:
-    dev = {name: splits["dev"] for name, splits in data.items()}
-    return evaluate(model, dev, tokenizer, 2 * cfg.batch_size, device, autocast(cfg.bf16, device))
-
-
-def write_predictions(model, data: Data, tokenizer, cfg, device, folder: RunFolder) -> None:
-    """<task>-<split>-output.csv for the dev and test files, in the course's format."""
-    for name, splits in data.items():
-        for split in ("dev", "test"):
-            if split in splits:
-                task, examples = get_task(name), splits[split]
-                bf16 = autocast(cfg.bf16, device)
-                predictions = predict(
-                    model, task, examples, tokenizer, 2 * cfg.batch_size, device, bf16
-                )
-                folder.write_predictions(task, split, [e.id for e in examples], predictions)
-    print(f"predictions written to {folder.path}")
-
-
 # --------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------
@@ -274,13 +270,14 @@ def write_predictions(model, data: Data, tokenizer, cfg, device, folder: RunFold
 
 @dataclass
 class Run:
-    """What the training loop works with, built by ``set_up``."""
+    """What the training loop works with, built by ``set_up``; ``extra`` is the driver's part of
+    last.pt (running losses, examples seen, seconds trained, the training files' fingerprints)."""
 
     cfg: TrainConfig
     folder: RunFolder
     dist: Distributed
     device: torch.device
-    data: dict
+    data: Data
     tokenizer: Tokenizer
     model: MultitaskModel
     step_module: torch.nn.Module
@@ -290,7 +287,7 @@ class Run:
     streams: dict[str, BatchStream]
     smart: Smart | None
     steps_per_epoch: int
-    examples_seen: int = 0  # by this process, since it started
+    extra: dict[str, Any]
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (tasks/run.py: save_last)."""
@@ -302,21 +299,22 @@ class Run:
 
 
 def set_up(cfg: TrainConfig) -> Run:
-    """Folder, data, model, optimizer, sampler and batch streams, in that order."""
+    """Everything is read and built before the run folder is touched; then folder, optimizer,
+    sampler and batch streams."""
     dist, device = set_up_distributed(cfg.device, cfg.bf16, cfg.batch_size)
     folder = RunFolder(cfg.out_dir, writes=dist.rank == 0)
-    folder.prepare(cfg.resume, cfg.overwrite)
+    folder.check_can_start(cfg.resume, cfg.overwrite)
     torch.manual_seed(cfg.seed)
-    if not cfg.resume:
-        folder.write_config(cfg.to_flat())
-    data = read_data(cfg, folder)
+    data, skipped = read_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model = make_model(cfg, device)
+    folder.start(cfg.resume)
+    if not cfg.resume:
+        folder.write_config(cfg.to_flat())
+    if skipped:
+        print(f"every skipped row is listed in {folder.write_skipped_rows(skipped)}")
     if cfg.add_to:
-        print(
-            f"adding {cfg.tasks} to {cfg.add_to} (tasks {cfg.base_tasks}, frozen): --option "
-            f"{cfg.model.option} and the other model settings come from its config.json"
-        )
+        print(f"adding {cfg.tasks} to {cfg.add_to}, whose settings and tasks {cfg.base_tasks} stay")
     report = parameter_report(model.bert, dict(model.heads))
     print(format_parameter_report(report))
     folder.write_parameters(report)
@@ -334,9 +332,12 @@ def set_up(cfg: TrainConfig) -> Run:
         )
     streams = {n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed) for n in data}
     sampler = TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed)
+    train_files = [cfg.data_path(get_task(name), "train") for name in cfg.tasks]
+    extra = {"running": {n: [] for n in data}, "examples": 0, "seconds": 0.0,
+             "train_files": fingerprints(train_files)}  # fmt: skip
     # fmt: off
     return Run(cfg, folder, dist, device, data, tokenizer, model, step_module, optimizer,
-               scheduler, sampler, streams, smart, steps_per_epoch)
+               scheduler, sampler, streams, smart, steps_per_epoch, extra)
     # fmt: on
 
 
@@ -356,96 +357,97 @@ def one_batch(run: Run, name: str, step: int) -> torch.Tensor | None:
             run.step_module, task, batch, run.optimizer, run.scheduler, bf16, skip, teacher
         )
     except NonFiniteLoss as err:
-        raise NonFiniteLoss(
-            f"{err} at step {step} on task {name}; the run stops here, before "
-            "any update from this batch"
-        ) from None
-    run.examples_seen += len(indices) if loss is not None else 0
+        raise RunStopped(f"{err} at step {step} on task {name}; the run stops before any update "
+                         f"from this batch; {run.folder.on_disk()}", 3) from None  # fmt: skip
+    run.extra["examples"] += len(indices) if loss is not None else 0
     return loss
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     run = set_up(cfg)
-    step, best = run.folder.resume(**run.parts()) if cfg.resume else (0, -math.inf)
-    if cfg.resume:
-        run.folder.truncate_logs(step)
-        print(f"resumed {run.folder.path} at step {step}")
-    spe, total = run.steps_per_epoch, run.steps_per_epoch * cfg.epochs
-    start, running = time.time(), {name: [] for name in run.data}
+    step, best = run.folder.resume(run.parts(), run.extra) if cfg.resume else (0, -math.inf)
+    try:
+        step, best = train_epochs(run, step, best)
+    except KeyboardInterrupt:
+        raise RunStopped(f"interrupted at step {step}; {run.folder.on_disk()}", 130) from None
+    except OSError as err:  # a full disk, a folder that went away
+        raise RunStopped(f"{err.strerror or err} while writing to {run.folder.path} at step "
+                         f"{step}; {run.folder.on_disk()}", 1) from None  # fmt: skip
+    return finish(run, step, best)
+
+
+def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
+    """The loop: an epoch's task schedule, one batch a step, logs, evaluations and saves."""
+    cfg, spe, running = run.cfg, run.steps_per_epoch, run.extra["running"]
+    total, start = spe * cfg.epochs, time.time() - run.extra["seconds"]
     while step < total:
         epoch = step // spe + 1
         schedule = run.sampler.schedule(epoch, spe)
         if step % spe == 0:
             probabilities = run.sampler.probabilities(epoch).items()
-            print(
-                f"epoch {epoch}/{cfg.epochs}: task probabilities "
-                + ", ".join(f"{k} {v:.3f}" for k, v in probabilities)
-            )
+            print(f"epoch {epoch}/{cfg.epochs}: task probabilities "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in probabilities))  # fmt: skip
         run.model.train()
-        bar = tqdm(
-            total=spe,
-            initial=step % spe,
-            desc=f"epoch {epoch}/{cfg.epochs}",
-            disable=run.dist.rank != 0,
-            file=sys.stderr,
-            dynamic_ncols=True,
-            mininterval=0.1 if sys.stderr.isatty() else 60,
-        )
+        bar = tqdm(total=spe, initial=step % spe, desc=f"epoch {epoch}/{cfg.epochs}",
+                   disable=run.dist.rank != 0, file=sys.stderr, dynamic_ncols=True,
+                   mininterval=0.1 if sys.stderr.isatty() else 60)  # fmt: skip
         while step < epoch * spe:
             name = schedule[step % spe]
             step += 1
             loss = one_batch(run, name, step)
             bar.update(1)
             if loss is None:
-                tqdm.write(
-                    f"non-finite loss at step {step} on task {name}: batch skipped", file=sys.stderr
-                )
+                tqdm.write(f"non-finite loss at step {step} on task {name}: batch skipped",
+                           file=sys.stderr)  # fmt: skip
                 continue
             running[name].append(run.dist.mean(loss))
             recent = running[name][-50:]
             bar.set_postfix(task=name, loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
             if step % cfg.log_every == 0 or step == total:
                 run.folder.log_training(step, epoch, running)
+            run.extra["seconds"] = time.time() - start
             if step % spe == 0 or (cfg.eval_every and step % cfg.eval_every == 0):
                 best = evaluate_and_save(run, step, epoch, best)
             elif cfg.save_every and step % cfg.save_every == 0:
-                run.folder.save_last(step, best, **run.parts())
+                run.folder.save_last(step, best, run.parts(), run.extra)
         bar.close()
-    return finish(run, step, best, time.time() - start)
+    return step, best
 
 
 def evaluate_and_save(run: Run, step: int, epoch: int, best: float) -> float:
     """Evaluate on the dev sets, log, keep the best checkpoint, write last.pt; the new best."""
+    run.folder.check_finite(run.model, step)  # no evaluation of a broken model
     metrics = dev_metrics(run.model, run.data, run.tokenizer, run.cfg, run.device)
     run.model.train()
     run.folder.log_metrics(step, epoch, metrics)
-    tqdm.write(
-        f"step {step} epoch {epoch}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
-        file=sys.stdout,
-    )
+    tqdm.write(f"step {step} epoch {epoch}: " + ", ".join(f"{k} {v:.4f}" for k, v in
+               metrics.items()), file=sys.stdout)  # fmt: skip
     if metrics["overall"] > best:
         best = metrics["overall"]
-        run.folder.save_best(run.model)
-    run.folder.save_last(step, best, **run.parts())
+        run.folder.save_best(run.model, step)
+    run.folder.save_last(step, best, run.parts(), run.extra)
     return best
 
 
-def finish(run: Run, step: int, best: float, elapsed: float) -> dict[str, Any]:
+def dev_metrics(model, data: Data, tokenizer, cfg: TrainConfig, device) -> dict[str, float]:
+    dev = {name: splits["dev"] for name, splits in data.items()}
+    return evaluate(model, dev, tokenizer, 2 * cfg.batch_size, device, autocast(cfg.bf16, device))
+
+
+def finish(run: Run, step: int, best: float) -> dict[str, Any]:
     """Reload the best checkpoint, write predictions, task files, summary and plots."""
-    cfg, folder = run.cfg, run.folder
-    examples = round(run.dist.mean(torch.tensor(float(run.examples_seen))) * run.dist.world)
+    cfg, folder, seconds = run.cfg, run.folder, run.extra["seconds"]
+    examples = round(run.dist.mean(torch.tensor(float(run.extra["examples"]))) * run.dist.world)
     if run.dist.world > 1:
         torch.distributed.barrier()  # rank 0's best checkpoint is on disk before anyone reads it
     folder.load_best(run.model)
-    summary = {
-        "best_overall": best,
-        "wall_clock_s": round(elapsed, 1),
-        "train_examples_per_s": round(examples / max(elapsed, 1e-9), 2),
-        "steps": step,
-        "train_examples": examples,
-        "processes": run.dist.world,
-    }
-    write_predictions(run.model, run.data, run.tokenizer, cfg, run.device, folder)
+    summary = {"best_overall": best, "wall_clock_s": round(seconds, 1),
+               "train_examples_per_s": round(examples / max(seconds, 1e-9), 2), "steps": step,
+               "train_examples": examples, "processes": run.dist.world}  # fmt: skip
+    bf16 = autocast(cfg.bf16, run.device)
+    folder.write_predictions(
+        run.model, run.data, run.tokenizer, 2 * cfg.batch_size, run.device, bf16
+    )
     if cfg.model.option != "finetune":
         folder.save_task_checkpoints(run.model)
     folder.write_summary(summary)
@@ -460,13 +462,16 @@ def finish(run: Run, step: int, best: float, elapsed: float) -> dict[str, Any]:
 def evaluate_only(cfg: TrainConfig) -> dict[str, float]:
     """Rebuild the model from RUN_DIR/config.json, load its best checkpoint, evaluate, predict."""
     device = pick_device(cfg.device)
-    data = read_data(cfg, None)
+    data, _ = read_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model = make_model(cfg, device)
     RunFolder(cfg.evaluate).load_best(model)
     metrics = dev_metrics(model, data, tokenizer, cfg, device)
     print("dev: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-    write_predictions(model, data, tokenizer, cfg, device, RunFolder(cfg.out_dir))
+    bf16 = autocast(cfg.bf16, device)
+    RunFolder(cfg.out_dir).write_predictions(
+        model, data, tokenizer, 2 * cfg.batch_size, device, bf16
+    )
     return metrics
 
 
@@ -482,9 +487,9 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as err:
         print(f"error: --checkpoint: {err}", file=sys.stderr)
         return 2
-    except FloatingPointError as err:
+    except RunStopped as err:
         print(f"error: {err}", file=sys.stderr)
-        return 3
+        return err.exit_code
     return 0
 
 

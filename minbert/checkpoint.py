@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,8 @@ import torch
 
 
 class UnsafeCheckpointError(RuntimeError):
-    """A checkpoint file holds more than tensors and plain containers, or cannot be read."""
+    """A checkpoint file holds more than tensors and plain containers ("refused"), or is cut off
+    or not a checkpoint at all ("corrupted")."""
 
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
@@ -63,9 +65,17 @@ def load_trusted(path: str | Path, map_location: str | torch.device = "cpu") -> 
     """``torch.load`` of plain tensors and containers only (see the module docstring)."""
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        first = str(err).splitlines()[0] if str(err) else ""
+        if "weights only" in first.lower():
+            raise UnsafeCheckpointError(
+                f"{path}: refused to load (only tensors and plain containers are accepted): {err}"
+            ) from err
+        raise UnsafeCheckpointError(f"{path}: corrupted (not a readable torch file: {first})")
     except Exception as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UnsafeCheckpointError(
-            f"{path}: refused to load (only tensors and plain containers are accepted): {err}"
+            f"{path}: corrupted (not a readable torch file: {first})"
         ) from err
 
 
@@ -76,4 +86,7 @@ def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except Exception as err:
-        raise UnsafeCheckpointError(f"{path}: not a readable safetensors file: {err}") from err
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UnsafeCheckpointError(
+            f"{path}: corrupted (not a readable safetensors file: {first})"
+        ) from err

@@ -10,7 +10,8 @@ they are truncated, not dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from tasks.base import SPLITS, Task, get_task
@@ -26,12 +27,13 @@ def load_data(
     path_of: Callable[[Task, str], Path],
     strict: bool,
     limit: int | None,
-    skipped_rows: Callable[[str], Path] | None = None,
-) -> Data:
+    explicit: Collection[str] = (),
+) -> tuple[Data, str]:
     """Read every split of every task in ``tasks`` from ``path_of(task, split)``; at most
-    ``limit`` examples per split. A missing test file is skipped with a message, any other
-    missing or empty file is a UsageError naming its flag. ``skipped_rows(report)`` stores the
-    full report of skipped rows and returns where."""
+    ``limit`` examples per split. A missing test file is skipped with a message unless the user
+    named it (its flag ``<task>_<split>`` in ``explicit``); any other missing or empty file is a
+    UsageError naming its flag. Returns the data and the full report of skipped rows ("" if
+    none), for the caller to store; the console gets its first lines."""
     data: Data = {}
     all_skipped = []
     for name in tasks:
@@ -39,7 +41,7 @@ def load_data(
         for split in SPLITS:
             path = path_of(task, split)
             if not path.is_file():
-                if split == "test":
+                if split == "test" and f"{name}_{split}" not in explicit:
                     print(f"[{name}] no test file at {path}: test predictions are skipped")
                     continue
                 raise UsageError(
@@ -53,12 +55,11 @@ def load_data(
                 raise UsageError(f"--{name}_{split}: {path} has no usable rows")
         sizes = ", ".join(f"{s} {len(e)}" for s, e in data[name].items())
         print(f"[{name}] {task.description}: {sizes}")
-    if all_skipped:
-        lines = format_skip_report(all_skipped).splitlines()
+    report = format_skip_report(all_skipped) if all_skipped else ""
+    lines = report.splitlines()
+    if lines:
         print("\n".join(lines if len(lines) <= 11 else [*lines[:10], "...", lines[-1]]))
-        if skipped_rows is not None:
-            print(f"every skipped row is listed in {skipped_rows(chr(10).join(lines))}")
-    return data
+    return data, report
 
 
 def train_lengths(data: Data, tokenizer, separately: Callable[[Task], bool], max_length: int):
@@ -77,3 +78,8 @@ def train_lengths(data: Data, tokenizer, separately: Callable[[Task], bool], max
             if split == "train":
                 lengths[name] = counts
     return lengths
+
+
+def fingerprints(paths: list[Path]) -> dict[str, str]:
+    """sha256 of each file, so that a resumed run notices a training file that changed."""
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}

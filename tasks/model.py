@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -35,7 +36,7 @@ from minbert.plugins import (
 from minbert.plugins.adapter import AdapterSettings
 from minbert.plugins.lora import LoRASettings
 from minbert.plugins.pals import PALSettings
-from minbert.pretrained import load_pretrained
+from minbert.pretrained import load_config, load_pretrained, resolve_checkpoint_dir
 from minbert.smart import MomentumTeacher, SmartConfig, bregman_term, smart_regularizer
 from minbert.tokenizer import Tokenizer
 from tasks.base import Task, get_task
@@ -80,6 +81,20 @@ class ModelSettings:
             return self
         encoding = "separate" if self.option == "pretrain" else "cross"
         return dataclasses.replace(self, pair_encoding=encoding)
+
+    def check(self, tasks: Sequence[Task]) -> Path:
+        """The checkpoint folder, once the settings fit it and ``tasks``: --max_length at least
+        what an input needs ([CLS] x [SEP], or [CLS] a [SEP] b [SEP]) and at most the
+        checkpoint's position table. A UsageError-worthy ValueError names the flag otherwise."""
+        checkpoint = resolve_checkpoint_dir(self.checkpoint)
+        positions = load_config(checkpoint).max_position_embeddings
+        shortest = 5 if any(task.is_pair for task in tasks) else 3
+        if not shortest <= self.max_length <= positions:
+            raise ValueError(
+                f"--max_length {self.max_length}: must be in {shortest}..{positions} (what the "
+                "tasks' inputs need .. the checkpoint's position table)"
+            )
+        return checkpoint
 
     @property
     def plugin(self) -> str | None:

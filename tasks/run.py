@@ -21,7 +21,9 @@ fit the model) is a ``UsageError``: one line, no traceback.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -35,13 +37,28 @@ from minbert.checkpoint import (
     load_trusted,
     save_tensors,
 )
-from tasks.model import MultitaskModel
+from tasks.base import get_task
+from tasks.model import MultitaskModel, predict
 
 LOGS = ("metrics.jsonl", "train_log.jsonl")
+# Files that make a folder hold a run: refused without --resume or --overwrite.
+STATE = ("config.json", "last.pt", "best.safetensors", "summary.json", *LOGS)
+# Everything else a run writes (an --overwrite removes these too, so nothing stale stays).
+OUTPUTS = ("parameters.json", "skipped_rows.txt", "learning_curves.png", "*-output.csv",
+           "task-*.safetensors")  # fmt: skip
 
 
 class UsageError(Exception):
     """A mistake in the command line or the files it names: reported in one line, no traceback."""
+
+
+class RunStopped(Exception):
+    """The run stopped early (Ctrl-C, a full disk, non-finite weights): the message says what
+    state is on disk and how to resume; ``exit_code`` is the process's."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def merge_config(
@@ -49,17 +66,27 @@ def merge_config(
     saved: dict[str, Any],
     inherited: Iterable[str],
     defaults: dict[str, Any],
+    flag: str = "--resume",
+    source: str = "",
 ) -> dict[str, Any]:
-    """The settings of a command that reads a saved run, all flat ``{flag: value}`` dicts.
+    """The settings of a command that reads a saved run (``flag``: --resume, --evaluate or
+    --add_to, naming ``source``), all flat ``{flag: value}`` dicts.
 
     A key in ``inherited`` takes the saved run's value; a key the saved run predates (a flag
     added since) takes the default a command line without flags has, so that it resolves as it
-    would have then; every other key comes from the command line. Option-dependent defaults are
-    resolved afterwards, once, by the caller.
+    would have then; every other key comes from the command line. A flag given on the command
+    line (not at its default) that would change an inherited setting is refused, never ignored.
+    Option-dependent defaults are resolved afterwards, once, by the caller.
     """
     merged = dict(command_line)
     for key in inherited:
         merged[key] = saved[key] if key in saved else defaults[key]
+        given = command_line[key] if key in command_line else defaults[key]
+        if given != defaults[key] and given != merged[key]:
+            raise UsageError(
+                f"--{key} {given}: the run in {source} has {merged[key]}, and {flag} takes the "
+                f"run's setting; drop --{key} (or start a new run to change it)"
+            )
     return merged
 
 
@@ -76,21 +103,55 @@ class RunFolder:
 
     # -- set-up ---------------------------------------------------------------------------------
 
-    def prepare(self, resume: bool, overwrite: bool) -> None:
-        """Check that the folder can take the run; for a new run, clear an old one's state."""
+    def check_can_start(self, resume: bool, overwrite: bool) -> None:
+        """Before anything is written: --resume needs a resumable run here; a new run needs a
+        folder that holds no run, or --overwrite."""
         if resume:
             if not self.file("last.pt").is_file():
                 raise UsageError(f"--resume: {self.file('last.pt')} not found; nothing to resume")
             return
-        if self.file("metrics.jsonl").exists() and not overwrite:
+        held = [name for name in STATE if self.file(name).exists()]
+        if held and not overwrite:
             raise UsageError(
-                f"--out_dir {self.path} already holds a run; pass --resume to continue it, "
-                "--overwrite to start over, or another --out_dir"
+                f"--out_dir {self.path} already holds a run ({', '.join(held)}); pass --resume to "
+                "continue it, --overwrite to replace it, or another --out_dir"
             )
-        if self.writes:
-            self.path.mkdir(parents=True, exist_ok=True)
-            for name in (*LOGS, "last.pt", "best.safetensors"):
-                self.file(name).unlink(missing_ok=True)
+
+    def start(self, resume: bool) -> None:
+        """Once the whole command is validated: take the folder's lock (one process per run
+        folder), remove temporary files of an interrupted save, and for a new run remove every
+        file of the run it replaces."""
+        if not self.writes:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.file(".lock"), "a+")  # noqa: SIM115 -- held while the run lives
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.seek(0)
+            owner = self._lock.read().strip() or "another process"
+            raise UsageError(
+                f"--out_dir {self.path} is in use by {owner}; wait for it to finish or choose "
+                "another --out_dir"
+            ) from None
+        self._lock.truncate(0)
+        self._lock.write(f"process {os.getpid()}\n")
+        self._lock.flush()
+        stale = list(self.path.glob(".*.tmp"))
+        if not resume:
+            stale += [p for pattern in (*STATE, *OUTPUTS) for p in self.path.glob(pattern)]
+        for path in stale:
+            path.unlink(missing_ok=True)
+
+    def on_disk(self) -> str:
+        """What a resume would continue from, in words."""
+        if not self.file("last.pt").is_file():
+            return f"{self.path} holds no resumable state yet (no evaluation or save was reached)"
+        step = "?" if self.saved_step is None else self.saved_step
+        return (
+            f"{self.file('last.pt')} (step {step}) is on disk; resume with: python "
+            f"train_multitask.py --out_dir {self.path} --resume"
+        )
 
     def write_config(self, flat: dict[str, Any]) -> None:
         self._write_json("config.json", flat)
@@ -128,7 +189,14 @@ class RunFolder:
         path = self.file(name)
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        records = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                records.append(json.loads(line))
+                records[-1]["step"]  # noqa: B018 -- every record has its step
+            except (json.JSONDecodeError, TypeError, KeyError):
+                raise UsageError(f"{path}:{number}: corrupted (not a JSON record)") from None
+        return records
 
     def truncate_logs(self, step: int) -> None:
         """After a resume, drop the log lines written after the checkpoint it continues from."""
@@ -139,44 +207,80 @@ class RunFolder:
 
     # -- checkpoints ----------------------------------------------------------------------------
 
-    def save_last(
-        self, step: int, best: float, model, optimizer, scheduler, streams, teacher=None
-    ) -> None:
+    saved_step: int | None = None  # the step of last.pt on disk, once known
+
+    def save_last(self, step: int, best: float, parts: dict[str, Any], extra: dict) -> None:
         """last.pt: everything that resuming at ``step`` needs: the trained tensors, the
         optimizer and schedule, each batch stream's position, the random state (CPU and CUDA),
-        SMART's teacher, and the best overall score so far."""
+        SMART's teacher, the best overall score so far, and the driver's ``extra`` (running
+        losses, counters, the training files' fingerprints). ``parts`` as ``resume`` takes them."""
+        self.check_finite(parts["model"], step)
         if not self.writes:
             return
         state = {
-            "model": model.trainable_state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "streams": {name: s.state_dict() for name, s in streams.items()},
+            "model": parts["model"].trainable_state_dict(),
+            "optimizer": parts["optimizer"].state_dict(),
+            "scheduler": parts["scheduler"].state_dict(),
+            "streams": {name: s.state_dict() for name, s in parts["streams"].items()},
             "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "step": step,
             "best": best,
+            "extra": extra,
         }
-        if teacher is not None:
-            state["teacher"] = teacher.state_dict()
+        if parts["teacher"] is not None:
+            state["teacher"] = parts["teacher"].state_dict()
         atomic_save(state, self.file("last.pt"))
+        self.saved_step = step
 
-    def resume(self, model, optimizer, scheduler, streams, teacher=None) -> tuple[int, float]:
-        """Put last.pt back into the parts built as at the start; returns (step, best)."""
-        state = load_trusted(self.file("last.pt"))
-        model.load_state_dict(state["model"], strict=False)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        for name, stream_state in state["streams"].items():
-            streams[name].load_state_dict(stream_state)
-        if teacher is not None:
-            teacher.load_state_dict(state["teacher"])
-        torch.set_rng_state(state["rng"])
+    def resume(self, parts: dict[str, Any], extra: dict[str, Any]) -> tuple[int, float]:
+        """Put last.pt back into the parts built as at the start, and its ``extra`` into the
+        given one (whose ``train_files`` fingerprints must match the saved ones: a training file
+        that changed would make the resumed run another run); returns (step, best)."""
+        path = self.file("last.pt")
+        state = load_trusted(path)
+        try:
+            parts["model"].load_state_dict(state["model"], strict=False)
+            parts["optimizer"].load_state_dict(state["optimizer"])
+            parts["scheduler"].load_state_dict(state["scheduler"])
+            for name, stream_state in state["streams"].items():
+                parts["streams"][name].load_state_dict(stream_state)
+            if parts["teacher"] is not None:
+                parts["teacher"].load_state_dict(state["teacher"])
+            torch.set_rng_state(state["rng"])
+            step, best = int(state["step"]), float(state["best"])
+        except (KeyError, ValueError, RuntimeError, TypeError, AttributeError) as err:
+            message = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise UsageError(
+                f"{path} does not belong to the run configured in {self.file('config.json')} "
+                f"(it was saved by another run or another version: {message})"
+            ) from None
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])  # dropout on the GPU draws from these
-        return state["step"], state["best"]
+        saved = state.get("extra", {})
+        for path, digest in saved.get("train_files", {}).items():
+            if extra.get("train_files", {}).get(path) != digest:
+                raise UsageError(
+                    f"{path} changed since the run started (its sha256 differs): resuming would "
+                    "not continue the same run; restore the file, or start a new run"
+                )
+        extra |= {k: v for k, v in saved.items() if k != "train_files"}
+        self.saved_step = step
+        self.truncate_logs(step)
+        print(f"resumed {self.path} at step {step}")
+        return step, best
 
-    def save_best(self, model: MultitaskModel) -> None:
+    def check_finite(self, model: MultitaskModel, step: int) -> None:
+        """A NaN or infinity in a trained tensor stops the run before anything is saved."""
+        if not all(torch.isfinite(t).all() for t in model.trainable_state_dict().values()):
+            raise RunStopped(
+                f"non-finite weights after step {step} (is --lr too large?); nothing was saved "
+                f"at this step; {self.on_disk()}",
+                3,
+            )
+
+    def save_best(self, model: MultitaskModel, step: int) -> None:
+        self.check_finite(model, step)
         if self.writes:
             save_tensors(model.trainable_state_dict(), self.file("best.safetensors"))
 
@@ -232,10 +336,20 @@ class RunFolder:
 
     # -- outputs --------------------------------------------------------------------------------
 
-    def write_predictions(self, task, split: str, ids: list[str], predictions: list) -> None:
-        if self.writes:
-            self.path.mkdir(parents=True, exist_ok=True)
-            task.write_predictions(self.file(f"{task.name}-{split}-output.csv"), ids, predictions)
+    def write_predictions(self, model, data, tokenizer, batch_size: int, device, autocast) -> None:
+        """<task>-<split>-output.csv for the dev and test files (task -> split -> examples) in
+        the course's format, predicted as ``tasks.model.predict`` does."""
+        if not self.writes:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        for name, splits in data.items():
+            for split in ("dev", "test"):
+                if split in splits:
+                    task, examples = get_task(name), splits[split]
+                    found = predict(model, task, examples, tokenizer, batch_size, device, autocast)
+                    path = self.file(f"{name}-{split}-output.csv")
+                    task.write_predictions(path, [e.id for e in examples], found)
+        print(f"predictions written to {self.path}")
 
     def write_parameters(self, report: dict[str, Any]) -> None:
         self._write_json("parameters.json", report)

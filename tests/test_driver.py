@@ -33,7 +33,7 @@ def rebuilt(run_dir: Path):
     was added to loaded), its data and tokenizer."""
     cfg = train_multitask.parse_args(["--out_dir", str(run_dir), "--resume"])
     model = train_multitask.make_model(cfg, torch.device("cpu"))
-    data = train_multitask.read_data(cfg, None)
+    data, _ = train_multitask.read_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, cfg.model.max_length)
     return cfg, model, data, tokenizer
 
@@ -274,7 +274,7 @@ def test_task_added_later_leaves_earlier_tasks_bit_identical(
     assert trained.keys() == load_file(str(added / "task-sts.safetensors")).keys()
     assert any(not torch.equal(trained[k], untrained[k]) for k in trained if "plugins" in k)
     cfg = dataclasses.replace(cfg, tasks=["sst", "para"])
-    data = train_multitask.read_data(cfg, None)
+    data, _ = train_multitask.read_data(cfg)
     for name in ("sst", "para"):
         _, rows = read_predictions(base / f"{name}-dev-output.csv")
         predictions = dev_predictions(model, name, data, tokenizer, cfg)

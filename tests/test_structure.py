@@ -116,36 +116,30 @@ def test_config_round_trips_through_its_flat_form(tmp_path):
     flag added after the run) takes its default."""
     import train_multitask
 
-    cfg = train_multitask.parse_args(
-        [
-            "--option",
-            "lora",
-            "--lora_targets",
-            "query,key",
-            "--tasks",
-            "sst,sts",
-            "--smart_steps",
-            "2",
-            "--sst_dev",
-            "x.csv",
-        ]  # fmt: skip
-    )
+    (tmp_path / "x.csv").touch()
+    argv = "--option lora --lora_targets query,key --tasks sst,sts --smart_steps 2 --sst_dev"
+    cfg = train_multitask.parse_args([*argv.split(), str(tmp_path / "x.csv")])
     flat = json.loads(json.dumps(cfg.to_flat()))
     assert flat["lora_targets"] == "query,key" and flat["smart_steps"] == 2
-    assert flat["tasks"] == ["sst", "sts"] and flat["sst_dev"] == "x.csv"
+    assert flat["tasks"] == ["sst", "sts"] and flat["sst_dev"] == str(tmp_path / "x.csv")
     assert train_multitask.TrainConfig.from_flat(flat) == cfg
     del flat["layer_decay"]
     assert train_multitask.TrainConfig.from_flat(flat).layer_decay == 1.0
 
 
 def test_merge_rule():
-    from tasks.run import merge_config
+    """Inherited keys take the saved run's value (or, missing there, the default); the rest come
+    from the command line; a flag given to change an inherited value is refused."""
+    from tasks.run import UsageError, merge_config
 
-    command_line = {"a": 1, "b": 2, "c": 3}
-    saved = {"a": 10, "b": 20}
     defaults = {"a": 0, "b": 0, "c": 0}
-    assert merge_config(command_line, saved, ["a"], defaults) == {"a": 10, "b": 2, "c": 3}
+    command_line = {"a": 0, "b": 2, "c": 0}
+    saved = {"a": 10, "b": 20}
+    assert merge_config(command_line, saved, ["a"], defaults) == {"a": 10, "b": 2, "c": 0}
     assert merge_config(command_line, saved, ["a", "c"], defaults) == {"a": 10, "b": 2, "c": 0}
+    assert merge_config({**command_line, "a": 10}, saved, ["a"], defaults)["a"] == 10
+    with pytest.raises(UsageError, match="--a 1: the run in R has 10"):
+        merge_config({**command_line, "a": 1}, saved, ["a"], defaults, "--resume", "R")
 
 
 def test_every_task_file_registers_a_task():
