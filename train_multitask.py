@@ -228,7 +228,7 @@ def check(cfg: TrainConfig, explicit: list[str]) -> None:
          "every task shares; tasks can be added only to a plug-in run (adapter, pals, lhuc, lora)"),
         (cfg.add_to and repeated, f"--tasks: {repeated} already trained in {cfg.add_to} (tasks "
          f"{cfg.base_tasks}); with --add_to, name only the new tasks"),
-        (not 0 < cfg.lr < math.inf, f"--lr {cfg.lr}: must be a positive number"),
+        (not 0 < cfg.lr <= 10, f"--lr {cfg.lr}: must be a number in (0, 10]"),
         (not 0 <= cfg.warmup < 1, f"--warmup {cfg.warmup}: a fraction of all steps in [0, 1)"),
         (not 0 <= cfg.dropout < 1, f"--dropout {cfg.dropout}: a probability in [0, 1)"),
         (not 0 < cfg.layer_decay <= 1, f"--layer_decay {cfg.layer_decay}: a factor in (0, 1]"),

@@ -71,7 +71,9 @@ def load_trusted(path: str | Path, map_location: str | torch.device = "cpu") -> 
             raise UnsafeCheckpointError(
                 f"{path}: refused to load (only tensors and plain containers are accepted): {err}"
             ) from err
-        raise UnsafeCheckpointError(f"{path}: corrupted (not a readable torch file: {first})")
+        raise UnsafeCheckpointError(
+            f"{path}: corrupted (not a readable torch file: {first})"
+        ) from err
     except Exception as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UnsafeCheckpointError(

@@ -122,11 +122,18 @@ class SmartConfig:
             raise ValueError(f"unknown SMART norm {self.norm!r}; choose one of {NORMS}")
         for name in ("sigma", "epsilon", "step_size", "weight", "bregman_weight"):
             if getattr(self, name) < 0:
-                raise ValueError(f"SmartConfig.{name} must be >= 0, got {getattr(self, name)}")
+                flag = {"bregman_weight": "bregman"}.get(name, name)
+                raise ValueError(
+                    f"SmartConfig.{name} (--smart_{flag}) must be >= 0, got {getattr(self, name)}"
+                )
         if self.ascent_steps < 0:
-            raise ValueError(f"SmartConfig.ascent_steps must be >= 0, got {self.ascent_steps}")
+            raise ValueError(
+                f"SmartConfig.ascent_steps (--smart_steps) must be >= 0, got {self.ascent_steps}"
+            )
         if not 0.0 <= self.momentum <= 1.0:
-            raise ValueError(f"SmartConfig.momentum must be in [0, 1], got {self.momentum}")
+            raise ValueError(
+                f"SmartConfig.momentum (--smart_momentum) must be in [0, 1], got {self.momentum}"
+            )
 
 
 # --------------------------------------------------------------------------------------------

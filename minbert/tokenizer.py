@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from tokenizers import BertWordPieceTokenizer
 
-from minbert.pretrained import resolve_checkpoint_dir
+from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
 
 
 class Tokenizer:
@@ -41,7 +41,10 @@ class Tokenizer:
             )
         vocab = directory / "vocab.txt"
         if not vocab.is_file():
-            raise FileNotFoundError(f"checkpoint directory {directory} has no vocab.txt")
+            raise CheckpointError(
+                f"checkpoint directory {directory} has no vocab.txt (the tokenizer's vocabulary); "
+                "copy it from the checkpoint these weights came from"
+            )
         return cls(vocab, max_length=max_length)
 
     def __call__(

@@ -25,9 +25,12 @@ def pick_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {name}: CUDA is not available on this machine; use cpu")
     try:
-        return torch.device(name)
-    except RuntimeError as err:
-        raise UsageError(f"--device {name}: {err}") from err
+        device = torch.device(name)
+        torch.empty(1, device=device)  # a device this torch build or machine lacks fails here
+    except (RuntimeError, AssertionError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UsageError(f"--device {name}: not usable here ({first}); use auto or cpu") from None
+    return device
 
 
 def autocast(bf16: bool, device: torch.device) -> contextlib.AbstractContextManager:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,9 +71,18 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data,
     saved_step = load_trusted(killed / "last.pt")["step"]
     assert saved_step < 30
 
+    (killed / ".last.pt.x1y2.tmp").write_bytes(b"half a save")  # as a kill mid-save leaves
     resume = [*driver_argv(tiny_checkpoint, tiny_data, killed, "--no_plots"), "--resume"]
     assert train_multitask.main(resume) == 0
     assert metrics(killed) == metrics(reference)
+    assert not list(killed.glob(".*.tmp"))  # the interrupted save's temporary file is gone
+    for name in ("train_log.jsonl",):
+        assert (killed / name).read_text() == (reference / name).read_text()
+    timing = {"wall_clock_s", "train_examples_per_s"}
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (killed, reference)]
+    assert [{k: v for k, v in s.items() if k not in timing} for s in summaries] == [
+        {k: v for k, v in summaries[1].items() if k not in timing}
+    ] * 2
     assert (killed / "sst-dev-output.csv").read_text() == (
         reference / "sst-dev-output.csv"
     ).read_text()
@@ -221,3 +231,37 @@ def test_atomic_save_leaves_old_file_when_the_write_fails(tmp_path):
         atomic_save({"x": Unpicklable()}, path)
     assert torch.equal(load_trusted(path)["x"], torch.ones(2))
     assert [p.name for p in tmp_path.iterdir()] == ["state.pt"]
+
+
+def test_resume_refuses_a_changed_training_file(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    extra = ("--epochs", "2", "--steps_per_epoch", "2", "--no_plots")
+    assert train_multitask.main(driver_argv(tiny_checkpoint, data, tmp_path / "r", *extra)) == 0
+    with open(data / "ids-sst-train.csv", "a") as f:
+        f.write("99\tnew\ta new sentence .\t3\n")
+    again = [*driver_argv(tiny_checkpoint, data, tmp_path / "r", *extra), "--resume"]
+    assert train_multitask.main(again) == 2
+    err = capsys.readouterr().err
+    assert "ids-sst-train.csv changed since the run started" in err
+
+
+def test_ctrl_c_leaves_a_resumable_run_and_says_how_to_resume(tiny_checkpoint, tiny_data, tmp_path):
+    out = tmp_path / "run"
+    extra = ["--epochs", "50", "--steps_per_epoch", "10", "--save_every", "1", "--no_plots"]
+    cmd = [sys.executable, "train_multitask.py", *driver_argv(tiny_checkpoint, tiny_data, out,
+                                                              *extra)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while not (out / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    err = err.decode()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    message = [line for line in err.replace("\r", "\n").splitlines() if "error:" in line]
+    assert len(message) == 1 and "interrupted at step" in message[0]
+    assert f"train_multitask.py --out_dir {out} --resume" in message[0]
+    step = load_trusted(out / "last.pt")["step"]
+    assert step >= 1 and not list(out.glob(".*.tmp"))

@@ -56,9 +56,11 @@ class AdapterSettings:
                 f"adapter placement {self.placement!r}: use one of {sorted(PLACEMENTS)}"
             )
         if self.size < 1:
-            raise ValueError(f"adapter size must be at least 1, got {self.size}")
+            raise ValueError(f"adapter size (--adapter_size) must be at least 1, got {self.size}")
         if self.share < 1:
-            raise ValueError(f"adapter share must be at least 1 layer, got {self.share}")
+            raise ValueError(
+                f"adapter share (--adapter_share) must be at least 1 layer, got {self.share}"
+            )
 
 
 class Bottleneck(nn.Module):

@@ -61,10 +61,11 @@ class LoRASettings:
         unknown = [t for t in targets if t not in TARGETS]
         if unknown or not targets or len(set(targets)) != len(targets):
             raise ValueError(
-                f"LoRA targets {list(targets)}: give distinct names from {list(TARGETS)}"
+                f"LoRA targets (--lora_targets) {list(targets)}: give distinct names from "
+                f"{list(TARGETS)}"
             )
         if self.rank < 1:
-            raise ValueError(f"LoRA rank must be at least 1, got {self.rank}")
+            raise ValueError(f"LoRA rank (--lora_rank) must be at least 1, got {self.rank}")
         self.target_names = tuple(targets)
 
 

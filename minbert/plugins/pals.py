@@ -60,7 +60,10 @@ class PALSettings:
         heads = config.num_attention_heads if self.heads is None else self.heads
         size = default_size(config, heads) if self.size is None else self.size
         if heads < 1 or size < 1 or size % heads != 0:
-            raise ValueError(f"PAL size {size} must be a positive multiple of heads {heads}")
+            raise ValueError(
+                f"PAL size {size} (--pal_size) must be a positive multiple of its heads {heads} "
+                "(--pal_heads)"
+            )
         return size, heads
 
 
