@@ -314,3 +314,22 @@ def test_non_finite_weights_never_reach_a_checkpoint(
     err = capsys.readouterr().err
     assert "non-finite weights after step 2" in err and "no resumable state" in err
     assert not (out / "last.pt").exists() and not (out / "best.safetensors").exists()
+
+
+def test_a_full_disk_ends_in_one_line_with_the_state_on_disk(
+    tiny_checkpoint, tiny_data, tmp_path, capsys, monkeypatch
+):
+    import errno
+
+    import tasks.run
+
+    def no_space(state, path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tasks.run, "atomic_save", no_space)
+    out = tmp_path / "run"
+    assert run_driver(tiny_checkpoint, tiny_data, out, *SHORT) == 1
+    err = capsys.readouterr().err
+    message = [line for line in err.replace("\r", "\n").splitlines() if "error:" in line]
+    assert len(message) == 1 and "No space left on device" in message[0], err
+    assert "no resumable state" in message[0] and "Traceback" not in err
