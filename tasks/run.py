@@ -158,7 +158,11 @@ class RunFolder:
 
     def read_config(self, flag: str) -> dict[str, Any]:
         """The run's config.json; ``flag`` names the option that pointed here, for messages."""
-        path = self.file("config.json")
+        return self.read_json("config.json", flag)
+
+    def read_json(self, name: str, flag: str) -> dict[str, Any]:
+        """A JSON object the run wrote; a missing or corrupted file is a UsageError."""
+        path = self.file(name)
         if not path.is_file():
             raise UsageError(f"{flag}: {path} not found; pass the folder of a training run")
         try:

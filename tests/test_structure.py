@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("minbert", "tasks")
-ENTRY_POINTS = ("train_multitask", "sanity_check")
+ENTRY_POINTS = ("train_multitask", "sanity_check", "pretrain_mlm")
 
 
 def module_name(path: Path) -> str:
