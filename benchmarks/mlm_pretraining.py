@@ -1,0 +1,139 @@
+"""Further MLM pretraining on the tasks' sentences, then multitask fine-tuning, against the same
+fine-tuning from the packaged checkpoint (the MLM issue's benchmark).
+
+    python benchmarks/mlm_pretraining.py --mlm_steps 2000 -- --epochs 3
+
+Stages, each a real run of the project's commands (flags after ``--`` go to both fine-tunings,
+which share every setting but --checkpoint):
+
+1. in parallel: ``train_multitask.py`` from the packaged checkpoint (the baseline), and
+   ``pretrain_mlm.py`` on the training sentences of sst, para and sts (held out: their dev
+   sentences), which records the masked-token accuracy and perplexity of the packaged
+   checkpoint before and after further pretraining;
+2. ``train_multitask.py --checkpoint <the MLM output>``.
+
+Writes benchmarks/results/mlm-pretraining.{json,md} and mlm-pretraining-loss.png with the exact
+commands, the commit and the machine; each run uses --threads 1 (two run at once on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from multitask_runs import ROOT, collect, git_commit, machine  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "mlm-pretraining"
+
+
+def command(script: str, *flags: str) -> list[str]:
+    return [sys.executable, script, "--threads", "1", "--overwrite", *flags]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mlm_steps", type=int, default=2000, help="further pretraining steps")
+    p.add_argument("--data_dir", default="data", help="the course's data files")
+    p.add_argument("--runs_dir", default="runs", help="where the three runs' folders go")
+    args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    runs = Path(args.runs_dir)
+    data = ["--data_dir", args.data_dir]
+    baseline = command("train_multitask.py", *data, "--out_dir", str(runs / "mlm-baseline"), *extra)
+    mlm = command("pretrain_mlm.py", *data, "--out_dir", str(runs / "mlm-pretrained"),
+                  "--steps", str(args.mlm_steps))  # fmt: skip
+    further = command("train_multitask.py", *data, "--out_dir", str(runs / "mlm-finetune"),
+                      "--checkpoint", str(runs / "mlm-pretrained"), *extra)  # fmt: skip
+    commit, started = git_commit(), time.time()
+    seconds: dict[str, float] = {}
+
+    def launch(name: str, cmd: list[str]) -> subprocess.Popen:
+        print("$", shlex.join(cmd), flush=True)
+        seconds[name] = time.time()
+        return subprocess.Popen(cmd, cwd=ROOT)
+
+    def wait(name: str, proc: subprocess.Popen) -> None:
+        if proc.wait() != 0:
+            raise SystemExit(f"{name}: exit code {proc.returncode}")
+        seconds[name] = round(time.time() - seconds[name], 1)
+
+    running = {"baseline": launch("baseline", baseline), "mlm": launch("mlm", mlm)}
+    wait("mlm", running["mlm"])
+    running["further"] = launch("further", further)
+    wait("baseline", running["baseline"])
+    wait("further", running["further"])
+    log = [json.loads(x) for x in (runs / "mlm-pretrained" / "mlm_log.jsonl").read_text().split()]
+    results = {
+        "commit": commit,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "commands": {
+            "baseline": shlex.join(baseline),
+            "mlm": shlex.join(mlm),
+            "further": shlex.join(further),
+        },  # fmt: skip
+        "process_wall_clock_s": seconds,
+        "mlm_before": log[0],
+        "mlm_after": log[-1],
+        "baseline": collect(runs / "mlm-baseline"),
+        "further": collect(runs / "mlm-finetune"),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    RESULTS.with_suffix(".md").write_text(markdown(results))
+    shutil.copyfile(runs / "mlm-pretrained" / "mlm_loss.png", f"{RESULTS}-loss.png")
+    print(RESULTS.with_suffix(".md").read_text())
+    return 0
+
+
+def markdown(r: dict) -> str:
+    rows = []
+    for name, label in (("baseline", "packaged checkpoint"), ("further", "after MLM")):
+        b, s = r[name]["best"], r[name]["summary"]
+        cells = " | ".join(f"{b[k]:.4f}" for k in ("sst", "para", "sts", "overall"))
+        rows.append(f"| fine-tuned from the {label} | {cells} | {s['wall_clock_s']} |")
+    before, after, seconds = r["mlm_before"], r["mlm_after"], r["process_wall_clock_s"]
+    return "\n".join([
+        "# Results: further MLM pretraining before multitask fine-tuning",
+        "",
+        "Written by `benchmarks/mlm_pretraining.py` from real runs; do not edit by hand. Dev "
+        "metrics are of the best evaluation (by overall score). The Quora dev file here is a "
+        "fixed split of the course's Quora dev file (see ../shared/data/README.md), so para "
+        "accuracy is not comparable one-to-one with published Quora dev figures. The two "
+        "fine-tunings share every flag but --checkpoint; every process ran with --threads 1, "
+        "two at a time on the 2 cores.",
+        "",
+        "| run | sst acc | para acc | sts r | overall | training s |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "Masked-token prediction on the dev sentences of sst, para and sts (the same masks "
+        "before and after):",
+        "",
+        "| checkpoint | masked-token accuracy | perplexity | loss |",
+        "|---|---|---|---|",
+        f"| packaged (before) | {before['accuracy']:.4f} | {before['perplexity']:.2f} | "
+        f"{before['loss']:.4f} |",
+        f"| after {after['step']} MLM steps | {after['accuracy']:.4f} | {after['perplexity']:.2f} "
+        f"| {after['loss']:.4f} |",
+        "",
+        f"Wall-clock (whole processes, s): baseline {seconds['baseline']}, MLM pretraining "
+        f"{seconds['mlm']}, fine-tuning after MLM {seconds['further']}. Loss curve: "
+        "[mlm-pretraining-loss.png](mlm-pretraining-loss.png).",
+        "",
+        *[f"- {k}: `{v}`" for k, v in r["commands"].items()],
+        f"- commit `{r['commit']}`, {r['machine']}, {r['date']}",
+        "",
+    ])  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
