@@ -228,31 +228,32 @@ def random_batch(
 
 
 def driver_args(option: str, extra: Sequence[str] = (), data_dir: Path | str = DATA_DIR):
-    """The driver's resolved flags for ``--option option`` (its defaults otherwise)."""
+    """The driver's resolved config (``train_multitask.TrainConfig``) for ``--option option``
+    (its defaults otherwise): ``cfg.model`` holds the model settings, ``cfg.lr`` is resolved."""
     import train_multitask
 
     return train_multitask.parse_args(["--option", option, "--data_dir", str(data_dir), *extra])
 
 
-def driver_model(args):
-    """The MultitaskModel exactly as ``train_multitask.py`` builds it (plug-ins, freezing, heads,
-    dropout), and its optimizer: the driver's ``AdamW(param_groups(model, weight_decay))``."""
+def driver_data(cfg) -> dict:
+    """The driver's data for ``cfg``: task name -> split -> list of examples (the task itself is
+    ``tasks.get_task(name)``). The skipped-rows report is dropped; its first lines are printed."""
     import train_multitask
-    from minbert.optimizer import AdamW, param_groups
 
-    model = train_multitask.build_model(args)
-    optimizer = AdamW(param_groups(model, args.weight_decay), lr=args.lr)
-    return model, optimizer
+    data, _ = train_multitask.read_data(cfg)
+    return data
 
 
-def training_step(model, optimizer, task, batch: dict) -> float:
-    """One step as the driver takes it (no SMART): loss, zero_grad, backward, AdamW step."""
-    outputs = model(task.name, batch)
-    loss = task.loss(outputs.float(), batch["labels"])
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
+def driver_model(cfg):
+    """The MultitaskModel exactly as ``train_multitask.py`` builds it (plug-ins, freezing, heads,
+    dropout), on the CPU, and the driver's optimizer:
+    ``adamw_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay)``. Train a batch with
+    ``tasks.model.train_step(TrainingStep(model), task, batch, optimizer)``."""
+    import train_multitask
+    from minbert.optimizer import adamw_for
+
+    model = train_multitask.make_model(cfg, torch.device("cpu"))
+    return model, adamw_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay)
 
 
 def pad_batch(batch: dict, length: int) -> dict:

@@ -37,33 +37,33 @@ def worker(option: str, steps: int, data_dir: str) -> dict:
     """In the fresh process: build, train ``steps`` steps, report peak RSS (KiB on Linux)."""
     import torch
 
-    import train_multitask
     from minbert.tokenizer import Tokenizer
+    from tasks import get_task
     from tasks.collate import collate
+    from tasks.model import TrainingStep, train_step
 
     option_flag = option if option in OPTIONS else "finetune"
-    args = _common.driver_args(option_flag, data_dir=data_dir)
-    data = train_multitask.load_data(args, None)
-    tokenizer = Tokenizer.from_checkpoint(args.checkpoint, max_length=args.max_length)
-    model, optimizer = _common.driver_model(args)
+    cfg = _common.driver_args(option_flag, data_dir=data_dir)
+    data = _common.driver_data(cfg)
+    tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
+    model, optimizer = _common.driver_model(cfg)
     if option == FUSED_GELU:
         for layer in model.bert.encoder.layer:
             layer.intermediate.act = torch.nn.functional.gelu
     model.train()
+    step_module = TrainingStep(model)
     g = torch.Generator().manual_seed(0)
     names = list(data)
     taken = 0
     for step in range(steps if option != BASELINE else 0):
-        td = data[names[step % len(names)]]
-        indices = torch.randperm(len(td.splits["train"]), generator=g)[: args.batch_size].tolist()
+        name = names[step % len(names)]
+        task, train = get_task(name), data[name]["train"]
+        indices = torch.randperm(len(train), generator=g)[: cfg.batch_size].tolist()
         batch = collate(
-            td.task,
-            [td.splits["train"][i] for i in indices],
-            tokenizer,
-            model.encodes_separately(td.task),
+            task, [train[i] for i in indices], tokenizer, model.encodes_separately(task)
         )
-        batch = _common.pad_batch(batch, args.max_length)
-        _common.training_step(model, optimizer, td.task, batch)
+        batch = _common.pad_batch(batch, cfg.model.max_length)
+        train_step(step_module, task, batch, optimizer)
         taken += 1
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if sys.platform == "darwin":  # bytes there

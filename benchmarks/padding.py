@@ -34,10 +34,13 @@ import _common
 import torch
 from _common import Report, median, table
 
+from minbert.optimizer import adamw_for
 from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
-from tasks.batching import fixed_batches
+from tasks import get_task
+from tasks.batching import BatchStream, fixed_batches
 from tasks.collate import collate, token_lengths
+from tasks.model import TrainingStep, train_step
 
 
 def fixed_padding_batches(
@@ -48,8 +51,6 @@ def fixed_padding_batches(
 
 
 def main(argv: list[str] | None = None) -> int:
-    import train_multitask
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--steps", type=int, default=30, help="timed steps per method")
     p.add_argument("--chunk", type=int, default=5, help="steps per method in a row")
@@ -73,28 +74,23 @@ def main(argv: list[str] | None = None) -> int:
         f"AdamW) on the driver's model, extrapolated to the epoch.\n\n"
         + _common.SHARED_MACHINE_NOTE,
     )
-    dargs = _common.driver_args("finetune", data_dir=args.data_dir)
-    data = train_multitask.load_data(dargs, None)
-    tokenizer = Tokenizer.from_checkpoint(dargs.checkpoint, max_length=dargs.max_length)
-    model, _ = _common.driver_model(dargs)
-    sizes = {name: len(td.splits["train"]) for name, td in data.items()}
-    steps_per_epoch = math.ceil(sum(sizes.values()) / dargs.batch_size)
-    schedule = TaskSampler(dargs.sampling, sizes, dargs.epochs, dargs.seed).schedule(
-        1, steps_per_epoch
-    )
-    lengths = {
-        name: token_lengths(
-            td.task, td.splits["train"], tokenizer, model.encodes_separately(td.task)
+    cfg = _common.driver_args("finetune", data_dir=args.data_dir)
+    data = _common.driver_data(cfg)
+    tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
+    model, _ = _common.driver_model(cfg)
+    sizes = {name: len(splits["train"]) for name, splits in data.items()}
+    steps_per_epoch = math.ceil(sum(sizes.values()) / cfg.batch_size)
+    schedule = TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed).schedule(1, steps_per_epoch)
+    lengths = {}
+    for name, splits in data.items():
+        task = get_task(name)
+        lengths[name] = token_lengths(
+            task, splits["train"], tokenizer, model.encodes_separately(task)
         )
-        for name, td in data.items()
-    }
-    grouped = {
-        name: train_multitask.BatchStream(name, lengths[name], dargs.batch_size, dargs.seed)
-        for name in data
-    }
+    grouped = {name: BatchStream(name, lengths[name], cfg.batch_size, cfg.seed) for name in data}
     fixed = {
-        name: train_multitask.BatchStream(
-            name, lengths[name], dargs.batch_size, dargs.seed, make_batches=fixed_padding_batches
+        name: BatchStream(
+            name, lengths[name], cfg.batch_size, cfg.seed, make_batches=fixed_padding_batches
         )
         for name in data
     }
@@ -104,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     # Exact padding over the epoch; lengths are truncated at max_length, as the tokenizer does.
-    L = dargs.max_length
+    L = cfg.model.max_length
     clipped = {name: [min(x, L) for x in v] for name, v in lengths.items()}
 
     def positions(method: str) -> tuple[int, int]:
@@ -162,25 +158,21 @@ def main(argv: list[str] | None = None) -> int:
     # Timed steps: the same steps of the epoch for both methods, interleaved in chunks.
     chosen = [int((k + 0.5) * steps_per_epoch / args.steps) for k in range(args.steps)]
     models = {"grouped": model, "fixed": copy.deepcopy(model)}
-    from minbert.optimizer import AdamW, param_groups
-
     optimizers = {
-        m: AdamW(param_groups(models[m], dargs.weight_decay), lr=dargs.lr) for m in models
+        m: adamw_for(models[m], cfg.lr, cfg.weight_decay, cfg.layer_decay) for m in models
     }
+    step_modules = {m: TrainingStep(models[m]) for m in models}
 
     def run_step(method: str, step: int) -> float:
         name, indices = plan[method][step]
-        td = data[name]
+        task, train = get_task(name), data[name]["train"]
         start = time.perf_counter()
         batch = collate(
-            td.task,
-            [td.splits["train"][i] for i in indices],
-            tokenizer,
-            model.encodes_separately(td.task),
+            task, [train[i] for i in indices], tokenizer, model.encodes_separately(task)
         )
         if method == "fixed":
             batch = _common.pad_batch(batch, L)
-        _common.training_step(models[method], optimizers[method], td.task, batch)
+        train_step(step_modules[method], task, batch, optimizers[method]).item()
         return time.perf_counter() - start
 
     for m in models:

@@ -5,13 +5,15 @@
 Each option's model and optimizer are built exactly as ``train_multitask.py --option OPTION``
 builds them (its defaults: plug-in sizes, dropout 0.1, train mode; the frozen options freeze the
 encoder and train plug-ins + heads, ``pretrain`` trains the heads only) and the optimizer is the
-driver's ``AdamW(param_groups(model, weight_decay))``, so frozen weights get neither gradients nor
-optimizer state. A step is the driver's: forward, task loss, zero_grad, backward, AdamW step.
+driver's ``adamw_for(model, lr, weight_decay, layer_decay)``, so frozen weights get neither
+gradients nor optimizer state. A step is the driver's ``tasks.model.train_step``: forward, task
+loss, zero_grad, backward, AdamW step.
 
 All options train on the same real batches (two length-grouped batches of 32 from each of sst,
-para, sts, tokenized once); a round runs every batch once per option, options interleaved and
-their order reversed every other round; the figure is the median over rounds of the mean step
-time (speed-ups: the median of the per-round ratios).
+para, sts, tokenized once; the pairs of each option in its own pair encoding: pretrain encodes
+them apart by default, the others as one sequence); a round runs every batch once per option,
+options interleaved and their order reversed every other round; the figure is the median over
+rounds of the mean step time (speed-ups: the median of the per-round ratios).
 Target: adapter at least 1.3× faster than finetune. The table also counts the tensors that
 hold optimizer state and the size of that state.
 
@@ -26,14 +28,16 @@ import sys
 import _common
 from _common import Report, interleaved, median, paired_ratio, spread, table
 
+from tasks import get_task
+from tasks.batching import BatchStream
 from tasks.collate import collate, token_lengths
+from tasks.model import TrainingStep, train_step
 
 OPTIONS = ("finetune", "pretrain", "adapter", "pals", "lhuc", "lora")
 BATCHES_PER_TASK = 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    import train_multitask
     from minbert.tokenizer import Tokenizer
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
@@ -55,30 +59,42 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     base = _common.driver_args("finetune", data_dir=args.data_dir)
-    data = train_multitask.load_data(base, None)
-    tokenizer = Tokenizer.from_checkpoint(base.checkpoint, max_length=base.max_length)
-    models = {}
+    data = _common.driver_data(base)
+    tokenizer = Tokenizer.from_checkpoint(base.model.checkpoint, max_length=base.model.max_length)
+    models, step_modules = {}, {}
     for option in OPTIONS:
         models[option] = _common.driver_model(_common.driver_args(option, data_dir=args.data_dir))
         models[option][0].train()
+        step_modules[option] = TrainingStep(models[option][0])
 
-    batches = []
+    # The same examples for every option (length-grouped as the finetune model encodes them),
+    # each collated in the option's own pair encoding (pretrain encodes pairs apart by default).
+    chosen = []
     separate_of = models["finetune"][0].encodes_separately
-    for name, td in data.items():
-        separate = separate_of(td.task)
-        lengths = token_lengths(td.task, td.splits["train"], tokenizer, separate)
-        stream = train_multitask.BatchStream(name, lengths, base.batch_size, base.seed)
+    for name, splits in data.items():
+        task, train = get_task(name), splits["train"]
+        lengths = token_lengths(task, train, tokenizer, separate_of(task))
+        stream = BatchStream(name, lengths, base.batch_size, base.seed)
         for _ in range(BATCHES_PER_TASK):
-            examples = [td.splits["train"][i] for i in stream.next()]
-            batches.append((td.task, collate(td.task, examples, tokenizer, separate)))
+            chosen.append((task, [train[i] for i in stream.next()]))
+    collated: dict[tuple[int, bool], dict] = {}  # (batch, separate) -> batch, tokenized once
+    batches = {}
+    for option in OPTIONS:
+        separately = models[option][0].encodes_separately
+        batches[option] = []
+        for k, (task, examples) in enumerate(chosen):
+            key = (k, separately(task))
+            if key not in collated:
+                collated[key] = collate(task, examples, tokenizer, key[1])
+            batches[option].append((task, collated[key]))
     shapes = ", ".join(
-        f"{task.name} {tuple(b['inputs'][0]['input_ids'].shape)}" for task, b in batches
+        f"{task.name} {tuple(b['inputs'][0]['input_ids'].shape)}" for task, b in batches["finetune"]
     )
 
     def one_pass(option: str) -> None:
-        model, optimizer = models[option]
-        for task, batch in batches:
-            _common.training_step(model, optimizer, task, batch)
+        optimizer, step_module = models[option][1], step_modules[option]
+        for task, batch in batches[option]:
+            train_step(step_module, task, batch, optimizer).item()
 
     times = interleaved(
         {option: (lambda o=option: one_pass(o)) for option in OPTIONS},
@@ -86,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup=1,
         min_seconds=0.0,
     )
-    step = {o: median(t) / len(batches) for o, t in times.items()}
+    step = {o: median(t) / len(chosen) for o, t in times.items()}
     rows, frozen_with_state, unused = [], 0, {}
     for option in OPTIONS:
         model, optimizer = models[option]
