@@ -169,7 +169,10 @@ def pretrain(args: argparse.Namespace) -> dict:
             masked, labels = mask_tokens(batch["input_ids"], batch["attention_mask"],
                                          special_ids(vocab), vocab["[MASK]"], len(vocab),
                                          generator, continuation=continuation)  # fmt: skip
-            loss = mlm_loss(model(masked, batch["attention_mask"], batch["token_type_ids"]), labels)
+            logits, targets = model.masked_logits(
+                masked, batch["attention_mask"], labels, batch["token_type_ids"]
+            )
+            loss = mlm_loss(logits, targets)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

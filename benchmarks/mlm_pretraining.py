@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mlm_steps", type=int, default=2000, help="further pretraining steps")
+    p.add_argument("--held_out", type=int, default=500, help="held-out dev sentences for MLM")
     p.add_argument("--data_dir", default="data", help="the course's data files")
     p.add_argument("--runs_dir", default="runs", help="where the three runs' folders go")
     args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     data = ["--data_dir", args.data_dir]
     baseline = command("train_multitask.py", *data, "--out_dir", str(runs / "mlm-baseline"), *extra)
     mlm = command("pretrain_mlm.py", *data, "--out_dir", str(runs / "mlm-pretrained"),
-                  "--steps", str(args.mlm_steps))  # fmt: skip
+                  "--steps", str(args.mlm_steps), "--held_out", str(args.held_out),
+                  "--eval_every", str(max(1, args.mlm_steps // 4)))  # fmt: skip
     further = command("train_multitask.py", *data, "--out_dir", str(runs / "mlm-finetune"),
                       "--checkpoint", str(runs / "mlm-pretrained"), *extra)  # fmt: skip
     commit, started = git_commit(), time.time()

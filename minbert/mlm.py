@@ -109,6 +109,19 @@ class BertForMaskedLM(nn.Module):
         hidden = self.bert(input_ids, attention_mask, token_type_ids)["last_hidden_state"]
         return self.cls.predictions(hidden)
 
+    def masked_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: torch.Tensor,
+        token_type_ids=None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits at the chosen positions only, (N, V), and their labels (N,): the same
+        loss as ``mlm_loss(forward(...), labels)`` for a sixth of the vocabulary projection."""
+        hidden = self.bert(input_ids, attention_mask, token_type_ids)["last_hidden_state"]
+        chosen = labels != IGNORE
+        return self.cls.predictions(hidden[chosen]), labels[chosen]  # (N, D) -> (N, V)
+
     def save_pretrained(self, directory: str | Path, vocab_file: str | Path) -> None:
         """A checkpoint directory in Hugging Face's layout: ``config.json``, ``model.safetensors``
         (``bert.*`` and ``cls.predictions.*``; the tied decoder is the word embeddings) and
@@ -178,8 +191,9 @@ def mask_tokens(
 
 
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the chosen positions: (B, T, V) and (B, T) -> scalar."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+    """Mean cross-entropy over the chosen positions: (B, T, V) and (B, T), or the chosen
+    positions alone, (N, V) and (N,) -> scalar."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE)
 
 
 def word_continuations(vocab: dict[str, int]) -> torch.Tensor:
@@ -211,13 +225,13 @@ def evaluate_mlm(
             batch["input_ids"], batch["attention_mask"], special_ids(vocab), vocab["[MASK]"],
             len(vocab), generator,
         )  # fmt: skip
-        logits = model(masked, batch["attention_mask"], batch["token_type_ids"])
-        chosen = labels != IGNORE
-        n = int(chosen.sum())
-        if n:
-            total_loss += mlm_loss(logits, labels).item() * n
-            correct += int((logits.argmax(-1)[chosen] == labels[chosen]).sum())
-            count += n
+        logits, targets = model.masked_logits(
+            masked, batch["attention_mask"], labels, batch["token_type_ids"]
+        )
+        if len(targets):
+            total_loss += mlm_loss(logits, targets).item() * len(targets)
+            correct += int((logits.argmax(-1) == targets).sum())
+            count += len(targets)
     model.train(was_training)
     loss = total_loss / max(count, 1)
     accuracy = correct / max(count, 1)

@@ -171,3 +171,15 @@ def test_command_reports_bad_input_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("error: ") for line in err)
     assert "--text" in err[0] and "--tasks" in err[1]
+
+
+def test_logits_at_the_chosen_positions_give_the_same_loss():
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertModel(tiny_config())).eval()
+    ids, mask = batch(rows=4, length=12)
+    masked, labels = mask_tokens(ids, mask, [CLS, SEP, PAD], MASK, V, torch.Generator())
+    with torch.no_grad():
+        full = mlm_loss(model(masked, mask), labels)
+        logits, targets = model.masked_logits(masked, mask, labels)
+    assert logits.shape == (int((labels != IGNORE).sum()), V)
+    assert abs(mlm_loss(logits, targets).item() - full.item()) < 1e-5
