@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from minbert.checkpoint import UnsafeCheckpointError, atomic_save, atomic_write_text, load_trusted
+from minbert.checkpoint import atomic_save, atomic_write_text, load_trusted
 from minbert.flags import HelpFormatter
 from minbert.mlm import (
     evaluate_mlm,
@@ -37,13 +37,12 @@ from minbert.mlm import (
     word_continuations,
 )
 from minbert.optimizer import adamw_for, linear_warmup_decay
-from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
+from minbert.pretrained import resolve_checkpoint_dir
 from minbert.tokenizer import Tokenizer
 from tasks import TASKS
 from tasks.batching import BatchStream
 from tasks.data import load_data
-from tasks.reader import DataError
-from tasks.run import RunFolder, RunStopped, UsageError
+from tasks.run import RunFolder, RunStopped, UsageError, run_command
 
 SETTINGS = ("tasks", "text", "data_dir", "checkpoint", "steps", "batch_size", "lr", "warmup",
             "max_length", "whole_word", "held_out", "seed")  # fmt: skip
@@ -232,20 +231,9 @@ def plot(out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.threads is not None:
-            torch.set_num_threads(args.threads)
-        pretrain(args)
-    except (UsageError, DataError, UnsafeCheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except CheckpointError as err:
-        print(f"error: --checkpoint: {err}", file=sys.stderr)
-        return 2
-    except RunStopped as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
-    return 0
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    return run_command(lambda: pretrain(args))
 
 
 if __name__ == "__main__":

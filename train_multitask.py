@@ -26,11 +26,9 @@ from typing import Any, Literal
 import torch
 from tqdm import tqdm
 
-from minbert.checkpoint import UnsafeCheckpointError
 from minbert.flags import HelpFormatter, add_flags, flatten, section, unflatten
 from minbert.optimizer import adamw_for, linear_warmup_decay
 from minbert.plugins import format_parameter_report, parameter_report
-from minbert.pretrained import CheckpointError
 from minbert.sampling import MODES, TaskSampler
 from minbert.smart import SmartConfig
 from minbert.tokenizer import Tokenizer
@@ -51,8 +49,7 @@ from tasks.model import (
     evaluate,
     train_step,
 )
-from tasks.reader import DataError
-from tasks.run import RunFolder, RunStopped, UsageError, merge_config
+from tasks.run import RunFolder, RunStopped, UsageError, merge_config, run_command
 
 RUN_DIR = {"metavar": "RUN_DIR"}
 
@@ -476,21 +473,13 @@ def evaluate_only(cfg: TrainConfig) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
+    def body() -> None:
         cfg = parse_args(argv)
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         evaluate_only(cfg) if cfg.evaluate else train(cfg)
-    except (UsageError, DataError, UnsafeCheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except CheckpointError as err:
-        print(f"error: --checkpoint: {err}", file=sys.stderr)
-        return 2
-    except RunStopped as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
-    return 0
+
+    return run_command(body)
 
 
 if __name__ == "__main__":

@@ -24,21 +24,25 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from minbert.checkpoint import (
+    UnsafeCheckpointError,
     atomic_save,
     atomic_write_text,
     load_tensors,
     load_trusted,
     save_tensors,
 )
+from minbert.pretrained import CheckpointError
 from tasks.base import get_task
 from tasks.model import MultitaskModel, predict
+from tasks.reader import DataError
 
 LOGS = ("metrics.jsonl", "train_log.jsonl")
 # Files that make a folder hold a run: refused without --resume or --overwrite.
@@ -59,6 +63,23 @@ class RunStopped(Exception):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def run_command(body: Callable[[], object]) -> int:
+    """A command's exit code: ``body()`` gives 0; a user error, a bad data file or checkpoint is
+    one line ``error: ...`` on stderr and 2; a stopped run its own line and code. No traceback."""
+    try:
+        body()
+    except (UsageError, DataError, UnsafeCheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except CheckpointError as err:
+        print(f"error: --checkpoint: {err}", file=sys.stderr)
+        return 2
+    except RunStopped as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    return 0
 
 
 def merge_config(
