@@ -61,7 +61,7 @@ class PALSettings:
         size = default_size(config, heads) if self.size is None else self.size
         if heads < 1 or size < 1 or size % heads != 0:
             raise ValueError(
-                f"PAL size {size} (--pal_size) must be a positive multiple of its heads {heads} "
+                f"PAL size {size} (--pal_size) must be a positive multiple of heads {heads} "
                 "(--pal_heads)"
             )
         return size, heads
