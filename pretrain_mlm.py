@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -44,20 +45,38 @@ from tasks.batching import BatchStream
 from tasks.data import load_data
 from tasks.run import RunFolder, RunStopped, UsageError, run_command
 
-SETTINGS = ("tasks", "text", "data_dir", "checkpoint", "steps", "batch_size", "lr", "warmup",
-            "max_length", "whole_word", "held_out", "seed")  # fmt: skip
+SETTINGS = (
+    "tasks",
+    "text",
+    "data_dir",
+    "checkpoint",
+    "steps",
+    "batch_size",
+    "lr",
+    "warmup",
+    "max_length",
+    "whole_word",
+    "held_out",
+    "seed",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter, allow_abbrev=False
     )
-    p.add_argument("--tasks", default="sst,para,sts", help=f"tasks whose sentences to use, of "
-                   f"{sorted(TASKS)} (ignored with --text)")  # fmt: skip
+    p.add_argument(
+        "--tasks",
+        default="sst,para,sts",
+        help=f"tasks whose sentences to use, of {sorted(TASKS)} (ignored with --text)",
+    )
     p.add_argument("--text", default=None, help="a UTF-8 text file, one sentence a line")
     p.add_argument("--data_dir", default="data", help="folder with the course's data files")
-    p.add_argument("--checkpoint", default="default", help="BERT to start from ('default': the "
-                   "packaged all-MiniLM-L6-v2)")  # fmt: skip
+    p.add_argument(
+        "--checkpoint",
+        default="default",
+        help="BERT to start from ('default': the packaged all-MiniLM-L6-v2)",
+    )
     p.add_argument("--out_dir", default="runs/mlm", help="output checkpoint directory")
     p.add_argument("--steps", type=int, default=2000, help="optimizer steps")
     p.add_argument("--batch_size", type=int, default=32, help="sentences per step")
@@ -109,7 +128,7 @@ def check(args: argparse.Namespace) -> None:
         (not 3 <= args.max_length, f"--max_length {args.max_length}: must be at least 3"),
         (args.eval_every < 1, f"--eval_every {args.eval_every}: must be at least 1"),
         (args.held_out < 1, f"--held_out {args.held_out}: must be at least 1"),
-    ]:  # fmt: skip
+    ]:
         if bad:
             raise UsageError(message)
 
@@ -131,8 +150,10 @@ def pretrain(args: argparse.Namespace) -> dict:
     tokenizer = Tokenizer.from_checkpoint(args.checkpoint, max_length=args.max_length)
     torch.manual_seed(args.seed)
     model, had_head = load_mlm(args.checkpoint)
-    print(f"{len(train)} training sentences, {len(held)} held out; MLM head "
-          f"{'from the checkpoint' if had_head else 'newly initialised'}")  # fmt: skip
+    print(
+        f"{len(train)} training sentences, {len(held)} held out; MLM head "
+        f"{'from the checkpoint' if had_head else 'newly initialised'}"
+    )
     folder = RunFolder(out)
     folder.start(resume=True)  # the lock and stale temporary files; nothing of a run removed
     if not args.resume:
@@ -157,17 +178,31 @@ def pretrain(args: argparse.Namespace) -> dict:
         print(f"resumed {out} at step {step}")
     else:
         record(out, 0, evaluate_mlm(model, tokenizer, held))
-    bar = tqdm(total=args.steps, initial=step, desc="MLM", file=sys.stderr, dynamic_ncols=True,
-               mininterval=0.1 if sys.stderr.isatty() else 60)  # fmt: skip
+    bar = tqdm(
+        total=args.steps,
+        initial=step,
+        desc="MLM",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=0.1 if sys.stderr.isatty() else 60,
+    )
     recent: list[float] = []
+    started = time.time() - (state.get("seconds", 0.0) if args.resume else 0.0)
+    seconds = lambda: round(time.time() - started, 1)  # noqa: E731 -- training time so far
     model.train()
     try:
         while step < args.steps:
             batch = tokenizer([train[i] for i in stream.next()])
             generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
-            masked, labels = mask_tokens(batch["input_ids"], batch["attention_mask"],
-                                         special_ids(vocab), vocab["[MASK]"], len(vocab),
-                                         generator, continuation=continuation)  # fmt: skip
+            masked, labels = mask_tokens(
+                batch["input_ids"],
+                batch["attention_mask"],
+                special_ids(vocab),
+                vocab["[MASK]"],
+                len(vocab),
+                generator,
+                continuation=continuation,
+            )
             logits, targets = model.masked_logits(
                 masked, batch["attention_mask"], labels, batch["token_type_ids"]
             )
@@ -184,15 +219,25 @@ def pretrain(args: argparse.Namespace) -> dict:
                 raise RunStopped(f"non-finite loss at step {step}; {folder.on_disk()}", 3)
             if step % args.eval_every == 0 or step == args.steps:
                 metrics = evaluate_mlm(model, tokenizer, held)
-                record(out, step, {**metrics, "train_loss": sum(recent) / len(recent)})
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "scheduler": scheduler.state_dict(), "stream": stream.state_dict(),
-                         "rng": torch.get_rng_state(), "step": step}  # fmt: skip
+                train_loss = sum(recent) / len(recent)
+                record(out, step, {**metrics, "train_loss": train_loss, "seconds": seconds()})
+                state = {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "stream": stream.state_dict(),
+                    "rng": torch.get_rng_state(),
+                    "step": step,
+                    "seconds": seconds(),
+                }
                 atomic_save(state, out / "last.pt")
                 folder.saved_step = step
     except KeyboardInterrupt:
-        raise RunStopped(f"interrupted at step {step}; resume with: python pretrain_mlm.py "
-                         f"--out_dir {out} --resume", 130) from None  # fmt: skip
+        raise RunStopped(
+            f"interrupted at step {step}; resume with: python pretrain_mlm.py "
+            f"--out_dir {out} --resume",
+            130,
+        ) from None
     bar.close()
     model.save_pretrained(out, resolve_checkpoint_dir(args.checkpoint) / "vocab.txt")
     plot(out)

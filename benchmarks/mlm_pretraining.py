@@ -45,15 +45,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--held_out", type=int, default=500, help="held-out dev sentences for MLM")
     p.add_argument("--data_dir", default="data", help="the course's data files")
     p.add_argument("--runs_dir", default="runs", help="where the three runs' folders go")
+    p.add_argument(
+        "--collect",
+        action="store_true",
+        help="only write the results from the "
+        "run folders of an earlier invocation (its process times are not known)",
+    )
     args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     runs = Path(args.runs_dir)
     data = ["--data_dir", args.data_dir]
     baseline = command("train_multitask.py", *data, "--out_dir", str(runs / "mlm-baseline"), *extra)
-    mlm = command("pretrain_mlm.py", *data, "--out_dir", str(runs / "mlm-pretrained"),
-                  "--steps", str(args.mlm_steps), "--held_out", str(args.held_out),
-                  "--eval_every", str(max(1, args.mlm_steps // 4)))  # fmt: skip
-    further = command("train_multitask.py", *data, "--out_dir", str(runs / "mlm-finetune"),
-                      "--checkpoint", str(runs / "mlm-pretrained"), *extra)  # fmt: skip
+    mlm = command(
+        "pretrain_mlm.py",
+        *data,
+        "--out_dir",
+        str(runs / "mlm-pretrained"),
+        "--steps",
+        str(args.mlm_steps),
+        "--held_out",
+        str(args.held_out),
+        "--eval_every",
+        str(max(1, args.mlm_steps // 4)),
+    )
+    further = command(
+        "train_multitask.py",
+        *data,
+        "--out_dir",
+        str(runs / "mlm-finetune"),
+        "--checkpoint",
+        str(runs / "mlm-pretrained"),
+        *extra,
+    )
     commit, started = git_commit(), time.time()
     seconds: dict[str, float] = {}
 
@@ -67,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{name}: exit code {proc.returncode}")
         seconds[name] = round(time.time() - seconds[name], 1)
 
-    running = {"baseline": launch("baseline", baseline), "mlm": launch("mlm", mlm)}
-    wait("mlm", running["mlm"])
-    running["further"] = launch("further", further)
-    wait("baseline", running["baseline"])
-    wait("further", running["further"])
-    log = [json.loads(x) for x in (runs / "mlm-pretrained" / "mlm_log.jsonl").read_text().split()]
+    if not args.collect:
+        running = {"baseline": launch("baseline", baseline), "mlm": launch("mlm", mlm)}
+        wait("mlm", running["mlm"])
+        running["further"] = launch("further", further)
+        wait("baseline", running["baseline"])
+        wait("further", running["further"])
+    log_file = runs / "mlm-pretrained" / "mlm_log.jsonl"
+    log = [json.loads(line) for line in log_file.read_text().splitlines()]
     results = {
         "commit": commit,
         "machine": machine(),
@@ -81,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             "baseline": shlex.join(baseline),
             "mlm": shlex.join(mlm),
             "further": shlex.join(further),
-        },  # fmt: skip
-        "process_wall_clock_s": seconds,
+        },
+        "process_wall_clock_s": seconds or "not recorded (results collected with --collect)",
+        "mlm_seconds": log[-1].get("seconds", "not recorded"),
         "mlm_before": log[0],
         "mlm_after": log[-1],
         "baseline": collect(runs / "mlm-baseline"),
@@ -98,43 +123,55 @@ def main(argv: list[str] | None = None) -> int:
 
 def markdown(r: dict) -> str:
     rows = []
-    for name, label in (("baseline", "packaged checkpoint"), ("further", "after MLM")):
+    for name, label in (("baseline", "packaged checkpoint"), ("further", "MLM-pretrained one")):
         b, s = r[name]["best"], r[name]["summary"]
         cells = " | ".join(f"{b[k]:.4f}" for k in ("sst", "para", "sts", "overall"))
         rows.append(f"| fine-tuned from the {label} | {cells} | {s['wall_clock_s']} |")
-    before, after, seconds = r["mlm_before"], r["mlm_after"], r["process_wall_clock_s"]
-    return "\n".join([
-        "# Results: further MLM pretraining before multitask fine-tuning",
-        "",
-        "Written by `benchmarks/mlm_pretraining.py` from real runs; do not edit by hand. Dev "
-        "metrics are of the best evaluation (by overall score). The Quora dev file here is a "
-        "fixed split of the course's Quora dev file (see ../shared/data/README.md), so para "
-        "accuracy is not comparable one-to-one with published Quora dev figures. The two "
-        "fine-tunings share every flag but --checkpoint; every process ran with --threads 1, "
-        "two at a time on the 2 cores.",
-        "",
-        "| run | sst acc | para acc | sts r | overall | training s |",
-        "|---|---|---|---|---|---|",
-        *rows,
-        "",
-        "Masked-token prediction on the dev sentences of sst, para and sts (the same masks "
-        "before and after):",
-        "",
-        "| checkpoint | masked-token accuracy | perplexity | loss |",
-        "|---|---|---|---|",
-        f"| packaged (before) | {before['accuracy']:.4f} | {before['perplexity']:.2f} | "
-        f"{before['loss']:.4f} |",
-        f"| after {after['step']} MLM steps | {after['accuracy']:.4f} | {after['perplexity']:.2f} "
-        f"| {after['loss']:.4f} |",
-        "",
-        f"Wall-clock (whole processes, s): baseline {seconds['baseline']}, MLM pretraining "
-        f"{seconds['mlm']}, fine-tuning after MLM {seconds['further']}. Loss curve: "
-        "[mlm-pretraining-loss.png](mlm-pretraining-loss.png).",
-        "",
-        *[f"- {k}: `{v}`" for k, v in r["commands"].items()],
-        f"- commit `{r['commit']}`, {r['machine']}, {r['date']}",
-        "",
-    ])  # fmt: skip
+    before, after = r["mlm_before"], r["mlm_after"]
+    seconds = r["process_wall_clock_s"]
+    if isinstance(seconds, dict):
+        timing = (
+            f"Wall-clock (whole processes, s): baseline {seconds['baseline']}, MLM "
+            f"pretraining {seconds['mlm']}, fine-tuning after MLM {seconds['further']}."
+        )
+    else:
+        timing = (
+            f"Process wall-clock: {seconds}; MLM training seconds: {r['mlm_seconds']}; the "
+            "fine-tunings' training seconds are in the table."
+        )
+    return "\n".join(
+        [
+            "# Results: further MLM pretraining before multitask fine-tuning",
+            "",
+            "Written by `benchmarks/mlm_pretraining.py` from real runs; do not edit by hand. Dev "
+            "metrics are of the best evaluation (by overall score). The Quora dev file here is a "
+            "fixed split of the course's Quora dev file (see ../shared/data/README.md), so para "
+            "accuracy is not comparable one-to-one with published Quora dev figures. The two "
+            "fine-tunings share every flag but --checkpoint; every process ran with --threads 1, "
+            "two at a time on the 2 cores.",
+            "",
+            "| run | sst acc | para acc | sts r | overall | training s |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            "Masked-token prediction on the dev sentences of sst, para and sts (the same masks "
+            "before and after):",
+            "",
+            "| checkpoint | masked-token accuracy | perplexity | loss |",
+            "|---|---|---|---|",
+            f"| packaged (before) | {before['accuracy']:.4f} | {before['perplexity']:.2f} | "
+            f"{before['loss']:.4f} |",
+            f"| after {after['step']} MLM steps | {after['accuracy']:.4f} | "
+            f"{after['perplexity']:.2f} "
+            f"| {after['loss']:.4f} |",
+            "",
+            f"{timing} Loss curve: [mlm-pretraining-loss.png](mlm-pretraining-loss.png).",
+            "",
+            *[f"- {k}: `{v}`" for k, v in r["commands"].items()],
+            f"- commit `{r['commit']}`, {r['machine']}, {r['date']}",
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":
