@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from minbert.bert import BertModel
+from minbert.bert import BertConfig, BertModel
 from minbert.plugins import (
     PLUGINS,
     add_plugin,
@@ -37,6 +37,8 @@ VARIANTS = {
     "adapter": ("adapter", {}),
     "adapter-pfeiffer": ("adapter", {"placement": "pfeiffer", "size": 8}),
     "adapter-2-shared": ("adapter", {"share": 2, "size": 8}),
+    "adapter-shared-sites": ("adapter", {"share_sites": True, "size": 8}),
+    "adapter-2-shared-sites": ("adapter", {"share": 2, "share_sites": True, "size": 8}),
     "pals": ("pals", {}),
     "pals-sized": ("pals", {"size": 12, "heads": 3}),
     "lhuc": ("lhuc", {}),
@@ -435,3 +437,32 @@ def test_default_sizes_on_the_packaged_checkpoint_config() -> None:
     assert count_formula("pals", config) == 2 * D * 96 + D + 96 + 3 * L * (96 * 96 + 96)
     assert count_formula("lhuc", config) == L * D
     assert count_formula("lora", config) == L * 2 * 8 * (D + D)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, 24 * 99_136),  # one adapter per position and layer
+        ({"share_sites": True}, 1_189_632),  # "Houlsby (shared in each layer)": 12 adapters
+        ({"share": 3, "share_sites": True}, 396_544),  # the study's "3-shared": 4 adapters
+        ({"share": 3}, 793_088),  # 3 layers share one adapter per position: 8 adapters
+    ],
+)
+def test_adapter_sharing_counts_at_bert_base_size(options, expected):
+    """The adapter study's parameter counts with m = 64 on a BERT-base-shaped model (D = 768,
+    L = 12): an adapter has 2·m·D + D + m = 99,136 parameters."""
+    model = BertModel(BertConfig(vocab_size=10))
+    plugin = add_plugin(model, "adapter", ["sst"], size=64, **options)
+    assert sum(p.numel() for p in plugin.task_parameters("sst")) == expected
+    assert count_formula("adapter", model.config, size=64, **options) == expected
+
+
+def test_shared_sites_use_one_adapter_at_both_positions():
+    model = base_model()
+    plugin = add_plugin(model, "adapter", ["sst"], share_sites=True, size=4)
+    adapter = plugin.by_task["sst"]["both"][1]
+    with torch.no_grad():
+        adapter.up.weight.normal_()
+    h = torch.randn(2, 3, model.config.hidden_size)
+    assert torch.equal(plugin.after_attention(1, "sst", h), adapter(h))
+    assert torch.equal(plugin.after_feed_forward(1, "sst", h), adapter(h))

@@ -19,10 +19,21 @@ Placement:
                 (two adapters per layer), as in the paper;
     "pfeiffer"  after the feed-forward output only (one adapter per layer).
 
-``share=k`` lets k consecutive layers use one adapter per position (layers 0..k-1 share the
-first, k..2k-1 the second, ...; "3-shared" is k=3), so a task has
-positions · ⌈L / k⌉ adapters. Training the encoder's LayerNorms as well, as the paper does, is a
-freezing option: ``freeze_for_plugins(model, train_layernorms=True)``.
+Sharing, as the adapter re-implementation study defines its variants (m = 64, D = 768, L = 12,
+BERT-base: an adapter has 2·m·D + D + m = 99,136 parameters):
+
+    share=k            k consecutive layers use one adapter per position (layers 0..k−1 the
+                       first, k..2k−1 the second, ...): positions · ⌈L / k⌉ adapters; k = 3 gives
+                       2 · 4 = 8 adapters, 793,088 parameters (not the study's "3-shared")
+    share_sites        one adapter per layer serves both positions (after attention and after
+                       the feed-forward): "Houlsby (shared in each layer)", 12 adapters,
+                       1,189,632 parameters
+    both               one adapter per block of k layers serves both positions: with k = 3 the
+                       study's "3-shared", 4 adapters, 396,544 parameters
+
+so a task has (1 if share_sites else positions) · ⌈L / k⌉ adapters (tests/test_plugins.py
+checks the counts above on a BERT-base-shaped model). Training the encoder's LayerNorms as well,
+as the paper does, is a freezing option: ``freeze_for_plugins(model, train_layernorms=True)``.
 """
 
 from __future__ import annotations
@@ -49,6 +60,8 @@ class AdapterSettings:
     placement: Literal["houlsby", "pfeiffer"] = "houlsby"  # houlsby: after attention and
     # feed-forward; pfeiffer: after feed-forward only
     share: int = 1  # share one adapter per position across k consecutive layers
+    share_sites: bool = False  # one adapter serves both positions of a layer (or block of k
+    # layers): "shared in each layer" (with --adapter_share 3: the study's "3-shared")
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -101,6 +114,8 @@ class HoulsbyAdapter(Plugin):
         self.positions = PLACEMENTS[self.placement]
         self.share = self.settings.share
         self.groups = math.ceil(config.num_hidden_layers / self.share)
+        # The adapter lists of a task: one per position, or one serving every position.
+        self.slots = ("both",) if self.settings.share_sites else self.positions
         self.add_tasks(tasks)
 
     def build_task(self) -> nn.Module:
@@ -108,7 +123,7 @@ class HoulsbyAdapter(Plugin):
         return nn.ModuleDict(
             {
                 position: nn.ModuleList(Bottleneck(D, self.size, std) for _ in range(self.groups))
-                for position in self.positions
+                for position in self.slots
             }
         )
 
@@ -124,17 +139,18 @@ class HoulsbyAdapter(Plugin):
 
     @classmethod
     def parameters_per_task(cls, config: BertConfig, **options: Any) -> int:
-        """positions · ⌈L / k⌉ adapters of 2·m·D + D + m parameters each."""
+        """(1 if share_sites else positions) · ⌈L / k⌉ adapters of 2·m·D + D + m parameters."""
         s = cls.make_settings(**options)
         D, m = config.hidden_size, s.size
-        adapters = len(PLACEMENTS[s.placement]) * math.ceil(config.num_hidden_layers / s.share)
+        slots = 1 if s.share_sites else len(PLACEMENTS[s.placement])
+        adapters = slots * math.ceil(config.num_hidden_layers / s.share)
         return adapters * (2 * m * D + D + m)
 
     def _adapt(self, position: str, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
-        adapters = self.by_task[task]
-        if position not in adapters:
+        if position not in self.positions:
             return h
-        return adapters[position][layer // self.share](h)
+        slot = "both" if self.settings.share_sites else position
+        return self.by_task[task][slot][layer // self.share](h)
 
     def after_attention(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
         return self._adapt("attention", layer, task, h)
@@ -145,5 +161,5 @@ class HoulsbyAdapter(Plugin):
     def extra_repr(self) -> str:
         return (
             f"tasks={self.tasks}, size={self.size}, placement={self.placement!r}, "
-            f"share={self.share}"
+            f"share={self.share}, share_sites={self.settings.share_sites}"
         )
