@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -71,6 +71,8 @@ class ModelSettings:
     max_length: int = 128  # tokens per sequence after truncation
     # -- plug-ins (with --option adapter|pals|lhuc|lora) --
     train_layernorms: bool = False  # also train the encoder's LayerNorms (with a plug-in)
+    also: list[str] = field(default_factory=list)  # more plug-in kinds beside --option's,
+    # comma-separated, each with its own flags (e.g. --option adapter --also lhuc)
     adapter: AdapterSettings = section(AdapterSettings, "adapter_")
     pals: PALSettings = section(PALSettings, "pal_")
     lora: LoRASettings = section(LoRASettings, "lora_")
@@ -88,6 +90,13 @@ class ModelSettings:
         checkpoint's position table. A UsageError-worthy ValueError names the flag otherwise."""
         checkpoint = resolve_checkpoint_dir(self.checkpoint)
         positions = load_config(checkpoint).max_position_embeddings
+        extra = self.also
+        if extra and (self.plugin is None or self.option in extra or len(set(extra)) < len(extra)
+                      or any(kind not in PLUGINS for kind in extra)):  # fmt: skip
+            raise ValueError(
+                f"--also {','.join(extra)}: name other plug-in kinds than --option's, once each, "
+                f"of {', '.join(PLUGINS)}, beside a plug-in --option"
+            )
         shortest = 5 if any(task.is_pair for task in tasks) else 3
         if not shortest <= self.max_length <= positions:
             raise ValueError(
@@ -101,9 +110,9 @@ class ModelSettings:
         """The plug-in kind of the option, or None for pretrain and finetune."""
         return self.option if self.option in PLUGINS else None
 
-    def plugin_options(self) -> dict:
-        """The options of the option's plug-in, as ``add_plugin`` takes them."""
-        settings = getattr(self, self.option, None)
+    def plugin_options(self, kind: str) -> dict:
+        """The options of plug-in ``kind``, as ``add_plugin`` takes them."""
+        settings = getattr(self, kind, None)
         return {} if settings is None else dataclasses.asdict(settings)
 
 
@@ -217,8 +226,8 @@ def build_model(
     for layer in bert.encoder.layer:
         layer.attention.self.dropout_p = dropout
     names = [*frozen_tasks, *tasks]
-    if settings.plugin:
-        add_plugin(bert, settings.plugin, names, **settings.plugin_options())
+    for kind in [settings.plugin, *settings.also] if settings.plugin else []:
+        add_plugin(bert, kind, names, **settings.plugin_options(kind))
     task_list = [get_task(name) for name in names]
     model = MultitaskModel(
         bert, task_list, settings.representation, settings.pair_encoding, dropout

@@ -330,3 +330,25 @@ def test_tasks_added_one_after_another(tiny_checkpoint, tiny_data, tmp_path):
         after = load_file(str(third / f"task-{name}.safetensors"))
         assert before.keys() == after.keys()
         assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_two_plugins_from_the_command_line(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    """--option adapter --also lhuc: both plug-ins train, each task's file holds both, and it
+    reproduces the run's predictions; a kind named twice or beside a non-plug-in is refused."""
+    from safetensors.torch import load_file
+
+    from tasks.base import read_predictions
+
+    out = tmp_path / "run"
+    assert run(tiny_checkpoint, tiny_data, out, "--option", "adapter", "--also", "lhuc",
+               "--no_plots") == 0  # fmt: skip
+    state = load_file(str(out / "task-sst.safetensors"))
+    assert any(".adapter." in k for k in state) and any(".lhuc." in k for k in state)
+    cfg, _, data, tokenizer = rebuilt(out)
+    model = build_model(cfg.model, cfg.tasks, cfg.dropout)
+    model.load_task_state_dict("sst", state)
+    _, rows = read_predictions(out / "sst-dev-output.csv")
+    assert dev_predictions(model, "sst", data, tokenizer, cfg) == {i: float(v) for i, v in rows}
+    for bad in (["--option", "adapter", "--also", "adapter"], ["--also", "lhuc"]):
+        assert run(tiny_checkpoint, tiny_data, tmp_path / "bad", *bad) == 2
+    assert "--also" in capsys.readouterr().err
