@@ -223,6 +223,9 @@ def check(cfg: TrainConfig, explicit: list[str]) -> None:
         (cfg.add_to and m.plugin is None,
          f"--add_to: {cfg.add_to} was trained with --option {m.option}, which changes weights "
          "every task shares; tasks can be added only to a plug-in run (adapter, pals, lhuc, lora)"),
+        (cfg.add_to and m.train_encoder,
+         f"--add_to: {cfg.add_to} was trained with --train_encoder, which changes the encoder "
+         "every task shares; tasks can be added only to a run whose encoder stayed frozen"),
         (cfg.add_to and repeated, f"--tasks: {repeated} already trained in {cfg.add_to} (tasks "
          f"{cfg.base_tasks}); with --add_to, name only the new tasks"),
         (not 0 < cfg.lr <= 10, f"--lr {cfg.lr}: must be a number in (0, 10]"),

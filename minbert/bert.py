@@ -207,10 +207,10 @@ class BertSelfOutput(nn.Module):
         self, heads: torch.Tensor, x: torch.Tensor, sites: LayerSites = NO_SITES
     ) -> torch.Tensor:
         # HINT: h = dropout(sites.linear("attention_output", self.dense, heads)), then
-        # HINT: LayerNorm(x + sites.after_attention(h)).
+        # HINT: sites.norm("attention", self.LayerNorm, x + sites.after_attention(h)).
         # BEGIN SOLUTION: layer
         h = self.dropout(sites.linear("attention_output", self.dense, heads))
-        return self.LayerNorm(x + sites.after_attention(h))
+        return sites.norm("attention", self.LayerNorm, x + sites.after_attention(h))
         # END SOLUTION
 
 
@@ -256,13 +256,14 @@ class BertOutput(nn.Module):
         parallel: torch.Tensor | None = None,
     ) -> torch.Tensor:
         # HINT: h = dropout(sites.linear("output", self.dense, h)), then
-        # HINT: LayerNorm(x + sites.after_feed_forward(h) + parallel), parallel only if not None.
+        # HINT: sites.norm("feed_forward", self.LayerNorm, x + sites.after_feed_forward(h) +
+        # HINT: parallel), parallel only if not None.
         # BEGIN SOLUTION: layer
         h = self.dropout(sites.linear("output", self.dense, h))  # (B, T, F) -> (B, T, D)
         h = x + sites.after_feed_forward(h)
         if parallel is not None:
             h = h + parallel
-        return self.LayerNorm(h)
+        return sites.norm("feed_forward", self.LayerNorm, h)
         # END SOLUTION
 
 

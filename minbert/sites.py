@@ -14,6 +14,9 @@ Two sides of one protocol:
     ``attention_output``, ``intermediate``, ``output``), where LoRA adds its low-rank term;
   - ``after_attention(h)``: the attention output projection, before its add & norm (adapter);
   - ``after_feed_forward(h)``: the feed-forward output, before its add & norm (adapter);
+  - ``norm(name, module, h)``: an add & norm's LayerNorm ``module`` applied to the sum ``h``
+    (``attention`` or ``feed_forward``), where per-task LayerNorms replace it and adapters
+    placed after the LayerNorm act;
   - ``parallel(x, mask)``: a term computed from the layer input x (B, T, D), given the additive
     attention mask (B, 1, 1, T), added before the layer's final LayerNorm (PAL), or ``None``;
   - ``after_layer(h)``: the layer output (LHUC).
@@ -47,6 +50,9 @@ class LayerSites:
     def after_feed_forward(self, h: torch.Tensor) -> torch.Tensor:
         return h
 
+    def norm(self, name: str, module: nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
+        return module(h)
+
     def parallel(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
         return None
 
@@ -74,6 +80,14 @@ class SiteHandler:
 
     def after_feed_forward(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
         return h
+
+    def norm(
+        self, layer: int, task: str, name: str, module: nn.LayerNorm, h: torch.Tensor,
+        y: torch.Tensor,
+    ) -> torch.Tensor:  # fmt: skip
+        """``y`` is the output so far of the LayerNorm ``name`` on the sum ``h``: ``module(h)``,
+        or what an earlier handler made of it; returns the (possibly changed) output."""
+        return y
 
     def parallel(
         self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor | None
@@ -110,6 +124,12 @@ class ComposedSites(LayerSites):
         for handler in self.handlers:
             h = handler.after_feed_forward(self.layer, self.task, h)
         return h
+
+    def norm(self, name: str, module: nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
+        y = module(h)
+        for handler in self.handlers:
+            y = handler.norm(self.layer, self.task, name, module, h, y)
+        return y
 
     def parallel(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor | None:
         """The sum of the handlers' parallel terms (B, T, D), or None when none contributes."""

@@ -70,7 +70,11 @@ class ModelSettings:
     # -- data --
     max_length: int = 128  # tokens per sequence after truncation
     # -- plug-ins (with --option adapter|pals|lhuc|lora) --
-    train_layernorms: bool = False  # also train the encoder's LayerNorms (with a plug-in)
+    train_layernorms: bool = False  # each task gets its own copy of every encoder layer's two
+    # LayerNorms, started from the pretrained ones (Houlsby et al. 2019; the embeddings'
+    # LayerNorm stays shared and frozen; minbert/plugins/layernorm.py)
+    train_encoder: bool = False  # also fine-tune the shared encoder together with the
+    # plug-ins, as the PALs paper does (not with --add_to: earlier tasks would change)
     also: list[str] = field(default_factory=list)  # more plug-in kinds beside --option's,
     # comma-separated, each with its own flags (e.g. --option adapter --also lhuc)
     adapter: AdapterSettings = section(AdapterSettings, "adapter_")
@@ -90,6 +94,11 @@ class ModelSettings:
         checkpoint's position table. A UsageError-worthy ValueError names the flag otherwise."""
         checkpoint = resolve_checkpoint_dir(self.checkpoint)
         positions = load_config(checkpoint).max_position_embeddings
+        if self.train_encoder and self.plugin is None:
+            raise ValueError(
+                f"--train_encoder goes with a plug-in --option (adapter, pals, lhuc, lora); "
+                f"--option {self.option} already decides whether the encoder trains"
+            )
         extra = self.also
         if extra and (self.plugin is None or self.option in extra or len(set(extra)) < len(extra)
                       or any(kind not in PLUGINS for kind in extra)):  # fmt: skip
@@ -109,6 +118,14 @@ class ModelSettings:
     def plugin(self) -> str | None:
         """The plug-in kind of the option, or None for pretrain and finetune."""
         return self.option if self.option in PLUGINS else None
+
+    @property
+    def plugin_kinds(self) -> list[str]:
+        """Every plug-in kind to attach, in order: per-task LayerNorms first (an adapter placed
+        after the LayerNorm reads the task's), then the option's, then --also's."""
+        if self.plugin is None:
+            return []
+        return ["layernorm"] * self.train_layernorms + [self.plugin, *self.also]
 
     def plugin_options(self, kind: str) -> dict:
         """The options of plug-in ``kind``, as ``add_plugin`` takes them."""
@@ -145,10 +162,6 @@ class MultitaskModel(nn.Module):
         self.heads = nn.ModuleDict(
             {t.name: t.make_head(D, head_dropout, self.encodes_separately(t)) for t in tasks}
         )
-        # Tensors no task owns that an earlier run trained and that are frozen now (its
-        # LayerNorms under --train_layernorms when tasks are added with --add_to): every task's
-        # checkpoint carries them, as it carries trainable shared tensors.
-        self.trained_shared_keys: set[str] = set()
 
     def encodes_separately(self, task: Task) -> bool:
         return task.is_pair and self.pair_encoding == "separate"
@@ -174,7 +187,8 @@ class MultitaskModel(nn.Module):
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """The tensors that training changes: every weight for finetune, else plug-ins + heads
-        (and LayerNorms when trained). Selected by requires_grad, i.e. by the freezing."""
+        (and the encoder under --train_encoder). Selected by requires_grad, i.e. by the
+        freezing."""
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
         return {k: v.detach().clone() for k, v in self.state_dict().items() if k in trainable}
 
@@ -187,11 +201,9 @@ class MultitaskModel(nn.Module):
 
     def task_state_dict(self, task_name: str) -> dict[str, torch.Tensor]:
         """What one task needs on top of the pretrained encoder: its plug-ins, its head, and any
-        trained tensor no task owns (the LayerNorms under --train_layernorms). Trained tensors are
-        those with requires_grad or in ``trained_shared_keys``, so the selection follows the
-        freezing, never names."""
+        trained tensor no task owns (the whole encoder under --train_encoder). Trained tensors
+        are those with requires_grad, so the selection follows the freezing, never names."""
         trained = {n for n, p in self.named_parameters() if p.requires_grad}
-        trained |= self.trained_shared_keys
         owned_by_others = set().union(*(self.task_keys(t) for t in self.tasks if t != task_name))
         keys = (trained - owned_by_others) | self.task_keys(task_name)
         state = self.state_dict()
@@ -215,19 +227,19 @@ def build_model(
     dropout: float = 0.1,
     frozen_tasks: Sequence[str] = (),
 ) -> MultitaskModel:
-    """Load the pretrained encoder, set its dropout, attach the option's plug-in, add a head per
-    task and freeze what the option freezes. ``frozen_tasks`` are tasks of an earlier run (joined
-    with ``--add_to``): they get their plug-ins and heads, but only ``tasks`` train."""
+    """Load the pretrained encoder, attach the option's plug-ins, set every dropout, add a head
+    per task and freeze what the option freezes. ``frozen_tasks`` are tasks of an earlier run
+    (joined with ``--add_to``): they get their plug-ins and heads, but only ``tasks`` train."""
     settings = settings.resolved()
     bert = load_pretrained(settings.checkpoint)
+    names = [*frozen_tasks, *tasks]
+    for kind in settings.plugin_kinds:
+        add_plugin(bert, kind, names, **settings.plugin_options(kind))
     for module in bert.modules():
         if isinstance(module, nn.Dropout):
             module.p = dropout
-    for layer in bert.encoder.layer:
-        layer.attention.self.dropout_p = dropout
-    names = [*frozen_tasks, *tasks]
-    for kind in [settings.plugin, *settings.also] if settings.plugin else []:
-        add_plugin(bert, kind, names, **settings.plugin_options(kind))
+        if hasattr(module, "dropout_p"):  # attention dropout: the encoder's and each PAL's
+            module.dropout_p = dropout
     task_list = [get_task(name) for name in names]
     model = MultitaskModel(
         bert, task_list, settings.representation, settings.pair_encoding, dropout
@@ -239,7 +251,9 @@ def build_model(
         for name in frozen_tasks:
             model.heads[name].requires_grad_(False)
     elif settings.plugin:
-        freeze_for_plugins(bert, train_layernorms=settings.train_layernorms)
+        freeze_for_plugins(bert)
+        if settings.train_encoder:
+            bert.requires_grad_(True)
     return model
 
 

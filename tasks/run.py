@@ -339,8 +339,6 @@ class RunFolder:
                 f"{wrong[0]}"
             )
         model.load_state_dict(state, strict=False)
-        owned = set().union(*(model.task_keys(t) for t in model.tasks))
-        model.trained_shared_keys |= set(state) - owned
 
     def save_task_checkpoints(self, model: MultitaskModel) -> None:
         """task-<name>.safetensors: one task's plug-ins + head, loadable onto the pretrained

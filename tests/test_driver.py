@@ -352,3 +352,48 @@ def test_two_plugins_from_the_command_line(tiny_checkpoint, tiny_data, tmp_path,
     for bad in (["--option", "adapter", "--also", "adapter"], ["--also", "lhuc"]):
         assert run(tiny_checkpoint, tiny_data, tmp_path / "bad", *bad) == 2
     assert "--also" in capsys.readouterr().err
+
+
+def test_train_encoder_with_plugins(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    """--train_encoder: the encoder and the plug-ins (PALs with their GELU, per-task LayerNorms)
+    both move; each task's file reproduces the run's predictions; refused beside --option
+    finetune and for --add_to."""
+    from safetensors.torch import load_file
+
+    from minbert.pretrained import load_pretrained
+    from tasks.base import read_predictions
+
+    out = tmp_path / "run"
+    flags = ("--option", "pals", "--pal_gelu", "--train_encoder", "--train_layernorms")
+    assert run(tiny_checkpoint, tiny_data, out, *flags, "--lr", "1e-3", "--no_plots") == 0
+    best = load_file(str(out / "best.safetensors"))
+    pretrained = load_pretrained(str(tiny_checkpoint)).state_dict()
+    query = "encoder.layer.0.attention.self.query.weight"
+    assert not torch.equal(best[f"bert.{query}"], pretrained[query])
+    assert best["bert.plugins.pals.by_task.sst.decoder.weight"].abs().sum() > 0
+    norm = "bert.plugins.layernorm.by_task.sst.attention.0.weight"
+    assert not torch.equal(
+        best[norm], pretrained["encoder.layer.0.attention.output.LayerNorm.weight"]
+    )
+    cfg, _, data, tokenizer = rebuilt(out)
+    model = build_model(cfg.model, cfg.tasks, cfg.dropout)
+    model.load_task_state_dict("sts", load_file(str(out / "task-sts.safetensors")))
+    _, rows = read_predictions(out / "sts-dev-output.csv")
+    assert dev_predictions(model, "sts", data, tokenizer, cfg) == {i: float(v) for i, v in rows}
+
+    capsys.readouterr()
+    assert run(tiny_checkpoint, tiny_data, tmp_path / "x", "--add_to", str(out),
+               "--tasks", "sst") == 2  # fmt: skip
+    assert "was trained with --train_encoder" in capsys.readouterr().err
+    assert run(tiny_checkpoint, tiny_data, tmp_path / "y", "--train_encoder") == 2
+    assert "--train_encoder goes with a plug-in" in capsys.readouterr().err
+
+
+def test_dropout_reaches_every_attention_including_pals(tiny_checkpoint):
+    from tasks.model import ModelSettings
+
+    settings = ModelSettings(option="pals", checkpoint=str(tiny_checkpoint))
+    model = build_model(settings, ["sst"], dropout=0.3)
+    rates = [m.dropout_p for m in model.modules() if hasattr(m, "dropout_p")]
+    assert len(rates) == model.bert.config.num_hidden_layers + 1 and set(rates) == {0.3}
+    assert {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {0.3}

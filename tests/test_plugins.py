@@ -1,6 +1,6 @@
-"""Plug-ins (Houlsby adapters, PALs, LHUC, LoRA) on a tiny random BERT: identity at
-initialisation, structural freezing, per-task isolation, parameter counts against the papers'
-formulas, per-task state round trips through safetensors, LoRA merging, tasks added later.
+"""Plug-ins (Houlsby adapters, PALs, LHUC, LoRA, per-task LayerNorms) on a tiny random BERT:
+identity at initialisation, structural freezing, per-task isolation, parameter counts against the
+papers' formulas, per-task state round trips through safetensors, LoRA merging, tasks added later.
 
 Exact comparisons (torch.equal) where the computation is the same; stated tolerances elsewhere.
 """
@@ -16,6 +16,7 @@ from torch import nn
 
 from minbert.bert import BertConfig, BertModel
 from minbert.plugins import (
+    KINDS,
     PLUGINS,
     add_plugin,
     count_formula,
@@ -26,7 +27,7 @@ from minbert.plugins import (
     parameter_report,
     plugin_state_dict,
 )
-from minbert.plugins.adapter import Bottleneck
+from minbert.plugins.adapter import NEAR_IDENTITY_STD, Bottleneck
 from minbert.plugins.lora import TARGETS as LORA_TARGETS
 from tests.conftest import tiny_config
 
@@ -39,11 +40,14 @@ VARIANTS = {
     "adapter-2-shared": ("adapter", {"share": 2, "size": 8}),
     "adapter-shared-sites": ("adapter", {"share_sites": True, "size": 8}),
     "adapter-2-shared-sites": ("adapter", {"share": 2, "share_sites": True, "size": 8}),
+    "adapter-after-layernorm": ("adapter", {"placement": "after_layernorm", "size": 8}),
     "pals": ("pals", {}),
     "pals-sized": ("pals", {"size": 12, "heads": 3}),
+    "pals-gelu": ("pals", {"gelu": True}),
     "lhuc": ("lhuc", {}),
     "lora": ("lora", {}),
     "lora-all": ("lora", {"rank": 2, "alpha": 4.0, "targets": list(LORA_TARGETS)}),
+    "layernorm": ("layernorm", {}),
 }
 
 
@@ -141,16 +145,64 @@ def test_freeze_for_plugins_trains_only_plugins(variant: str) -> None:
     assert any(p.grad.abs().sum() > 0 for p in sst)
 
 
-def test_freeze_for_plugins_can_train_layernorms() -> None:
+def test_per_task_layernorms_start_from_the_pretrained_ones_and_are_per_task() -> None:
+    plain = base_model()
+    model = with_plugin(plain, "layernorm")
+    plugin = model.plugins["layernorm"]
+    for task in TASKS:
+        for layer, pretrained in enumerate(plain.encoder.layer):
+            own = plugin.by_task[task]
+            assert torch.equal(
+                own["attention"][layer].weight, pretrained.attention.output.LayerNorm.weight
+            )
+            assert torch.equal(own["feed_forward"][layer].bias, pretrained.output.LayerNorm.bias)
+    freeze_for_plugins(model)
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    trainable = [m for m in norms if m.weight.requires_grad]
+    assert len(trainable) == 2 * 2 * 2  # tasks × positions × layers; the pretrained stay frozen
+    assert all(any(m is n for n in plugin.modules()) for m in trainable)
+    # A task's LayerNorm acts on that task only, at both add & norms.
+    before = outputs(model, "para")
+    with torch.no_grad():
+        plugin.by_task["sst"]["feed_forward"][1].weight.mul_(2.0)
+    assert_equal_outputs(outputs(model, "para"), before)
+    assert not torch.equal(outputs(model, "sst")["last_hidden_state"], before["last_hidden_state"])
+
+
+def test_per_task_layernorms_are_attached_first() -> None:
     model = with_plugin(base_model(), "adapter")
-    freeze_for_plugins(model, train_layernorms=True)
-    plugin_ids = {id(p) for p in model.plugins.parameters()}
-    norm_ids = {
-        id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()
-    }
-    assert norm_ids  # embeddings + 2 per layer
-    for p in model.parameters():
-        assert p.requires_grad == (id(p) in plugin_ids | norm_ids)
+    with pytest.raises(ValueError, match="before any other plug-in"):
+        add_plugin(model, "layernorm", TASKS)
+
+
+def test_adapter_after_layernorm_acts_on_the_normalised_output() -> None:
+    """adapter(LayerNorm(x + attention)): the attention block's output is the adapter applied to
+    what the pretrained LayerNorm returned (hooks read both)."""
+    model = with_plugin(base_model(), "adapter-after-layernorm")
+    perturb(model)
+    layer = model.encoder.layer[1]
+    seen = {}
+    layer.attention.output.LayerNorm.register_forward_hook(lambda m, i, o: seen.update(norm=o))
+    layer.attention.register_forward_hook(lambda m, i, o: seen.update(block=o))
+    outputs(model, "sst")
+    adapter = model.plugins["adapter"].by_task["sst"]["attention"][1]
+    with torch.no_grad():
+        assert torch.equal(seen["block"], adapter(seen["norm"]))
+        assert not torch.equal(seen["block"], seen["norm"])
+
+
+def test_near_identity_adapter_is_within_its_bound() -> None:
+    """Truncated N(0, σ²) at 2σ on both projections: |adapter(h) − h| ≤ m·D·(2σ)²·max|h|
+    (|GELU(z)| ≤ |z|), and not exactly the identity."""
+    torch.manual_seed(0)
+    m, D = 8, 32
+    adapter = Bottleneck(D, m, init_std=0.02, init="near_identity")
+    bound = 2 * NEAR_IDENTITY_STD
+    assert adapter.down.weight.abs().max() <= bound and adapter.up.weight.abs().max() <= bound
+    h = torch.randn(4, 7, D)
+    with torch.no_grad():
+        change = (adapter(h) - h).abs().max()
+    assert 0 < change <= m * D * bound**2 * h.abs().max()
 
 
 def test_freeze_for_plugins_needs_a_plugin() -> None:
@@ -179,7 +231,7 @@ def test_parameter_counts_match_the_formulas() -> None:
     model = BertModel(config)
 
     def per_task(kind: str, **options) -> int:
-        plugin = PLUGINS[kind](config, ["sst", "para"], **options)
+        plugin = KINDS[kind](config, ["sst", "para"], **options)
         counts = {sum(p.numel() for p in plugin.task_parameters(t)) for t in plugin.tasks}
         assert len(counts) == 1  # every task the same size
         total = sum(p.numel() for p in plugin.parameters())
@@ -203,6 +255,8 @@ def test_parameter_counts_match_the_formulas() -> None:
     assert count_formula("lora", config, rank=r, targets=LORA_TARGETS) == expected
 
     assert per_task("lhuc") == L * D == count_formula("lhuc", config)
+    assert per_task("layernorm") == L * 2 * 2 * D == count_formula("layernorm", config)
+    assert per_task("adapter", size=m, placement="after_layernorm") == 2 * L * adapter
 
     s, h = 12, 3
     pal = (D * s + s) + (s * D + D) + L * 3 * (s * s + s)  # V_E, V_D, per layer q, k, v
@@ -316,7 +370,9 @@ def test_lora_merge_and_unmerge() -> None:
 # ----- a task added later -----
 
 
-@pytest.mark.parametrize("variant", ["adapter", "pals", "lhuc", "lora"])
+@pytest.mark.parametrize(
+    "variant", ["adapter", "adapter-after-layernorm", "pals", "lhuc", "lora", "layernorm"]
+)
 def test_task_added_later_leaves_other_tasks_untouched(variant: str) -> None:
     model = with_plugin(base_model(), variant)
     perturb(model)

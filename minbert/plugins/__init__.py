@@ -25,6 +25,10 @@ A plug-in lives in ``model.plugins[kind]`` and keeps each task's parameters in
     pals       parallel                               pals.py     (Stickland & Murray 2019)
     lhuc       after_layer                            lhuc.py     (Swietojanski & Renals 2014)
     lora       linear                                 lora.py     (Hu et al. 2021)
+    layernorm  norm                                   layernorm.py (Houlsby et al. 2019)
+
+The first four are the driver's ``--option`` choices (``PLUGINS``); ``layernorm``, per-task
+LayerNorms, goes beside one of them (``--train_layernorms``) and is attached first.
 
 Several kinds may be attached at once; each site applies them in the order they were added.
 """
@@ -37,6 +41,7 @@ from minbert.bert import BertConfig, BertModel
 from minbert.plugins.adapter import HoulsbyAdapter
 from minbert.plugins.base import Plugin
 from minbert.plugins.freezing import freeze_all_but_task, freeze_for_plugins
+from minbert.plugins.layernorm import TaskLayerNorms
 from minbert.plugins.lhuc import LHUC
 from minbert.plugins.lora import LoRA
 from minbert.plugins.pals import PAL
@@ -49,12 +54,13 @@ PLUGINS: dict[str, type[Plugin]] = {
     "lhuc": LHUC,
     "lora": LoRA,
 }
+KINDS: dict[str, type[Plugin]] = {**PLUGINS, "layernorm": TaskLayerNorms}
 
 
 def _plugin_class(kind: str) -> type[Plugin]:
-    if kind not in PLUGINS:
-        raise ValueError(f"unknown plug-in kind {kind!r}; use one of {list(PLUGINS)}")
-    return PLUGINS[kind]
+    if kind not in KINDS:
+        raise ValueError(f"unknown plug-in kind {kind!r}; use one of {list(KINDS)}")
+    return KINDS[kind]
 
 
 def add_plugin(model: BertModel, kind: str, tasks: Iterable[str], **options) -> Plugin:
@@ -80,6 +86,7 @@ def count_formula(kind: str, config: BertConfig, **options) -> int:
     pals     2·D·s + D + s + 3·L·(s² + s)
     lhuc     L · D
     lora     L · Σ_targets r·(d_in + d_out)
+    layernorm  L · 2 · 2D
     """
     return _plugin_class(kind).parameters_per_task(config, **options)
 
@@ -88,7 +95,9 @@ __all__ = [
     "LHUC",
     "PAL",
     "PLUGINS",
+    "TaskLayerNorms",
     "HoulsbyAdapter",
+    "KINDS",
     "LoRA",
     "Plugin",
     "add_plugin",

@@ -11,13 +11,20 @@ An adapter is a small residual bottleneck applied to a sub-layer's output before
 
     adapter(h) = h + W_up · GELU(W_down · h + b_down) + b_up,   W_down: m×D, W_up: D×m
 
-W_up and b_up start at zero, so every adapter is exactly the identity at initialisation. One
-adapter has 2·m·D + D + m parameters.
+One adapter has 2·m·D + D + m parameters. Initialisation (``init``):
+    "identity"       W_down ~ N(0, initializer_range²), W_up and both biases zero: every
+                     adapter is exactly the identity at initialisation (the default);
+    "near_identity"  both W_down and W_up from a normal with std 1e-3 truncated at two standard
+                     deviations, biases zero, as Houlsby et al.'s released code does: close to
+                     the identity, |adapter(h) − h| ≤ m·D·(2·10⁻³)²·max|h| elementwise.
 
 Placement:
-    "houlsby"   after the attention output projection and after the feed-forward output
-                (two adapters per layer), as in the paper;
-    "pfeiffer"  after the feed-forward output only (one adapter per layer).
+    "houlsby"          after the attention output projection and after the feed-forward output,
+                       before each add & norm (two adapters per layer), as in the paper;
+    "pfeiffer"         after the feed-forward output only (one adapter per layer; Pfeiffer et
+                       al. 2021, "AdapterFusion");
+    "after_layernorm"  after each add & norm's LayerNorm, on the sub-layer's normalised output
+                       (two adapters per layer), the variant one of the course's reports studies.
 
 Sharing, as the adapter re-implementation study defines its variants (m = 64, D = 768, L = 12,
 BERT-base: an adapter has 2·m·D + D + m = 99,136 parameters):
@@ -32,8 +39,8 @@ BERT-base: an adapter has 2·m·D + D + m = 99,136 parameters):
                        study's "3-shared", 4 adapters, 396,544 parameters
 
 so a task has (1 if share_sites else positions) · ⌈L / k⌉ adapters (tests/test_plugins.py
-checks the counts above on a BERT-base-shaped model). Training the encoder's LayerNorms as well,
-as the paper does, is a freezing option: ``freeze_for_plugins(model, train_layernorms=True)``.
+checks the counts above on a BERT-base-shaped model). The paper also trains the LayerNorms for
+each task: that is its own plug-in, ``minbert/plugins/layernorm.py`` (``--train_layernorms``).
 """
 
 from __future__ import annotations
@@ -49,7 +56,12 @@ from torch import nn
 from minbert.bert import BertConfig, gelu
 from minbert.plugins.base import Plugin
 
-PLACEMENTS = {"houlsby": ("attention", "feed_forward"), "pfeiffer": ("feed_forward",)}
+PLACEMENTS = {
+    "houlsby": ("attention", "feed_forward"),
+    "pfeiffer": ("feed_forward",),
+    "after_layernorm": ("attention", "feed_forward"),
+}
+NEAR_IDENTITY_STD = 1e-3
 
 
 @dataclass
@@ -57,8 +69,12 @@ class AdapterSettings:
     """Options of ``HoulsbyAdapter`` (driver flags ``--adapter_<name>``)."""
 
     size: int = 64  # adapter bottleneck m
-    placement: Literal["houlsby", "pfeiffer"] = "houlsby"  # houlsby: after attention and
-    # feed-forward; pfeiffer: after feed-forward only
+    placement: Literal[tuple(PLACEMENTS)] = "houlsby"  # houlsby: after attention and
+    # feed-forward, before each add & norm (Houlsby et al. 2019); pfeiffer: after feed-forward
+    # only (Pfeiffer et al. 2021); after_layernorm: after each add & norm's LayerNorm
+    init: Literal["identity", "near_identity"] = "identity"  # identity: W_up = 0, exactly the
+    # identity at start; near_identity: both projections ~ truncated N(0, 1e-3²), as Houlsby
+    # et al.'s code
     share: int = 1  # share one adapter per position across k consecutive layers
     share_sites: bool = False  # one adapter serves both positions of a layer (or block of k
     # layers): "shared in each layer" (with --adapter_share 3: the study's "3-shared")
@@ -68,6 +84,8 @@ class AdapterSettings:
             raise ValueError(
                 f"adapter placement {self.placement!r}: use one of {sorted(PLACEMENTS)}"
             )
+        if self.init not in ("identity", "near_identity"):
+            raise ValueError(f"adapter init {self.init!r}: use 'identity' or 'near_identity'")
         if self.size < 1:
             raise ValueError(f"adapter size (--adapter_size) must be at least 1, got {self.size}")
         if self.share < 1:
@@ -77,15 +95,20 @@ class AdapterSettings:
 
 
 class Bottleneck(nn.Module):
-    """h + W_up · GELU(W_down · h + b_down) + b_up, the identity at initialisation."""
+    """h + W_up · GELU(W_down · h + b_down) + b_up, the identity (or near it) at initialisation."""
 
-    def __init__(self, hidden_size: int, size: int, init_std: float) -> None:
+    def __init__(self, hidden_size: int, size: int, init_std: float, init: str) -> None:
         super().__init__()
         self.down = nn.Linear(hidden_size, size)
         self.up = nn.Linear(size, hidden_size)
-        nn.init.normal_(self.down.weight, std=init_std)
+        if init == "near_identity":
+            bound = 2 * NEAR_IDENTITY_STD
+            for linear in (self.down, self.up):
+                nn.init.trunc_normal_(linear.weight, std=NEAR_IDENTITY_STD, a=-bound, b=bound)
+        else:
+            nn.init.normal_(self.down.weight, std=init_std)
+            nn.init.zeros_(self.up.weight)
         nn.init.zeros_(self.down.bias)
-        nn.init.zeros_(self.up.weight)
         nn.init.zeros_(self.up.bias)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
@@ -122,7 +145,9 @@ class HoulsbyAdapter(Plugin):
         D, std = self.config.hidden_size, self.config.initializer_range
         return nn.ModuleDict(
             {
-                position: nn.ModuleList(Bottleneck(D, self.size, std) for _ in range(self.groups))
+                position: nn.ModuleList(
+                    Bottleneck(D, self.size, std, self.settings.init) for _ in range(self.groups)
+                )
                 for position in self.slots
             }
         )
@@ -153,13 +178,26 @@ class HoulsbyAdapter(Plugin):
         return self.by_task[task][slot][layer // self.share](h)
 
     def after_attention(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        if self.placement == "after_layernorm":
+            return h
         return self._adapt("attention", layer, task, h)
 
     def after_feed_forward(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        if self.placement == "after_layernorm":
+            return h
         return self._adapt("feed_forward", layer, task, h)
+
+    def norm(
+        self, layer: int, task: str, name: str, module: nn.LayerNorm, h: torch.Tensor,
+        y: torch.Tensor,
+    ) -> torch.Tensor:  # fmt: skip
+        if self.placement != "after_layernorm":
+            return y
+        return self._adapt(name, layer, task, y)
 
     def extra_repr(self) -> str:
         return (
             f"tasks={self.tasks}, size={self.size}, placement={self.placement!r}, "
-            f"share={self.share}, share_sites={self.settings.share_sites}"
+            f"share={self.share}, share_sites={self.settings.share_sites}, "
+            f"init={self.settings.init!r}"
         )

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from torch import nn
-
 from minbert.bert import BertModel
 
 
-def freeze_for_plugins(model: BertModel, train_layernorms: bool = False) -> None:
-    """Freeze every parameter of ``model``, then unfreeze every plug-in parameter (all tasks) and,
-    with ``train_layernorms``, every ``nn.LayerNorm`` of the model (as Houlsby et al. do).
+def freeze_for_plugins(model: BertModel) -> None:
+    """Freeze every parameter of ``model``, then unfreeze every plug-in parameter (all tasks).
+    (Per-task LayerNorms, as Houlsby et al. train them, are a plug-in of their own.)
 
     Task heads live outside the model; the caller leaves them trainable.
     """
@@ -17,10 +15,6 @@ def freeze_for_plugins(model: BertModel, train_layernorms: bool = False) -> None
         raise ValueError("no plug-ins are attached; add one with add_plugin before freezing")
     model.requires_grad_(False)
     model.plugins.requires_grad_(True)
-    if train_layernorms:
-        for module in model.modules():
-            if isinstance(module, nn.LayerNorm):
-                module.requires_grad_(True)
 
 
 def freeze_all_but_task(model: BertModel, *tasks: str) -> None:

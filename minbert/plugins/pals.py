@@ -20,9 +20,13 @@ final LayerNorm:
 
 g_l is attention without an output projection (V_D already maps the concatenated heads back):
 g_l(z) = [Attention(z W_i^Q, z W_i^K, z W_i^V)]_{i=1..nh}, with the layer's padding mask.
-V_D and its bias start at zero, so a PAL is exactly the identity at initialisation. (The
-authors' code also applies a GELU after V_D; the paper's equation has none, and neither does
-this implementation.)
+V_D and its bias start at zero, so a PAL is exactly the identity at initialisation. The
+authors' released code also applies a GELU after V_D, PAL_l(x) = GELU(V_D · g_l(V_E · x)); the
+paper's equation has none. ``gelu=True`` (``--pal_gelu``) adds it; GELU(0) = 0, so the PAL is
+still exactly the identity at initialisation.
+
+Attention dropout inside g_l is ``dropout_p``: the encoder's attention dropout when the PAL is
+built, and whatever the driver's ``--dropout`` sets on the model afterwards.
 
 Parameters per task: V_E and V_D with biases, 2·D·s + D + s, plus L layers of query, key and
 value maps s→s with biases, 3·L·(s² + s).
@@ -44,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minbert.bert import BertConfig, scaled_dot_product_attention
+from minbert.bert import BertConfig, gelu, scaled_dot_product_attention
 from minbert.plugins.base import Plugin
 
 
@@ -54,6 +58,8 @@ class PALSettings:
 
     size: int | None = None  # PAL projection size s (default: sized to D, see pals.py)
     heads: int | None = None  # attention heads inside a PAL (default: the encoder's)
+    gelu: bool = False  # a GELU after the decoder V_D, as the PALs authors' code has (the
+    # paper's equation has none)
 
     def resolved(self, config: BertConfig) -> tuple[int, int]:
         """(s, nh) for ``config``: the defaults of the module docstring where unset."""
@@ -103,14 +109,26 @@ class ProjectedAttention(nn.Module):
         return y.transpose(1, 2).reshape(B, T, S)  # (B, nh, T, hs) -> (B, T, s)
 
 
+class Decoder(nn.Linear):
+    """V_D: (B, T, s) -> (B, T, D), followed by a GELU when ``with_gelu``."""
+
+    def __init__(self, size: int, hidden_size: int, with_gelu: bool) -> None:
+        super().__init__(size, hidden_size)
+        self.with_gelu = with_gelu
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        out = super().forward(z)
+        return gelu(out) if self.with_gelu else out
+
+
 class TaskPAL(nn.Module):
     """One task's PAL parameters: V_E and V_D shared by all layers, one attention per layer."""
 
-    def __init__(self, config: BertConfig, size: int, heads: int) -> None:
+    def __init__(self, config: BertConfig, size: int, heads: int, with_gelu: bool) -> None:
         super().__init__()
         D, std = config.hidden_size, config.initializer_range
         self.encoder = nn.Linear(D, size)  # V_E
-        self.decoder = nn.Linear(size, D)  # V_D
+        self.decoder = Decoder(size, D, with_gelu)  # V_D
         self.layers = nn.ModuleList(
             ProjectedAttention(size, heads, std) for _ in range(config.num_hidden_layers)
         )
@@ -139,7 +157,7 @@ class PAL(Plugin):
         self.add_tasks(tasks)
 
     def build_task(self) -> nn.Module:
-        return TaskPAL(self.config, self.size, self.heads)
+        return TaskPAL(self.config, self.size, self.heads, self.settings.gelu)
 
     def layer_of(self, task: str) -> dict[nn.Parameter, int]:
         """Layer l's attention acts in layer l; V_E and V_D serve every layer (the top one)."""
@@ -167,7 +185,7 @@ class PAL(Plugin):
             )
         # HINT: PAL_l(x) = V_D · g_l(V_E · x): pal = self.by_task[task]; pal.encoder, then
         # HINT: pal.layers[layer](z, mask, dropout_p, self.use_fast_path) with dropout_p only in
-        # HINT: training, then pal.decoder.
+        # HINT: training, then pal.decoder (which adds the GELU itself when asked).
         # BEGIN SOLUTION: pals
         pal = self.by_task[task]
         dropout_p = self.dropout_p if self.training else 0.0
@@ -177,4 +195,6 @@ class PAL(Plugin):
         # END SOLUTION
 
     def extra_repr(self) -> str:
-        return f"tasks={self.tasks}, size={self.size}, heads={self.heads}"
+        return (
+            f"tasks={self.tasks}, size={self.size}, heads={self.heads}, gelu={self.settings.gelu}"
+        )

@@ -26,8 +26,8 @@ def parameter_report(model: BertModel, heads: dict[str, nn.Module]) -> dict[str,
 
     * ``base``, ``plugins``, ``heads``, ``total``: parameters stored;
     * ``trainable``: parameters with requires_grad (model and heads);
-    * ``shared_trainable``: trainable parameters that belong to no task (LayerNorms trained with
-      the plug-ins, or the whole encoder when fine-tuning);
+    * ``shared_trainable``: trainable parameters that belong to no task (the encoder, trained
+      beside the plug-ins or fine-tuned);
     * ``tasks[t]``: ``trainable`` (t's plug-in parameters that train), ``trainable_with_head``,
       and both as ``fraction_of_base`` / ``fraction_of_base_with_head``.
     """

@@ -110,6 +110,9 @@ class ScalingSites:
     def after_feed_forward(self, h: torch.Tensor) -> torch.Tensor:
         return 0.6 * h - 0.1
 
+    def norm(self, name: str, module: torch.nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
+        return ref_layer_norm(h, module) * (1.15 if name == "attention" else 0.85) + 0.03
+
     def parallel(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         keep = (mask[:, 0, 0, :, None] == 0).to(x.dtype)  # (B, 1, 1, T) -> (B, T, 1)
         return 0.3 * torch.sin(x) * keep
@@ -193,8 +196,10 @@ def ref_layer(
 ) -> torch.Tensor:
     """The post-norm encoder layer with every plug-in site in its place:
 
-    a = LayerNorm(x + after_attention(W_O · heads))
-    y = after_layer(LayerNorm(a + after_feed_forward(W_2 · GELU(W_1 · a)) + parallel(x)))
+    a = norm(LayerNorm, x + after_attention(W_O · heads))
+    y = after_layer(norm(LayerNorm, a + after_feed_forward(W_2 · GELU(W_1 · a)) + parallel(x)))
+
+    where norm(LayerNorm, h) is LayerNorm(h) without plug-ins.
     """
     scaling = isinstance(sites, ScalingSites)
     reference_sites = ScalingSites() if scaling else None
@@ -209,14 +214,17 @@ def ref_layer(
     after_feed_forward = reference_sites.after_feed_forward if scaling else identity
     after_layer = reference_sites.after_layer if scaling else identity
 
+    def norm(name: str, module: torch.nn.LayerNorm, t: torch.Tensor) -> torch.Tensor:
+        return reference_sites.norm(name, module, t) if scaling else ref_layer_norm(t, module)
+
     heads = ref_self_attention(layer.attention.self.original, x, mask, sites)
     h = linear("attention_output", layer.attention.output.dense, heads)
-    a = ref_layer_norm(x + after_attention(h), layer.attention.output.LayerNorm)
+    a = norm("attention", layer.attention.output.LayerNorm, x + after_attention(h))
     f = ref_gelu(linear("intermediate", layer.intermediate.dense, a))
     h = a + after_feed_forward(linear("output", layer.output.dense, f))
     if scaling:
         h = h + reference_sites.parallel(x, mask)
-    return after_layer(ref_layer_norm(h, layer.output.LayerNorm))
+    return after_layer(norm("feed_forward", layer.output.LayerNorm, h))
 
 
 def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
@@ -251,7 +259,8 @@ check(
     "layer: plug-in sites called in their places",
     tolerance=1e-5,
     hint="sites.linear for attention_output/output; after_attention before the first add & norm; "
-    "after_feed_forward and parallel(x, mask) before the second; after_layer on the output",
+    "after_feed_forward and parallel(x, mask) before the second; each LayerNorm through "
+    "sites.norm; after_layer on the output",
     exercises=("layer",),
 )(layer_check(with_sites=True))
 
