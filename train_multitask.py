@@ -67,8 +67,9 @@ class TrainConfig:
     model: ModelSettings = section(ModelSettings, "")  # option, checkpoint, plug-ins, ...
     # -- what to train --
     sampling: Literal[MODES] = "annealed"  # which task each step trains: round-robin cycles
-    # the tasks; proportional draws task i with p_i ∝ N_i (training-set size); annealed uses
-    # p_i ∝ N_i^α with α = 1 − 0.8·(e − 1)/(E − 1) in epoch e of E
+    # the tasks; proportional draws task i with p_i ∝ N_i (training-set size); square-root
+    # with p_i ∝ √N_i; annealed with p_i ∝ N_i^α, α = 1 − 0.8·(e − 1)/(E − 1) in epoch e of E
+    # (Stickland & Murray 2019)
     tasks: list[str] = field(default_factory=lambda: list(OVERALL_TASKS))  # comma-separated
     # subset of the registered tasks (tasks/: cfimdb, para, sst, sts)
     # -- data --

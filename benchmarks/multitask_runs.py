@@ -20,6 +20,13 @@ the machine. Suites:
                targets (SST 0.52, Quora 0.85) even without sharing the encoder
     plugins    full data: adapter, pals, lhuc, lora with annealed sampling, beside finetune
     smart      full data: SMART on and off for finetune and adapter
+    sampling   the PALs report's sampling table: round-robin, proportional, square-root and
+               annealed, adapters, 3 epochs of 320 steps each (a third of the data per epoch)
+    adapter-variants  the adapter study's ablations at the same budget as sampling: not shared,
+               shared in each layer, 3-shared; placement houlsby, pfeiffer, after the LayerNorm;
+               per-task LayerNorms trained
+    adapter-3-epochs  the default adapter run, 3 full epochs: what
+               benchmarks/adapter_ablation.py switches off span by span
 
     python benchmarks/multitask_runs.py multitask [--epochs 3] [--data_dir ../shared/data]
 """
@@ -37,6 +44,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The budget of the sampling and adapter-variant tables: 3 epochs (so annealing has epochs to
+# anneal over) of 320 steps, about a third of an epoch of the three tasks each.
+SHORT_EPOCHS = ["--option", "adapter", "--epochs", "3", "--steps_per_epoch", "320"]
 
 # The best SST-alone recipe of single-task.md, which the ceiling suite varies one flag at a time.
 SST_TUNED = ["--tasks", "sst", "--lr", "1e-4", "--layer_decay", "0.8"]
@@ -120,6 +131,19 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("adapter", ["--option", "adapter"]),
         ("adapter-smart", ["--option", "adapter", "--smart"]),
     ],
+    "sampling": [
+        (mode, [*SHORT_EPOCHS, "--sampling", mode])
+        for mode in ("round-robin", "proportional", "square-root", "annealed")
+    ],
+    "adapter-variants": [
+        ("houlsby", SHORT_EPOCHS),
+        ("shared-in-each-layer", [*SHORT_EPOCHS, "--adapter_share_sites"]),
+        ("3-shared", [*SHORT_EPOCHS, "--adapter_share_sites", "--adapter_share", "3"]),
+        ("pfeiffer", [*SHORT_EPOCHS, "--adapter_placement", "pfeiffer"]),
+        ("after-layernorm", [*SHORT_EPOCHS, "--adapter_placement", "after_layernorm"]),
+        ("houlsby-layernorms", [*SHORT_EPOCHS, "--train_layernorms"]),
+    ],
+    "adapter-3-epochs": [("adapter", ["--option", "adapter", "--epochs", "3"])],
 }
 
 

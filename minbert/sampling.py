@@ -1,11 +1,13 @@
-"""Which task each training step works on: round-robin, proportional or annealed sampling.
+"""Which task each training step works on: round-robin, proportional, square-root or annealed
+sampling.
 
 With K tasks of training-set sizes N_1..N_K, a step draws task i with probability
 
     p_i = N_i^α / Σ_j N_j^α
 
 α = 1 is proportional sampling (every example is equally likely to be seen; big tasks dominate),
-α = 0 is uniform (small tasks are seen as often as big ones and risk over-fitting). Annealed
+α = 0 is uniform (small tasks are seen as often as big ones and risk over-fitting). Square-root
+sampling fixes α = 0.5 in between (p_i ∝ √N_i, which Stickland & Murray also discuss). Annealed
 sampling (Stickland & Murray 2019, "BERT and PALs: Projected Attention Layers for Efficient
 Adaptation in Multi-Task Learning", ICML 2019) moves from one to the other over training:
 
@@ -32,7 +34,8 @@ import numpy as np
 
 __all__ = ["MODES", "TaskSampler", "annealed_alpha", "task_probabilities"]
 
-MODES = ("round-robin", "proportional", "annealed")
+MODES = ("round-robin", "proportional", "square-root", "annealed")
+FIXED_ALPHA = {"proportional": 1.0, "square-root": 0.5}
 
 
 def task_probabilities(sizes: Mapping[str, int], alpha: float) -> dict[str, float]:
@@ -68,7 +71,8 @@ class TaskSampler:
     """Chooses the task of each training step.
 
     Args:
-        mode: "round-robin", "proportional" (α = 1) or "annealed" (α from ``annealed_alpha``).
+        mode: "round-robin", "proportional" (α = 1), "square-root" (α = 0.5) or "annealed"
+            (α from ``annealed_alpha``).
         sizes: task name -> number of training examples N_i; the key order is the round-robin
             order.
         epochs: E, the number of epochs (annealing needs it).
@@ -92,8 +96,8 @@ class TaskSampler:
     def alpha(self, epoch: int) -> float | None:
         """The exponent α of ``epoch`` (None for round-robin, which does not sample)."""
         annealed_alpha(epoch, self.epochs)  # validates the epoch for every mode
-        if self.mode == "proportional":
-            return 1.0
+        if self.mode in FIXED_ALPHA:
+            return FIXED_ALPHA[self.mode]
         if self.mode == "annealed":
             return annealed_alpha(epoch, self.epochs)
         return None

@@ -55,12 +55,17 @@ def test_sampler_probabilities_per_mode():
             task_probabilities(SIZES, annealed_alpha(epoch, epochs))
         )
         assert round_robin.probabilities(epoch) == pytest.approx({name: 1 / 3 for name in SIZES})
+    # Square-root: p_i = √N_i / Σ_j √N_j, by hand, every epoch.
+    roots = {name: size**0.5 for name, size in SIZES.items()}
+    expected = {name: root / sum(roots.values()) for name, root in roots.items()}
+    square_root = TaskSampler("square-root", SIZES, epochs, seed=0)
+    assert all(square_root.probabilities(e) == pytest.approx(expected) for e in (1, epochs))
     # Annealing moves towards uniform: the largest task's share falls epoch by epoch.
     shares = [annealed.probabilities(e)["para"] for e in range(1, epochs + 1)]
     assert shares == sorted(shares, reverse=True)
 
 
-@pytest.mark.parametrize("mode", ["proportional", "annealed"])
+@pytest.mark.parametrize("mode", ["proportional", "square-root", "annealed"])
 def test_empirical_frequencies_match_the_probabilities(mode):
     """Over 100k draws every task's frequency is within 0.01 (absolute) of p_i ∝ N_i^α.
 
