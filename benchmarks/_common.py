@@ -119,7 +119,8 @@ class Report:
         self.sections.append(text.rstrip() + "\n")
         print(text.rstrip() + "\n", flush=True)
 
-    def write(self) -> Path:
+    def write(self, path: Path | None = None) -> Path:
+        """Write the Markdown file (default: benchmarks/results/<script name>.md)."""
         m = machine()
         lines = [
             f"# {self.title}",
@@ -137,10 +138,10 @@ class Report:
             "",
             *self.sections,
         ]
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"{self.name}.md"
+        path = path or RESULTS_DIR / f"{self.name}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
-        print(f"results written to {path.relative_to(ROOT)}")
+        print(f"results written to {path}")
         return path
 
 

@@ -124,7 +124,10 @@ class HoulsbyAdapter(Plugin):
     """Per task, bottleneck adapters at the chosen positions of every layer (or group of ``share``
     layers); options in ``AdapterSettings``.
 
-    W_down is drawn from N(0, initializer_range²) (BERT's own initialisation); W_up, b_up = 0.
+    ``switched_off`` is a set of layer indices whose adapters are skipped (every task, every
+    position): Houlsby et al.'s span ablation (their figure 6) switches a trained model's
+    adapters off over layers [i, j] and measures what each span contributes
+    (``benchmarks/adapter_ablation.py``). Empty, the default, is normal operation.
     """
 
     kind = "adapter"
@@ -139,6 +142,7 @@ class HoulsbyAdapter(Plugin):
         self.groups = math.ceil(config.num_hidden_layers / self.share)
         # The adapter lists of a task: one per position, or one serving every position.
         self.slots = ("both",) if self.settings.share_sites else self.positions
+        self.switched_off: frozenset[int] = frozenset()
         self.add_tasks(tasks)
 
     def build_task(self) -> nn.Module:
@@ -172,7 +176,7 @@ class HoulsbyAdapter(Plugin):
         return adapters * (2 * m * D + D + m)
 
     def _adapt(self, position: str, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
-        if position not in self.positions:
+        if position not in self.positions or layer in self.switched_off:
             return h
         slot = "both" if self.settings.share_sites else position
         return self.by_task[task][slot][layer // self.share](h)
