@@ -27,6 +27,11 @@ the machine. Suites:
                LayerNorms. The first row's run is what benchmarks/adapter_ablation.py reads.
 
     python benchmarks/multitask_runs.py multitask [--epochs 3] [--data_dir ../shared/data]
+    python benchmarks/multitask_runs.py plugins --only adapter --seeds 1,2,3 -- --epochs 3
+
+With --seeds, every configuration runs once per seed (rows ``<name>-seed-<s>``), and the results
+file adds a table of mean ± standard deviation over the seeds of each configuration; a
+configuration whose rows already differ only by ``-seed-<s>`` is aggregated the same way.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -190,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         "--render", action="store_true", help="only rewrite the Markdown file from the JSON one"
     )
     p.add_argument("--only", default=None, help="comma-separated configuration names to run")
+    p.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated seeds: run every configuration once per seed and report the mean "
+        "± standard deviation over them",
+    )
     p.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data"))
     p.add_argument("--runs_dir", default=str(ROOT / "runs" / "bench"))
     p.add_argument(
@@ -202,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         names = args.only.split(",")
         chosen = [c for c in chosen if c[0] in names]
+    if args.seeds:
+        seeds = [int(seed) for seed in args.seeds.split(",")]
+        chosen = [(f"{n}-seed-{s}", [*f, "--seed", str(s)]) for n, f in chosen for s in seeds]
     stem = Path(args.results) if args.results else ROOT / "benchmarks" / "results" / args.suite
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path = stem.with_suffix(".json")
@@ -247,6 +263,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+SEED_SUFFIX = re.compile(r"-seed-\d+$")
+METRICS = ("sst", "para", "sts", "overall")
+
+
+def seed_groups(results: dict) -> dict[str, dict[str, str]]:
+    """Configuration name -> {metric: "mean ± sd (n = k)"} over its rows ``<name>-seed-<s>``
+    (the sample standard deviation; groups of one seed are left out)."""
+    groups: dict[str, list[dict]] = {}
+    for name, r in results.items():
+        if SEED_SUFFIX.search(name):
+            groups.setdefault(SEED_SUFFIX.sub("", name), []).append(r["best"])
+    return {
+        name: {
+            k: f"{statistics.mean(b[k] for b in bests):.4f} ± "
+            f"{statistics.stdev(b[k] for b in bests):.4f} (n = {len(bests)})"
+            for k in METRICS
+            if all(k in b for b in bests)
+        }
+        for name, bests in groups.items()
+        if len(bests) > 1
+    }
+
+
 def markdown(suite: str, results: dict) -> str:
     order = [name for name, _ in SUITES.get(suite, [])]  # the suite's order, whatever ran first
     results = dict(
@@ -287,6 +326,15 @@ def markdown(suite: str, results: dict) -> str:
             f"{s['wall_clock_s']} | {s['train_examples_per_s']} |"
         )
     lines.append("")
+    if groups := seed_groups(results):
+        lines += ["Mean ± standard deviation over seeds (of each run's best evaluation):", ""]
+        lines += [
+            "| configuration | sst acc | para acc | sts r | overall |",
+            "|---|---|---|---|---|",
+        ]
+        for name, cells in groups.items():
+            lines.append(f"| {name} | " + " | ".join(cells.get(k, "-") for k in METRICS) + " |")
+        lines.append("")
     for name, r in results.items():
         base = results.get(name.removesuffix("-smart"))
         if name.endswith("-smart") and base is not None:

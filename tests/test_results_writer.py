@@ -1,0 +1,37 @@
+"""benchmarks/multitask_runs.py's seed aggregation on hand-computed rows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import multitask_runs  # noqa: E402  (a script of benchmarks/, importable once on the path)
+
+
+def row(sst: float, overall: float) -> dict:
+    return {"best": {"sst": sst, "overall": overall}}
+
+
+def test_seed_groups_mean_and_sample_standard_deviation():
+    results = {
+        "adapter-seed-1": row(0.40, 0.70),
+        "adapter-seed-2": row(0.50, 0.72),
+        "adapter-seed-3": row(0.60, 0.74),
+        "finetune": row(0.45, 0.71),  # no seed suffix: not aggregated
+        "lora-seed-1": row(0.30, 0.60),  # one seed: nothing to aggregate
+    }
+    groups = multitask_runs.seed_groups(results)
+    assert list(groups) == ["adapter"]
+    # mean 0.5; sample sd √(((−0.1)² + 0² + 0.1²) / 2) = 0.1; overall: 0.72 ± 0.02
+    assert groups["adapter"] == {
+        "sst": "0.5000 ± 0.1000 (n = 3)",
+        "overall": "0.7200 ± 0.0200 (n = 3)",
+    }
+    text = multitask_runs.markdown("adapter-study", {
+        name: {**r, "parameters": {"trainable": 1}, "summary": {"wall_clock_s": 1,
+               "train_examples_per_s": 1}, "task_checkpoint_bytes": {}, "command": "c",
+               "commit": "x", "machine": "m", "date": "d"}
+        for name, r in results.items()
+    })  # fmt: skip
+    assert "| adapter | 0.5000 ± 0.1000 (n = 3) | - | - | 0.7200 ± 0.0200 (n = 3) |" in text
