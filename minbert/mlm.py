@@ -34,10 +34,7 @@ and says so (``load_mlm``). ``save_pretrained`` writes a checkpoint directory th
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import shutil
 from pathlib import Path
 
 import torch
@@ -45,8 +42,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from minbert.bert import ACTIVATIONS, BertConfig, BertModel
-from minbert.checkpoint import atomic_write_text, save_tensors
-from minbert.pretrained import fix_up_keys, load_pretrained, read_weights, resolve_checkpoint_dir
+from minbert.pretrained import (
+    fix_up_keys,
+    load_pretrained,
+    read_weights,
+    resolve_checkpoint_dir,
+    save_checkpoint_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,17 +126,11 @@ class BertForMaskedLM(nn.Module):
 
     def save_pretrained(self, directory: str | Path, vocab_file: str | Path) -> None:
         """A checkpoint directory in Hugging Face's layout: ``config.json``, ``model.safetensors``
-        (``bert.*`` and ``cls.predictions.*``; the tied decoder is the word embeddings) and
-        ``vocab.txt``."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        config = dataclasses.asdict(self.bert.config)
-        config |= {"model_type": "bert", "architectures": ["BertForMaskedLM"]}
+        (``bert.*`` and ``cls.predictions.*``; the tied decoder is the word embeddings),
+        ``vocab.txt`` and ``tokenizer_config.json``."""
         state = {f"bert.{k}": v for k, v in self.bert.state_dict().items()}
         state |= {f"cls.{k}": v for k, v in self.cls.state_dict().items()}
-        save_tensors(state, directory / "model.safetensors")
-        atomic_write_text(directory / "config.json", json.dumps(config, indent=2) + "\n")
-        shutil.copyfile(vocab_file, directory / "vocab.txt")
+        save_checkpoint_dir(directory, self.bert.config, state, vocab_file, "BertForMaskedLM")
 
 
 def load_mlm(checkpoint_dir: str | Path | None = None) -> tuple[BertForMaskedLM, bool]:

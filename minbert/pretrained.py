@@ -1,4 +1,5 @@
-"""Read a pretrained BERT checkpoint directory (Hugging Face layout) into a ``BertModel``.
+"""Read a pretrained BERT checkpoint directory (Hugging Face layout) into a ``BertModel``, and
+write one (``save_checkpoint_dir``: what further MLM pretraining and ``minbert.export`` write).
 
 A checkpoint directory holds ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``.
 Key fix-up, and nothing else (the module names already match):
@@ -21,6 +22,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,13 @@ from typing import Any
 import torch
 
 from minbert.bert import BertConfig, BertModel
-from minbert.checkpoint import UnsafeCheckpointError, load_tensors, load_trusted
+from minbert.checkpoint import (
+    UnsafeCheckpointError,
+    atomic_write_text,
+    load_tensors,
+    load_trusted,
+    save_tensors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,3 +182,33 @@ def load_pretrained(checkpoint_dir: str | Path | None = None) -> BertModel:
     except RuntimeError as err:  # shape mismatches
         raise CheckpointError(f"{directory}: {err}") from err
     return model
+
+
+def save_checkpoint_dir(
+    directory: str | Path,
+    config: BertConfig,
+    state: dict[str, torch.Tensor],
+    vocab_file: str | Path,
+    architecture: str,
+    max_length: int | None = None,
+) -> None:
+    """A checkpoint directory in Hugging Face's layout: ``config.json`` (``architecture``, e.g.
+    ``BertModel``), ``model.safetensors`` (``state`` as given), ``vocab.txt`` (a copy) and
+    ``tokenizer_config.json`` describing minBERT's tokenizer (uncased WordPiece, accents
+    stripped, truncation at ``max_length``: the position table by default), so that
+    ``transformers``' ``AutoModel`` / ``AutoTokenizer`` load it and tokenize as minBERT does."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    values = dataclasses.asdict(config) | {"model_type": "bert", "architectures": [architecture]}
+    tokenizer = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": True,
+        "strip_accents": None,  # None with lower-casing: accents are stripped (as minbert's)
+        "tokenize_chinese_chars": True,
+        "model_max_length": max_length or config.max_position_embeddings,
+        **{f"{name}_token": f"[{name.upper()}]" for name in ("unk", "sep", "pad", "cls", "mask")},
+    }
+    save_tensors({k: v.contiguous() for k, v in state.items()}, directory / "model.safetensors")
+    atomic_write_text(directory / "config.json", json.dumps(values, indent=2) + "\n")
+    atomic_write_text(directory / "tokenizer_config.json", json.dumps(tokenizer, indent=2) + "\n")
+    shutil.copyfile(vocab_file, directory / "vocab.txt")

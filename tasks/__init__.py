@@ -17,7 +17,8 @@ from tasks.reader import DataError, Example, SkippedRow, format_skip_report, rea
 
 # The machinery of the package; every other module is a task file.
 MACHINERY = {
-    "base", "reader", "collate", "metrics", "batching", "heads", "model", "run", "data", "devices"
+    "base", "reader", "collate", "metrics", "batching", "heads", "model", "run", "data", "devices",
+    "trained",
 }  # fmt: skip
 
 # The registry's order is the order of the files' names (cfimdb, quora, sst, sts).

@@ -34,6 +34,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -143,6 +144,12 @@ class Task(ABC):
     def predict(self, outputs: Tensor) -> list[int | float]:
         """One prediction per row of ``outputs`` (B, num_outputs), as Python numbers."""
 
+    @abstractmethod
+    def describe(self, outputs: Tensor, probabilities: bool = False) -> list[dict[str, Any]]:
+        """What a user reads for each row of (N, C) head outputs, as named fields
+        (``python -m minbert.predict``); ``probabilities`` adds a classifier's class
+        probabilities."""
+
     def metric(self, predictions: Sequence[int | float], labels: Sequence[int | float]) -> float:
         """The task's dev metric (``metric_name``): accuracy unless a kind says otherwise."""
         return accuracy(predictions, labels)
@@ -208,6 +215,14 @@ class MultiClassTask(Task):
         self._check_outputs(outputs)
         return outputs.detach().argmax(dim=-1).tolist()
 
+    def describe(self, outputs: Tensor, probabilities: bool = False) -> list[dict[str, Any]]:
+        """{"class": argmax_c o_c} and, with ``probabilities``, softmax(o) over the C classes."""
+        rows = [{"class": c} for c in self.predict(outputs)]
+        if probabilities:
+            for row, p in zip(rows, outputs.float().softmax(dim=-1).tolist()):
+                row["probabilities"] = p
+        return rows
+
 
 class BinaryTask(Task):
     """Binary classification from a single logit z (the head has one output).
@@ -234,6 +249,11 @@ class BinaryTask(Task):
     def predict(self, outputs: Tensor) -> list[int]:
         self._check_outputs(outputs)
         return (outputs.detach()[:, 0] > 0).long().tolist()
+
+    def describe(self, outputs: Tensor, probabilities: bool = False) -> list[dict[str, Any]]:
+        """{"probability": σ(z)}: the probability of the positive class (a paraphrase)."""
+        self._check_outputs(outputs)
+        return [{"probability": p} for p in torch.sigmoid(outputs[:, 0].float()).tolist()]
 
 
 class RegressionTask(Task):
@@ -270,6 +290,10 @@ class RegressionTask(Task):
     def predict(self, outputs: Tensor) -> list[float]:
         self._check_outputs(outputs)
         return outputs.detach()[:, 0].float().clamp(self.low, self.high).tolist()
+
+    def describe(self, outputs: Tensor, probabilities: bool = False) -> list[dict[str, Any]]:
+        """{"score": the prediction}, the score clipped to [low, high]."""
+        return [{"score": score} for score in self.predict(outputs)]
 
     def metric(self, predictions: Sequence[float], labels: Sequence[float]) -> float:
         return pearson(predictions, labels)

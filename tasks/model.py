@@ -23,6 +23,7 @@ from typing import Literal
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from minbert.bert import BertModel
 from minbert.flags import section
@@ -262,6 +263,33 @@ def build_model(
 
 
 @torch.no_grad()
+def head_outputs(
+    model: MultitaskModel,
+    task: Task,
+    examples: Sequence[Example],
+    tokenizer: Tokenizer,
+    batch_size: int,
+    device: torch.device,
+    autocast: contextlib.AbstractContextManager | None = None,
+    progress: bool = False,
+) -> torch.Tensor:
+    """The head's (N, C) outputs for the examples, in their order, in eval mode (float32, CPU);
+    batches grouped by length for speed (the longest first). An output depends on its batch's
+    padding in the last float bits, so the same batch size gives the same outputs bit for bit.
+    ``progress`` shows a bar (standard error) when there are at least 10 batches."""
+    model.eval()
+    separate = model.encodes_separately(task)
+    lengths = token_lengths(task, examples, tokenizer, separate)
+    batches = length_grouped_batches(lengths, batch_size, None)
+    outputs = torch.empty(len(examples), task.num_outputs)
+    bar = tqdm(batches, desc=task.name, unit="batch", disable=not progress or len(batches) < 10)
+    for indices in bar:
+        batch = batch_to(collate(task, [examples[i] for i in indices], tokenizer, separate), device)
+        with autocast or contextlib.nullcontext():
+            outputs[indices] = model(task.name, batch).float().cpu()
+    return outputs
+
+
 def predict(
     model: MultitaskModel,
     task: Task,
@@ -271,20 +299,10 @@ def predict(
     device: torch.device,
     autocast: contextlib.AbstractContextManager | None = None,
 ) -> list:
-    """Predictions in the examples' order, in eval mode; batches grouped by length for speed
-    (the longest first). A prediction depends on its batch's padding in the last float bits, so
-    the same batch size gives the same predictions bit for bit."""
-    model.eval()
-    separate = model.encodes_separately(task)
-    lengths = token_lengths(task, examples, tokenizer, separate)
-    predictions: list = [None] * len(examples)
-    for indices in length_grouped_batches(lengths, batch_size, None):
-        batch = batch_to(collate(task, [examples[i] for i in indices], tokenizer, separate), device)
-        with autocast or contextlib.nullcontext():
-            outputs = model(task.name, batch)
-        for i, p in zip(indices, task.predict(outputs.float())):
-            predictions[i] = p
-    return predictions
+    """The task's predictions (class, 0/1, score) of ``head_outputs``, in the examples' order."""
+    return task.predict(
+        head_outputs(model, task, examples, tokenizer, batch_size, device, autocast)
+    )
 
 
 def evaluate(

@@ -196,7 +196,7 @@ def _check_is_utf8_text(name: str, raw: bytes) -> None:
                         "CRLF: convert the file, e.g. tr '\\r' '\\n'")  # fmt: skip
 
 
-def _visible(text: str) -> bool:
+def has_visible_text(text: str) -> bool:
     """True when ``text`` has a character that is not whitespace, a control, a format character
     or a zero-width space (categories Cc, Cf, Z*): a sentence of only those reads as empty."""
     return any(not (ch.isspace() or unicodedata.category(ch)[0] in "CZ") for ch in text)
@@ -318,7 +318,7 @@ def _read_row(
         text = field(index)
         if text == "":
             problems.append(f"empty {column}")
-        elif text is not None and not _visible(text):
+        elif text is not None and not has_visible_text(text):
             problems.append(f"empty {column} (only invisible characters: {text!r})")
         texts.append(text)
 

@@ -1,0 +1,182 @@
+"""Export a trained run to the Hugging Face layout, for tools that load a plain BERT.
+
+    python -m minbert.export RUN_DIR OUT_DIR [--overwrite]
+
+What is written, by the run's option:
+
+    finetune, pretrain   OUT_DIR/ the trained encoder (for pretrain: the base checkpoint's, which
+                         stayed frozen) and every task's head
+    lora                 OUT_DIR/<task>/ per task: the encoder with the task's LoRA update merged
+                         into the weights, W + (α/r)·B·A, and the task's head
+    (--train_layernorms  with lora: the task's LayerNorms replace the shared ones in its copy)
+
+Each encoder directory holds ``config.json``, ``model.safetensors``, ``vocab.txt`` and
+``tokenizer_config.json`` (``transformers.BertModel.from_pretrained`` and
+``BertTokenizer.from_pretrained`` load it), and per task ``head-<task>.safetensors`` with
+``head-<task>.json``: which sentence vector the head reads, the head's equation, its tensors and
+what its outputs mean. Adapters, PALs and LHUC add computations that a plain BERT has no place
+for: those runs are refused, and their per-task files (``RUN_DIR/task-<task>.safetensors``) are
+what to use, through ``python -m minbert.predict`` or ``tasks.trained.TrainedRun``.
+
+OUT_DIR is written in a temporary folder beside it and renamed when complete; an existing,
+non-empty OUT_DIR is replaced only with ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from minbert.checkpoint import atomic_write_text, save_tensors
+from minbert.pretrained import resolve_checkpoint_dir, save_checkpoint_dir
+from tasks.base import BinaryTask, MultiClassTask, Task, get_task
+from tasks.model import MultitaskModel
+from tasks.run import UsageError, run_command
+from tasks.trained import TrainedRun
+
+MERGEABLE = {"lora", "layernorm"}  # plug-in kinds whose effect fits in a plain BERT's weights
+
+REPRESENTATIONS = {
+    "mean": "the mean of last_hidden_state over the real tokens (attention_mask == 1)",
+    "cls": "last_hidden_state[:, 0], the [CLS] token's state",
+    "pooler": "pooler_output, tanh(W_p h_[CLS] + b_p)",
+}
+
+
+def encoder_state(model: MultitaskModel, task: str) -> dict[str, torch.Tensor]:
+    """The weights of a plain BERT that computes what ``model``'s encoder computes for ``task``:
+    LoRA merged into the weights it adapts, the task's LayerNorms in place of the shared ones."""
+    bert = model.bert
+    plugins = bert.plugins
+    if "lora" in plugins:
+        plugins["lora"].merge(task)
+    try:
+        state = {
+            k: v.detach().clone()
+            for k, v in bert.state_dict().items()
+            if not k.startswith("plugins.")
+        }
+    finally:
+        if "lora" in plugins:
+            plugins["lora"].unmerge()
+    if "layernorm" in plugins:
+        own = plugins["layernorm"].by_task[task]
+        for i in range(bert.config.num_hidden_layers):
+            for position, prefix in (("attention", "attention.output"), ("feed_forward", "output")):
+                for name, tensor in own[position][i].state_dict().items():
+                    state[f"encoder.layer.{i}.{prefix}.LayerNorm.{name}"] = tensor.clone()
+    return state
+
+
+def head_description(model: MultitaskModel, task: Task) -> dict:
+    """How to apply the task's head to the exported encoder, in words and shapes."""
+    head = model.heads[task.name]
+    separate = model.encodes_separately(task)
+    if not task.is_pair:
+        inputs = "one sentence: [CLS] sentence [SEP]"
+    elif separate:
+        inputs = "each sentence of the pair encoded on its own, giving u and v"
+    else:
+        inputs = "the pair as one sequence [CLS] a [SEP] b [SEP], token_type_ids 0 then 1"
+    if isinstance(task, MultiClassTask):
+        meaning = f"{task.num_classes} logits: the class is their argmax (softmax: probabilities)"
+    elif isinstance(task, BinaryTask):
+        meaning = "one logit z: sigmoid(z) is the probability of the positive class (z > 0: 1)"
+    else:
+        meaning = f"one score, clipped to [{task.low:g}, {task.high:g}]"
+    return {
+        "task": task.name,
+        "description": task.description,
+        "input": inputs,
+        "sentence_vector": REPRESENTATIONS[model.representation],
+        "head": type(head).__name__ + ": " + (type(head).__doc__ or "").split("\n")[0].strip(),
+        "dropout": "none at inference",
+        "outputs": meaning,
+        "tensors": {k: list(v.shape) for k, v in head.state_dict().items()},
+    }
+
+
+def write_encoder(folder: Path, run: TrainedRun, model: MultitaskModel, task: str) -> None:
+    vocab = resolve_checkpoint_dir(run.settings.checkpoint) / "vocab.txt"
+    state = encoder_state(model, task)
+    config = model.bert.config
+    save_checkpoint_dir(folder, config, state, vocab, "BertModel", run.settings.max_length)
+
+
+def write_head(folder: Path, model: MultitaskModel, task: str) -> None:
+    head = model.heads[task].state_dict()
+    save_tensors({k: v.contiguous() for k, v in head.items()}, folder / f"head-{task}.safetensors")
+    description = json.dumps(head_description(model, get_task(task)), indent=2) + "\n"
+    atomic_write_text(folder / f"head-{task}.json", description)
+
+
+def export(run_dir: str, out_dir: str, overwrite: bool = False) -> list[Path]:
+    """Write the export (see the module docstring); returns the encoder directories written."""
+    run = TrainedRun(run_dir)
+    out, option = Path(out_dir), run.settings.option
+    refused = [k for k in run.settings.plugin_kinds if k not in MERGEABLE]
+    if refused:
+        raise UsageError(
+            f"{run.path} was trained with {' and '.join(refused)} plug-ins, which add computations "
+            "a plain BERT has no place for; use its per-task files "
+            f"({run.path}/task-<task>.safetensors) with python -m minbert.predict, or "
+            "tasks.trained.TrainedRun in Python"
+        )
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} is a file; export to a folder")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UsageError(f"{out} already exists and is not empty; pass --overwrite to replace it")
+    if out.resolve() in (run.path.resolve(), *run.path.resolve().parents):
+        raise UsageError(f"{out} holds the run {run.path}; export to another folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as scratch:
+        staged = Path(scratch) / "export"
+        if option in ("finetune", "pretrain"):
+            if option == "finetune":  # one model holds every task
+                models = dict.fromkeys(run.tasks, run.task_model(run.tasks[0]))
+            else:
+                models = {task: run.task_model(task) for task in run.tasks}
+            write_encoder(staged, run, models[run.tasks[0]], run.tasks[0])
+            for task, model in models.items():
+                write_head(staged, model, task)
+            written.append(out)
+        else:
+            for task in run.tasks:
+                model = run.task_model(task)
+                write_encoder(staged / task, run, model, task)
+                write_head(staged / task, model, task)
+                written.append(out / task)
+        if out.exists():
+            shutil.rmtree(out)
+        staged.rename(out)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m minbert.export",
+        description=__doc__.split("\n\n")[0],
+        epilog="What each option exports: see the docstring of minbert/export.py.",
+        allow_abbrev=False,
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a finished train_multitask.py run folder")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="the folder to write (must not exist yet)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    args = p.parse_args(argv)
+
+    def body() -> None:
+        for folder in export(args.run_dir, args.out_dir, args.overwrite):
+            print(f"wrote {folder}")
+
+    return run_command(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Predictions of a trained run on your own sentences.
+
+    python -m minbert.predict RUN_DIR --task sts --input pairs.txt [--output FILE]
+    echo "a gorgeous, witty film" | python -m minbert.predict RUN_DIR --task sst --input -
+
+RUN_DIR is a finished ``train_multitask.py`` run of any option (``--add_to`` runs included); the
+task's model is rebuilt from it as ``tasks/trained.py`` describes (a plug-in run loads only the
+task's small file on top of the base checkpoint).
+
+Input (``--format``; by default from the file's suffix: .csv is csv, .jsonl and .json are jsonl,
+anything else and standard input are text):
+
+    text   one example per line: the sentence; for a pair task (para, sts) the two sentences
+           separated by one tab
+    csv    a header naming the columns, then one example per line: the column ``sentence``, or
+           ``sentence1`` and ``sentence2``; other columns are ignored. The delimiter is a tab when
+           the header holds one, else a comma, so the course's own data files read as they are.
+           A quoted field may not span lines.
+    jsonl  one JSON object per line, with the key ``sentence``, or ``sentence1`` and ``sentence2``
+
+Output, to standard output or ``--output FILE``: one line per input line (a csv header gives the
+output's header), in the input's order and format, with the task's fields:
+
+    sst-like (classes)   class, and with --probabilities each class's probability
+    para (binary)        probability: of a paraphrase
+    sts (regression)     score: the similarity on the task's scale
+
+(text: the fields separated by tabs; csv: columns ``class``, ``p_0`` .. ``p_<C-1>``,
+``probability`` or ``score``; jsonl: an object with those keys, the probabilities a list).
+Numbers are written to full precision (Python's ``repr``).
+
+A line that cannot be read (an empty sentence, a wrong number of fields, invalid UTF-8 or JSON)
+is reported on standard error as ``FILE:LINE: what is wrong``, as the training reader reports a
+skipped row, and its output line is empty (text), a row of empty fields (csv) or
+``{"error": "..."}`` (jsonl): nothing is dropped, and line N of the output answers line N of the
+input. ``--strict`` makes the first such line an error instead.
+
+The examples are batched by length (the longest first), as the run's own evaluation is; with the
+run's evaluation batch size (the default: twice its --batch_size) the predictions equal the run's
+``<task>-dev-output.csv`` bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minbert.checkpoint import atomic_write_text
+from tasks.base import TASKS, Task, get_task
+from tasks.devices import pick_device
+from tasks.model import head_outputs
+from tasks.reader import Example, SkippedRow, has_visible_text
+from tasks.run import UsageError, run_command
+from tasks.trained import TrainedRun
+
+FORMATS = ("text", "csv", "jsonl")
+SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+@dataclass
+class Lines:
+    """An input read line by line: the examples, the bad lines, and how to write the output."""
+
+    format: str
+    examples: list[Example] = field(default_factory=list)  # Example.line: its input line
+    bad: list[SkippedRow] = field(default_factory=list)
+    total: int = 0  # input lines, a csv header included
+    delimiter: str = ","  # csv only
+
+
+def physical_lines(raw: bytes) -> Iterator[tuple[int, bytes]]:
+    """(1-based number, bytes) of each line; a final newline ends the last line, it starts none;
+    CRLF reads as LF; a UTF-8 byte-order mark before the first line is dropped."""
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
+    pieces = raw.split(b"\n")
+    if pieces[-1] == b"":
+        pieces.pop()
+    for number, piece in enumerate(pieces, start=1):
+        yield number, piece.removesuffix(b"\r")
+
+
+def read_input(raw: bytes, name: str, task: Task, format: str) -> Lines:
+    """Every line of ``raw`` as an example of ``task`` or a bad line (see the module docstring)."""
+    lines = Lines(format)
+    columns = ["sentence1", "sentence2"] if task.is_pair else ["sentence"]
+    header: list[str] | None = None
+    for number, data in physical_lines(raw):
+        lines.total += 1
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            lines.bad.append(SkippedRow(name, number, f"not valid UTF-8 at byte {err.start}"))
+            if format == "csv" and header is None:
+                raise UsageError(f"{name}:1: the csv header is not valid UTF-8") from None
+            continue
+        if format == "csv" and header is None:
+            lines.delimiter = "\t" if "\t" in text else ","
+            header = [c.strip() for c in next(csv.reader([text], delimiter=lines.delimiter))]
+            if missing := [c for c in columns if c not in header]:
+                raise UsageError(
+                    f"{name}:1: the header names no column {' or '.join(missing)} (task "
+                    f"{task.name} reads {', '.join(columns)}); it has: {', '.join(header)}"
+                )
+            continue
+        try:
+            texts = _sentences(text, format, columns, header, lines.delimiter)
+        except ValueError as err:
+            lines.bad.append(SkippedRow(name, number, str(err)))
+            continue
+        lines.examples.append(Example(id=str(number), texts=texts, label=None, line=number))
+    if format == "csv" and header is None:
+        raise UsageError(f"{name}: empty: a csv input needs a header line naming its columns")
+    return lines
+
+
+def _sentences(
+    text: str, format: str, columns: list[str], header: list[str] | None, delimiter: str
+) -> tuple[str, ...]:
+    """The sentences of one line, or a ValueError saying what is wrong with it."""
+    if not has_visible_text(text):
+        raise ValueError("empty line")
+    if format == "text":
+        values = text.split("\t")
+        if len(values) != len(columns):
+            want = "two sentences separated by one tab" if len(columns) == 2 else "one sentence"
+            raise ValueError(f"expected {want}, found {len(values)} tab-separated fields")
+    elif format == "csv":
+        assert header is not None
+        row = next(csv.reader([text], delimiter=delimiter), [])
+        if len(row) != len(header):
+            raise ValueError(f"expected {len(header)} fields as in the header, found {len(row)}")
+        values = [row[header.index(c)] for c in columns]
+    else:
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not valid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(record, dict) or any(c not in record for c in columns):
+            raise ValueError(f"expected a JSON object with the key(s) {', '.join(columns)}")
+        values = [record[c] for c in columns]
+        if not all(isinstance(v, str) for v in values):
+            raise ValueError(f"the values of {', '.join(columns)} must be strings")
+    empty = [c for c, v in zip(columns, values) if not has_visible_text(v)]
+    if empty:
+        raise ValueError(f"empty {' and '.join(empty)}")
+    return tuple(v.strip() for v in values)
+
+
+def field_names(task: Task, probabilities: bool) -> list[str]:
+    """The output's columns for the task: what ``Task.describe`` gives, probabilities spread."""
+    described = task.describe(torch.zeros(1, task.num_outputs), probabilities)[0]
+    names = [k for k in described if k != "probabilities"]
+    return names + [f"p_{c}" for c in range(len(described.get("probabilities", [])))]
+
+
+def flat_values(row: dict[str, Any]) -> list[str]:
+    values = [v for k, v in row.items() if k != "probabilities"] + row.get("probabilities", [])
+    return [repr(v) if isinstance(v, float) else str(v) for v in values]
+
+
+def format_output(
+    lines: Lines, rows: dict[int, dict], bad: dict[int, str], names: list[str]
+) -> str:
+    """The output text: line N answers input line N (``rows``: line -> fields; ``bad``: line ->
+    what was wrong)."""
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter=lines.delimiter, lineterminator="\n")
+    for number in range(1, lines.total + 1):
+        row = rows.get(number)
+        if lines.format == "text":
+            out.write("\t".join(flat_values(row)) + "\n" if row else "\n")
+        elif lines.format == "jsonl":
+            out.write(json.dumps(row if row else {"error": bad[number]}) + "\n")
+        elif number == 1:
+            writer.writerow(names)
+        else:
+            writer.writerow(flat_values(row) if row else [""] * len(names))
+    return out.getvalue()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m minbert.predict",
+        description=__doc__.split("\n\n")[0],
+        epilog="Input and output formats: see the docstring of minbert/predict.py.",
+        allow_abbrev=False,
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a finished train_multitask.py run folder")
+    p.add_argument("--task", required=True, choices=sorted(TASKS), help="the task to predict")
+    p.add_argument("--input", required=True, metavar="FILE", help="input file, or - for stdin")
+    p.add_argument("--output", metavar="FILE", help="output file (default: standard output)")
+    p.add_argument(
+        "--format", choices=FORMATS, help="input (and output) format (default: from the suffix: "
+        ".csv csv, .jsonl/.json jsonl, else text; standard input: text)",
+    )  # fmt: skip
+    p.add_argument(
+        "--probabilities", action="store_true", help="classifiers: also each class's probability"
+    )
+    p.add_argument(
+        "--batch_size", type=int, default=None,
+        help="examples per batch (default: the run's evaluation batch size, twice its "
+        "--batch_size, which reproduces its prediction files bit for bit)",
+    )  # fmt: skip
+    p.add_argument("--strict", action="store_true", help="a line that cannot be read is an error")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    return p
+
+
+def predict_command(args: argparse.Namespace) -> None:
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch_size {args.batch_size}: must be at least 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UsageError(f"--threads {args.threads}: must be at least 1")
+        torch.set_num_threads(args.threads)
+    from_stdin = args.input == "-"
+    if args.output and not from_stdin and Path(args.output).resolve() == Path(args.input).resolve():
+        raise UsageError(f"--output {args.output} is the input file; choose another file")
+    run = TrainedRun(args.run_dir)
+    run.check_task(args.task)
+    task, device = get_task(args.task), pick_device(args.device)
+    name = "<stdin>" if from_stdin else args.input
+    if from_stdin:
+        raw = sys.stdin.buffer.read()
+    elif not Path(args.input).is_file():
+        raise UsageError(f"--input {args.input}: file not found")
+    else:
+        raw = Path(args.input).read_bytes()
+    format = args.format or ("text" if from_stdin else SUFFIXES.get(Path(name).suffix, "text"))
+    lines = read_input(raw, name, task, format)
+    for row in lines.bad:
+        if args.strict:
+            raise UsageError(f"{row} (--strict)")
+        print(row, file=sys.stderr)
+    model, tokenizer = run.task_model(args.task).to(device), run.tokenizer()
+    batch_size = args.batch_size or run.eval_batch_size
+    outputs = head_outputs(model, task, lines.examples, tokenizer, batch_size, device, None, True)
+    described = task.describe(outputs, args.probabilities)
+    rows = {e.line: fields for e, fields in zip(lines.examples, described, strict=True)}
+    bad = {row.line: row.reason for row in lines.bad}
+    text = format_output(lines, rows, bad, field_names(task, args.probabilities))
+    if args.output:
+        atomic_write_text(args.output, text)
+    else:
+        sys.stdout.write(text)
+    if lines.bad:
+        print(
+            f"{len(lines.bad)} of {lines.total} lines could not be read (listed above); their "
+            "output lines are empty",
+            file=sys.stderr,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(lambda: predict_command(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

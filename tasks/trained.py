@@ -1,0 +1,96 @@
+"""A finished run opened outside the driver: its settings, its tokenizer and one task's model.
+
+``python -m minbert.predict`` and ``python -m minbert.export`` use this; so can your own code::
+
+    run = TrainedRun("runs/adapter-annealed")
+    model = run.task_model("sts")          # eval mode, on the CPU
+    tokenizer = run.tokenizer()
+
+How one task's model is rebuilt from RUN_DIR/config.json (the settings it was trained with):
+
+    --option finetune   the base checkpoint, then best.safetensors over it: every weight trained,
+                        so every weight is in the file (the other tasks' heads come along)
+    any other option    the base checkpoint with this task's plug-ins, then
+                        task-<task>.safetensors over it: the task's plug-ins and head (and the
+                        encoder under --train_encoder), nothing of the other tasks. Runs made
+                        with --add_to write a file for every task, the earlier runs' included.
+
+The model is the one that wrote the run's ``<task>-dev-output.csv``, tensor for tensor; predicted
+with the run's evaluation batch size (``eval_batch_size``: twice its --batch_size) it gives
+those predictions bit for bit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from minbert.checkpoint import UnsafeCheckpointError, load_tensors
+from minbert.flags import unflatten
+from minbert.pretrained import CheckpointError
+from minbert.tokenizer import Tokenizer
+from tasks.base import TASKS
+from tasks.model import ModelSettings, MultitaskModel, build_model
+from tasks.run import RunFolder, UsageError
+
+
+class TrainedRun:
+    """The settings of a finished run folder and the models it holds."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.folder = RunFolder(path, writes=False)
+        self.path = self.folder.path
+        flat = self.folder.read_config("RUN_DIR")
+        try:
+            self.settings: ModelSettings = unflatten(ModelSettings, flat).resolved()
+        except (TypeError, ValueError) as err:
+            raise UsageError(f"{self.folder.file('config.json')} is corrupted ({err})") from None
+        # The tasks of earlier runs (--add_to) first, as the driver builds them.
+        self.tasks: list[str] = [*flat.get("base_tasks", []), *flat.get("tasks", [])]
+        self.eval_batch_size: int = 2 * int(flat.get("batch_size", 32))
+        unknown = [t for t in self.tasks if t not in TASKS]
+        if not self.tasks or unknown:
+            raise UsageError(f"{self.folder.file('config.json')} names no known tasks ({unknown})")
+
+    def check_task(self, task: str, flag: str = "--task") -> None:
+        if task not in self.tasks:
+            raise UsageError(
+                f"{flag} {task}: {self.path} was trained on {', '.join(self.tasks)}; "
+                "name one of them"
+            )
+
+    def tokenizer(self) -> Tokenizer:
+        """The base checkpoint's tokenizer, truncating at the run's --max_length."""
+        try:
+            return Tokenizer.from_checkpoint(self.settings.checkpoint, self.settings.max_length)
+        except (CheckpointError, ValueError) as err:
+            raise UsageError(f"{self.path}: base checkpoint: {err}") from None
+
+    def task_model(self, task: str) -> MultitaskModel:
+        """The model that predicts ``task`` as the run's best evaluation did (eval mode, CPU)."""
+        self.check_task(task)
+        try:
+            if self.settings.option == "finetune":
+                model = build_model(self.settings, self.tasks)
+                self.folder.load_best(model)
+            else:
+                model = build_model(self.settings, [task])
+                model.load_task_state_dict(task, self._read(f"task-{task}.safetensors"))
+        except CheckpointError as err:
+            raise UsageError(f"{self.path}: base checkpoint: {err}") from None
+        except ValueError as err:  # a task file of another model
+            raise UsageError(f"{self.path}: {err}") from None
+        return model.eval()
+
+    def _read(self, name: str) -> dict[str, torch.Tensor]:
+        path = self.folder.file(name)
+        if not path.is_file():
+            raise UsageError(
+                f"{path} not found: a run writes its task files when it finishes; finish it with "
+                f"python train_multitask.py --out_dir {self.path} --resume"
+            )
+        try:
+            return load_tensors(path)
+        except UnsafeCheckpointError as err:
+            raise UsageError(str(err)) from None
