@@ -20,6 +20,9 @@ the machine. Suites:
                targets (SST 0.52, Quora 0.85) even without sharing the encoder
     plugins    full data: adapter, pals, lhuc, lora with annealed sampling, beside finetune
     smart      full data: SMART on and off for finetune and adapter
+    option-encoding  each plug-in option with the pairs cross-encoded and encoded apart, beside
+               --option pretrain (encoded apart), at the adapter study's budget: which pair
+               encoding each option defaults to, and whether any option falls below pretrain
     adapter-study  the PALs report's sampling table and the adapter study's ablations, each
                row one change from the first (adapters, annealed sampling) at one short budget
                (3 epochs of 150 steps): round-robin, proportional and square-root sampling;
@@ -135,6 +138,18 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("finetune-smart", ["--option", "finetune", "--smart"]),
         ("adapter", ["--option", "adapter"]),
         ("adapter-smart", ["--option", "adapter", "--smart"]),
+    ],
+    # Issue 18, item 1: each plug-in option's pair encoding chosen by measurement, against
+    # --option pretrain (pairs encoded apart) as the floor, at the adapter study's short budget.
+    # (Adapters cross-encoded at this budget: adapter-study's first row.)
+    "option-encoding": [
+        ("pretrain", ["--option", "pretrain", *SHORT[2:]]),
+        ("adapter-separate", [*SHORT, "--pair_encoding", "separate"]),
+        *[
+            (f"{option}-{encoding}", ["--option", option, *SHORT[2:], "--pair_encoding", encoding])
+            for option in ("lhuc", "lora", "pals")
+            for encoding in ("cross", "separate")
+        ],
     ],
     "adapter-study": [
         ("adapter-annealed", SHORT),
