@@ -162,12 +162,16 @@ def export(run_dir: str, out_dir: str, overwrite: bool = False) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m minbert.export",
-        description=__doc__.split("\n\n")[0],
-        epilog="What each option exports: see the docstring of minbert/export.py.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a finished train_multitask.py run folder")
-    p.add_argument("out_dir", metavar="OUT_DIR", help="the folder to write (must not exist yet)")
+    p.add_argument(
+        "out_dir",
+        metavar="OUT_DIR",
+        help="the folder to write (an existing, non-empty one only with --overwrite)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     args = p.parse_args(argv)
 

@@ -190,8 +190,8 @@ def format_output(
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m minbert.predict",
-        description=__doc__.split("\n\n")[0],
-        epilog="Input and output formats: see the docstring of minbert/predict.py.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a finished train_multitask.py run folder")
