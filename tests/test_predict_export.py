@@ -32,10 +32,10 @@ def tiny_run(checkpoint: Path, data: Path, out: Path, *extra: str) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tiny_checkpoint, tiny_data, tmp_path_factory) -> dict[str, Path]:
-    """Tiny finished runs: finetune, lora, adapter, and sts added to an adapter run of sst,para."""
+    """Tiny finished runs of every option, and sts added to an adapter run of sst,para."""
     root = tmp_path_factory.mktemp("runs")
     made = {o: tiny_run(tiny_checkpoint, tiny_data, root / o, "--option", o)
-            for o in ("finetune", "lora", "adapter")}  # fmt: skip
+            for o in ("finetune", "pretrain", "lora", "adapter", "pals", "lhuc")}  # fmt: skip
     base = tiny_run(tiny_checkpoint, tiny_data, root / "base", "--option", "adapter", "--tasks",
                     "sst,para")  # fmt: skip
     made["base"] = base
@@ -77,7 +77,8 @@ def assert_same_as_run(task: str, lines: list[str], run_dir: Path, examples) -> 
             assert float(line) == float(expected[example.id])
 
 
-@pytest.mark.parametrize("option", ["finetune", "lora", "adapter", "add_to"])
+@pytest.mark.parametrize("option", ["finetune", "pretrain", "lora", "adapter", "pals", "lhuc",
+                                    "add_to"])  # fmt: skip
 def test_predict_reproduces_the_runs_dev_predictions(option, runs, tiny_data, tmp_path):
     """From RUN_DIR alone; an --add_to run answers for the earlier run's tasks too (whose
     prediction files are in that run's folder: the tasks stayed bit-identical)."""
@@ -259,6 +260,18 @@ def test_export_lora_merges_per_task(runs, tmp_path):
         ours = minbert_hidden(runs["lora"], task, batch)
         assert (hidden[task] - ours).abs().max() < 1e-5
     assert (hidden["sst"] - hidden["sts"]).abs().max() > 1e-4  # each task its own update
+
+
+def test_export_pretrain_keeps_the_base_encoder_and_says_pairs_are_encoded_apart(runs, tmp_path):
+    out = tmp_path / "export"
+    assert export_command.main([str(runs["pretrain"]), str(out)]) == 0
+    batch = tokenized(runs["pretrain"])
+    assert (
+        hf_hidden(out, batch) - minbert_hidden(runs["pretrain"], "sts", batch)
+    ).abs().max() < 1e-5
+    description = json.loads((out / "head-sts.json").read_text())
+    assert "encoded on its own" in description["input"]
+    assert description["head"].startswith("CosineSimilarityHead")
 
 
 def test_exported_tokenizer_gives_minberts_ids(runs, tmp_path):
