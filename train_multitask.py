@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import sys
 import time
@@ -34,7 +35,7 @@ from minbert.smart import SmartConfig
 from minbert.tokenizer import Tokenizer
 from tasks import TASKS, get_task
 from tasks.base import SPLITS, Task
-from tasks.batching import BatchStream
+from tasks.batching import BatchStream, length_grouped_batches
 from tasks.collate import batch_to, collate, swap_at_random
 from tasks.data import Data, fingerprints, load_data, train_lengths
 from tasks.devices import Distributed, autocast, pick_device, set_up_distributed
@@ -75,12 +76,17 @@ class TrainConfig:
     # -- data --
     data_dir: str = "data"  # folder with the course's data files
     limit: int | None = None  # at most N examples per task and split (default: all)
+    train_fraction: float = 1.0  # train on this fraction of each training file: a random
+    # subsample drawn with a fixed generator, so every run (any --seed) sees the same rows; for
+    # low-resource experiments (dev and test stay whole)
     strict: bool = False  # a malformed data row is an error, not a skip
     # -- optimisation --
     epochs: int = 3  # training epochs
     steps_per_epoch: int | None = None  # steps per epoch (default: total training examples of
     # the chosen tasks / batch size)
     batch_size: int = 32  # examples per step
+    batch_pool: int = 50  # length grouping: shuffle, sort pools of N batches by length, cut them
+    # into batches (less padding, tasks/batching.py); 1: plain random batches
     lr: float | None = None  # peak learning rate (default: 5e-5 for finetune, 1e-3 for the
     # frozen-encoder options)
     warmup: float = 0.1  # warm-up steps, as a fraction of all steps
@@ -233,6 +239,7 @@ def check(cfg: TrainConfig, explicit: list[str]) -> None:
         (not 0 <= cfg.warmup < 1, f"--warmup {cfg.warmup}: a fraction of all steps in [0, 1)"),
         (not 0 <= cfg.dropout < 1, f"--dropout {cfg.dropout}: a probability in [0, 1)"),
         (not 0 < cfg.layer_decay <= 1, f"--layer_decay {cfg.layer_decay}: a factor in (0, 1]"),
+        (not 0 < cfg.train_fraction <= 1, f"--train_fraction {cfg.train_fraction}: in (0, 1]"),
     ] + [
         (v is not None and not v >= low, f"--{name} {v}: must be at least {low}")
         for name, low in AT_LEAST.items() for v in [getattr(cfg, name)]
@@ -242,15 +249,15 @@ def check(cfg: TrainConfig, explicit: list[str]) -> None:
     pick_device(cfg.device)
 
 
-AT_LEAST = {"epochs": 1, "batch_size": 1, "steps_per_epoch": 1, "limit": 1, "log_every": 1,
-            "eval_every": 0, "save_every": 0, "seed": 0, "threads": 1,
+AT_LEAST = {"epochs": 1, "batch_size": 1, "steps_per_epoch": 1, "limit": 1, "batch_pool": 1,
+            "log_every": 1, "eval_every": 0, "save_every": 0, "seed": 0, "threads": 1,
             "weight_decay": 0}  # fmt: skip
 
 
 def read_data(cfg: TrainConfig) -> tuple[Data, str]:
     """The chosen tasks' files (tasks/data.py) and the report of their skipped rows."""
     explicit = [key for key, path in cfg.files.items() if path]
-    return load_data(cfg.tasks, cfg.data_path, cfg.strict, cfg.limit, explicit)
+    return load_data(cfg.tasks, cfg.data_path, cfg.strict, cfg.limit, explicit, cfg.train_fraction)
 
 
 def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
@@ -331,7 +338,8 @@ def set_up(cfg: TrainConfig) -> Run:
         step_module = torch.nn.parallel.DistributedDataParallel(
             step_module, find_unused_parameters=True
         )
-    streams = {n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed) for n in data}
+    grouping = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
+    streams = {n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, grouping) for n in data}
     sampler = TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed)
     train_files = [cfg.data_path(get_task(name), "train") for name in cfg.tasks]
     extra = {"running": {n: [] for n in data}, "examples": 0, "seconds": 0.0,

@@ -23,6 +23,11 @@ the machine. Suites:
     option-encoding  each plug-in option with the pairs cross-encoded and encoded apart, beside
                --option pretrain (encoded apart), at the adapter study's budget: which pair
                encoding each option defaults to, and whether any option falls below pretrain
+    error-bars  default finetune and adapter runs (annealed, 3 epochs), meant for --seeds 1,2,3
+    smart-low-resource  SMART off and on (ε 1e-5 and 1e-3) on the same 10% of every training
+               file (--train_fraction 0.1), meant for --seeds 1,2,3
+    batching   one epoch of finetune with length-grouping pools of 50, 10, 2 and 1 batch(es)
+               (--batch_pool; 1 is plain random batches): quality against epoch time
     adapter-study  the PALs report's sampling table and the adapter study's ablations, each
                row one change from the first (adapters, annealed sampling) at one short budget
                (3 epochs of 150 steps): round-robin, proportional and square-root sampling;
@@ -150,6 +155,33 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             for option in ("lhuc", "lora", "pals")
             for encoding in ("cross", "separate")
         ],
+    ],
+    # Issue 18, item 2: the figures people quote, run with --seeds 1,2,3 (mean ± sd per task).
+    "error-bars": [("finetune", ["--option", "finetune"]), ("adapter", ["--option", "adapter"])],
+    # Issue 18, item 4: SMART where data are scarce: the same 10% of every training file, SMART
+    # off, at the paper's ε = 1e-5, and at ε = η = 1e-3 (the size of the normalised ascent step
+    # that public implementations keep rather than projecting to the paper's ball); --seeds 1,2,3.
+    "smart-low-resource": [
+        ("finetune-10pct", ["--option", "finetune", "--train_fraction", "0.1"]),
+        ("finetune-10pct-smart", ["--option", "finetune", "--train_fraction", "0.1", "--smart"]),
+        (
+            "finetune-10pct-smart-eps-1e-3",
+            [
+                "--option",
+                "finetune",
+                "--train_fraction",
+                "0.1",
+                "--smart",
+                "--smart_epsilon",
+                "1e-3",
+            ],
+        ),
+    ],  # fmt: skip
+    # Issue 18, item 5: batching schemes at one epoch: length grouping in pools of 50 batches
+    # (the default), 10 and 2, and plain random batches (a pool of one batch).
+    "batching": [
+        (f"pool-{pool}", ["--option", "finetune", "--epochs", "1", "--batch_pool", str(pool)])
+        for pool in (50, 10, 2, 1)
     ],
     "adapter-study": [
         ("adapter-annealed", SHORT),

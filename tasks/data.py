@@ -14,6 +14,8 @@ import hashlib
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+import torch
+
 from tasks.base import SPLITS, Task, get_task
 from tasks.collate import token_lengths
 from tasks.reader import Example, format_skip_report
@@ -28,9 +30,11 @@ def load_data(
     strict: bool,
     limit: int | None,
     explicit: Collection[str] = (),
+    train_fraction: float = 1.0,
 ) -> tuple[Data, str]:
     """Read every split of every task in ``tasks`` from ``path_of(task, split)``; at most
-    ``limit`` examples per split. A missing test file is skipped with a message unless the user
+    ``limit`` examples per split, and of the training split only ``train_fraction``
+    (``subsample``). A missing test file is skipped with a message unless the user
     named it (its flag ``<task>_<split>`` in ``explicit``); any other missing or empty file is a
     UsageError naming its flag. Returns the data and the full report of skipped rows ("" if
     none), for the caller to store; the console gets its first lines."""
@@ -50,7 +54,10 @@ def load_data(
                 )
             examples, skipped = task.read(path, strict=strict, require_label=split != "test")
             all_skipped += skipped
-            data[name][split] = examples[:limit] if limit else examples
+            examples = examples[:limit] if limit else examples
+            if split == "train" and train_fraction < 1:
+                examples = subsample(examples, train_fraction)
+            data[name][split] = examples
             if not data[name][split]:
                 raise UsageError(f"--{name}_{split}: {path} has no usable rows")
         sizes = ", ".join(f"{s} {len(e)}" for s, e in data[name].items())
@@ -60,6 +67,15 @@ def load_data(
     if lines:
         print("\n".join(lines if len(lines) <= 11 else [*lines[:10], "...", lines[-1]]))
     return data, report
+
+
+def subsample(examples: list[Example], fraction: float) -> list[Example]:
+    """round(fraction · n) of ``examples`` (at least one), chosen at random with a generator of
+    its own fixed seed, so the same file always gives the same subsample whatever the run's seed;
+    the chosen rows keep their order in the file."""
+    keep = max(1, round(fraction * len(examples)))
+    chosen = torch.randperm(len(examples), generator=torch.Generator().manual_seed(0))[:keep]
+    return [examples[i] for i in sorted(chosen.tolist())]
 
 
 def train_lengths(data: Data, tokenizer, separately: Callable[[Task], bool], max_length: int):

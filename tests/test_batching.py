@@ -73,3 +73,12 @@ def test_bad_arguments():
         length_grouped_batches([1, 2], 2, None, pool_factor=0)
     with pytest.raises(ValueError, match="batch_size"):
         fixed_batches(3, 0, None)
+
+
+def test_pools_of_one_batch_are_plain_random_batches():
+    """--batch_pool 1: each pool is one batch, so sorting changes nothing but the order inside a
+    batch; the batches are those of fixed_batches on the same shuffle."""
+    lengths = skewed_lengths(300)
+    grouped = length_grouped_batches(lengths, 16, torch.Generator().manual_seed(5), pool_factor=1)
+    plain = fixed_batches(len(lengths), 16, torch.Generator().manual_seed(5))
+    assert sorted(sorted(b) for b in grouped) == sorted(sorted(b) for b in plain)

@@ -397,3 +397,18 @@ def test_dropout_reaches_every_attention_including_pals(tiny_checkpoint):
     rates = [m.dropout_p for m in model.modules() if hasattr(m, "dropout_p")]
     assert len(rates) == model.bert.config.num_hidden_layers + 1 and set(rates) == {0.3}
     assert {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {0.3}
+
+
+def test_train_fraction_subsamples_the_training_files_only(tiny_checkpoint, tiny_data, tmp_path,
+                                                           capsys):  # fmt: skip
+    """The same rows whatever the seed, in file order; dev and test stay whole."""
+    from tasks.data import subsample
+
+    rows = list(range(40))
+    assert subsample(rows, 0.25) == subsample(rows, 0.25) == sorted(subsample(rows, 0.25))
+    assert len(subsample(rows, 0.25)) == 10 and len(subsample(rows, 0.001)) == 1
+    whole = len(get_task("sst").read(tiny_data / "ids-sst-train.csv")[0])
+    dev = len(get_task("sst").read(tiny_data / "ids-sst-dev.csv")[0])
+    assert run(tiny_checkpoint, tiny_data, tmp_path / "run", "--tasks", "sst", "--no_plots",
+               "--train_fraction", "0.5", "--batch_pool", "1") == 0  # fmt: skip
+    assert f"train {round(whole / 2)}, dev {dev}" in capsys.readouterr().out
