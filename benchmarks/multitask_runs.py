@@ -24,6 +24,8 @@ the machine. Suites:
                --option pretrain (encoded apart), at the adapter study's budget: which pair
                encoding each option defaults to, and whether any option falls below pretrain
     error-bars  default finetune and adapter runs (annealed, 3 epochs), meant for --seeds 1,2,3
+    transfer-levers  finetune with two-layer heads, layer-wise lr decay, 5 epochs, SMART: each
+               one change from the default multitask run (issue 18 item 3), meant for --seeds
     smart-low-resource  SMART off and on (ε 1e-5 and 1e-3) on the same 10% of every training
                file (--train_fraction 0.1), meant for --seeds 1,2,3
     batching   one epoch of finetune with length-grouping pools of 50, 10, 2 and 1 batch(es)
@@ -158,6 +160,15 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
     ],
     # Issue 18, item 2: the figures people quote, run with --seeds 1,2,3 (mean ± sd per task).
     "error-bars": [("finetune", ["--option", "finetune"]), ("adapter", ["--option", "adapter"])],
+    # Issue 18, item 3: levers towards a shared model at least as good as each task alone,
+    # each one change from the default finetune run; meant for --seeds 1,2,3 beside the
+    # single-task suite at the same budget.
+    "transfer-levers": [
+        ("two-layer-heads", ["--option", "finetune", "--head_hidden", "384"]),
+        ("layer-decay-0.8", ["--option", "finetune", "--lr", "1e-4", "--layer_decay", "0.8"]),
+        ("5-epochs", ["--option", "finetune", "--epochs", "5"]),
+        ("smart", ["--option", "finetune", "--smart"]),
+    ],
     # Issue 18, item 4: SMART where data are scarce: the same 10% of every training file, SMART
     # off, at the paper's ε = 1e-5, and at ε = η = 1e-3 (the size of the normalised ascent step
     # that public implementations keep rather than projecting to the paper's ball); --seeds 1,2,3.

@@ -154,12 +154,15 @@ class Task(ABC):
         """The task's dev metric (``metric_name``): accuracy unless a kind says otherwise."""
         return accuracy(predictions, labels)
 
-    def make_head(self, hidden: int, dropout: float, separate: bool) -> nn.Module:
+    def make_head(
+        self, hidden: int, dropout: float, separate: bool, head_hidden: int = 0
+    ) -> nn.Module:
         """The head on sentence vectors of size ``hidden``: linear on one vector, or, for a pair
-        encoded one sentence at a time (``separate``), on the features [u; v; |u − v|; u ⊙ v]."""
+        encoded one sentence at a time (``separate``), on the features [u; v; |u − v|; u ⊙ v];
+        with ``head_hidden`` > 0, a tanh layer of that size first (``LinearHead``)."""
         if separate:
-            return PairFeatureHead(hidden, self.num_outputs, dropout)
-        return LinearHead(hidden, self.num_outputs, dropout)
+            return PairFeatureHead(hidden, self.num_outputs, dropout, head_hidden)
+        return LinearHead(hidden, self.num_outputs, dropout, head_hidden)
 
     def _check_outputs(self, outputs: Tensor) -> None:
         if outputs.dim() != 2 or outputs.shape[1] != self.num_outputs:
@@ -298,11 +301,14 @@ class RegressionTask(Task):
     def metric(self, predictions: Sequence[float], labels: Sequence[float]) -> float:
         return pearson(predictions, labels)
 
-    def make_head(self, hidden: int, dropout: float, separate: bool) -> nn.Module:
-        """A pair encoded one sentence at a time: ŷ = a·cos(u, v) + b (``CosineSimilarityHead``)."""
+    def make_head(
+        self, hidden: int, dropout: float, separate: bool, head_hidden: int = 0
+    ) -> nn.Module:
+        """A pair encoded one sentence at a time: ŷ = a·cos(u, v) + b (``CosineSimilarityHead``,
+        which has no layer to widen: ``head_hidden`` does not apply)."""
         if separate:
             return CosineSimilarityHead()
-        return super().make_head(hidden, dropout, separate)
+        return super().make_head(hidden, dropout, separate, head_hidden)
 
 
 # ----------------------------------------------------------------------------------------------

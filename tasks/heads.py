@@ -43,22 +43,32 @@ def sentence_representation(
 
 
 class LinearHead(nn.Module):
-    """outputs = W · dropout(r) + b, (B, D_in) -> (B, C)."""
+    """outputs = W · dropout(r) + b, (B, D_in) -> (B, C); with ``hidden`` = H > 0 the two-layer
+    classifier W · dropout(tanh(W_h · dropout(r) + b_h)) + b, (B, D_in) -> (B, H) -> (B, C).
 
-    def __init__(self, in_features: int, num_outputs: int, dropout: float) -> None:
+    The two-layer form is that of BERT's pooler followed by its classifier, of Hugging Face's
+    RoBERTa classification head, and of the adapter re-implementation study's task head: each
+    task gets capacity of its own on top of the shared encoder (``--head_hidden``).
+    """
+
+    def __init__(self, in_features: int, num_outputs: int, dropout: float, hidden: int = 0) -> None:
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.linear = nn.Linear(in_features, num_outputs)
+        self.hidden = nn.Linear(in_features, hidden) if hidden else None
+        self.linear = nn.Linear(hidden or in_features, num_outputs)
 
     def forward(self, r: torch.Tensor) -> torch.Tensor:
-        return self.linear(self.dropout(r))
+        r = self.dropout(r)
+        if self.hidden is not None:
+            r = self.dropout(torch.tanh(self.hidden(r)))  # (B, D_in) -> (B, H)
+        return self.linear(r)
 
 
 class PairFeatureHead(LinearHead):
     """Sentence-BERT classifier: logit = W [u; v; |u − v|; u ⊙ v] + b, (B, D) x 2 -> (B, C)."""
 
-    def __init__(self, hidden: int, num_outputs: int, dropout: float) -> None:
-        super().__init__(4 * hidden, num_outputs, dropout)
+    def __init__(self, hidden: int, num_outputs: int, dropout: float, head_hidden: int = 0) -> None:
+        super().__init__(4 * hidden, num_outputs, dropout, head_hidden)
 
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return super().forward(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))

@@ -68,6 +68,8 @@ class ModelSettings:
     # paraphrase, cosine for similarity) (default: separate for pretrain, whose frozen encoder
     # keeps the checkpoint's own cosine similarity; cross otherwise; benchmarks/results/
     # multitask.md)
+    head_hidden: int = 0  # each task head gets a tanh layer of this size before its output
+    # layer (the adapter study's two-layer classifier; 0: a linear head)
     # -- data --
     max_length: int = 128  # tokens per sequence after truncation
     # -- plug-ins (with --option adapter|pals|lhuc|lora) --
@@ -107,6 +109,8 @@ class ModelSettings:
                 f"--also {','.join(extra)}: name other plug-in kinds than --option's, once each, "
                 f"of {', '.join(PLUGINS)}, beside a plug-in --option"
             )
+        if self.head_hidden < 0:
+            raise ValueError(f"--head_hidden {self.head_hidden}: must be at least 0 (0: linear)")
         shortest = 5 if any(task.is_pair for task in tasks) else 3
         if not shortest <= self.max_length <= positions:
             raise ValueError(
@@ -149,6 +153,7 @@ class MultitaskModel(nn.Module):
         representation: str = "mean",
         pair_encoding: str = "cross",
         head_dropout: float = 0.1,
+        head_hidden: int = 0,
     ) -> None:
         super().__init__()
         if representation not in REPRESENTATIONS:
@@ -161,7 +166,10 @@ class MultitaskModel(nn.Module):
         self.pair_encoding = pair_encoding
         D = bert.config.hidden_size
         self.heads = nn.ModuleDict(
-            {t.name: t.make_head(D, head_dropout, self.encodes_separately(t)) for t in tasks}
+            {
+                t.name: t.make_head(D, head_dropout, self.encodes_separately(t), head_hidden)
+                for t in tasks
+            }
         )
 
     def encodes_separately(self, task: Task) -> bool:
@@ -243,7 +251,12 @@ def build_model(
             module.dropout_p = dropout
     task_list = [get_task(name) for name in names]
     model = MultitaskModel(
-        bert, task_list, settings.representation, settings.pair_encoding, dropout
+        bert,
+        task_list,
+        settings.representation,
+        settings.pair_encoding,
+        dropout,
+        settings.head_hidden,
     )
     if settings.option == "pretrain":
         bert.requires_grad_(False)

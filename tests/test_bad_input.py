@@ -143,6 +143,7 @@ CASES = [
     Case("train-fraction-zero", flags("--train_fraction", "0"), "--train_fraction"),
     Case("train-fraction-above-one", flags("--train_fraction", "1.5"), "--train_fraction"),
     Case("batch-pool-zero", flags("--batch_pool", "0"), "--batch_pool"),
+    Case("head-hidden-negative", flags("--head_hidden", "-1"), "--head_hidden"),
     Case("tasks-twice", flags("--tasks", "sst,sst"), "--tasks"),
     Case("tasks-spelling", flags("--tasks", "SST"), "--tasks"),
     Case("tasks-empty", flags("--tasks", ","), "--tasks"),

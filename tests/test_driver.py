@@ -412,3 +412,33 @@ def test_train_fraction_subsamples_the_training_files_only(tiny_checkpoint, tiny
     assert run(tiny_checkpoint, tiny_data, tmp_path / "run", "--tasks", "sst", "--no_plots",
                "--train_fraction", "0.5", "--batch_pool", "1") == 0  # fmt: skip
     assert f"train {round(whole / 2)}, dev {dev}" in capsys.readouterr().out
+
+
+def test_two_layer_heads(tiny_checkpoint, tiny_data, tmp_path):
+    """--head_hidden H: W · tanh(W_h r + b_h) + b in eval mode (by hand), on single sentences,
+    cross-encoded and separately encoded pairs (the cosine head has no layer to widen); the
+    task files of a plug-in run hold the wider heads and reproduce the run's predictions."""
+    from safetensors.torch import load_file
+
+    from tasks.base import read_predictions
+    from tasks.heads import CosineSimilarityHead, LinearHead, PairFeatureHead
+
+    head = LinearHead(6, 3, dropout=0.1, hidden=4).eval()
+    r = torch.randn(5, 6)
+    by_hand = torch.tanh(r @ head.hidden.weight.T + head.hidden.bias) @ head.linear.weight.T
+    assert torch.allclose(head(r), by_hand + head.linear.bias, atol=1e-6)
+    assert LinearHead(6, 3, dropout=0.1).hidden is None  # 0: the linear head, names unchanged
+    separate = get_task("para").make_head(6, 0.1, separate=True, head_hidden=4)
+    assert isinstance(separate, PairFeatureHead) and separate.hidden.in_features == 24
+    assert isinstance(get_task("sts").make_head(6, 0.1, True, 4), CosineSimilarityHead)
+
+    out = tmp_path / "run"
+    assert run(tiny_checkpoint, tiny_data, out, "--option", "adapter", "--head_hidden", "16",
+               "--no_plots") == 0  # fmt: skip
+    cfg, _, data, tokenizer = rebuilt(out)
+    for name in ("sst", "para", "sts"):
+        model = build_model(cfg.model, cfg.tasks, cfg.dropout)
+        assert model.heads[name].hidden.out_features == 16
+        model.load_task_state_dict(name, load_file(str(out / f"task-{name}.safetensors")))
+        _, rows = read_predictions(out / f"{name}-dev-output.csv")
+        assert dev_predictions(model, name, data, tokenizer, cfg) == {i: float(v) for i, v in rows}
