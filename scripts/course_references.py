@@ -367,3 +367,60 @@ def perturbation(forward, embeddings, clean, kind, config, seed, mistake=None):
             steps_ = [g / token_norm(g).clamp(min=1e-30) for g in grads]
         deltas = [project(d.detach() + sign * config.step_size * s) for d, s in zip(deltas, steps_)]
     return [d.detach() for d in deltas]
+
+
+# ----------------------------------------------------------------------------------------------
+# mlm.py
+
+
+def mask_tokens(input_ids, attention_mask, special_ids, mask_id, vocab_size, seed, probability,
+                continuation=None, mistake=None):  # fmt: skip
+    """BERT's masking, token by token: the three draws of ``mask_tokens``' docstring (u, a, r from
+    a generator seeded with ``seed``), then for each position: candidate = real and not special;
+    chosen = candidate and u < p (u of the word's first token for a "##" piece); a chosen token
+    becomes [MASK] (a < 0.8), r (0.8 ≤ a < 0.9) or stays; label = the original id if chosen."""
+    B, T = input_ids.shape
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(B, T, generator=g)
+    a = torch.rand(B, T, generator=g)
+    r = torch.randint(vocab_size, (B, T), generator=g)
+    masked, labels = input_ids.clone(), torch.full_like(input_ids, -100)
+    for b in range(B):
+        for t in range(T):
+            token = int(input_ids[b, t])
+            real = bool(attention_mask[b, t])
+            candidate = real and (mistake == "specials_chosen" or token not in special_ids)
+            if not candidate:
+                continue
+            start = t
+            if continuation is not None and mistake != "whole_word_ignored":
+                while start > 0 and bool(continuation[int(input_ids[b, start])]):
+                    start -= 1
+            if not u[b, start] < probability:
+                continue
+            if mistake != "labels_at_mask_only" or a[b, t] < 0.8:
+                labels[b, t] = token
+            if mistake == "all_to_mask" or a[b, t] < 0.8:
+                masked[b, t] = mask_id
+            elif mistake == "random_and_keep_swapped":
+                masked[b, t] = token if a[b, t] < 0.9 else r[b, t]
+            elif a[b, t] < 0.9:
+                masked[b, t] = r[b, t]
+    if mistake == "labels_everywhere":
+        labels = input_ids.clone()
+    return masked, labels
+
+
+def mlm_loss(logits, labels, mistake=None):
+    """−(1/|M|) Σ_{i∈M} log softmax(logits_i)[label_i], M the positions whose label is not −100."""
+    logits, labels = logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1)
+    chosen = labels != -100
+    log_probs = logits - logits.logsumexp(-1, keepdim=True)
+    if mistake == "no_log_softmax":
+        log_probs = logits
+    picked = log_probs[chosen].gather(1, labels[chosen][:, None])[:, 0]
+    if mistake == "sum":
+        return -picked.sum()
+    if mistake == "all_positions":
+        return -picked.sum() / len(labels)
+    return -picked.mean()

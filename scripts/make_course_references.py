@@ -133,6 +133,22 @@ MISTAKES = {
         "descent": "δ moves down the gradient (descent) instead of up",
         "one_step_too_many": "one ascent step too many (K + 1)",
     },
+    "masking": {
+        "specials_chosen": "special tokens ([CLS], [SEP], ...) can be chosen",
+        "all_to_mask": "every chosen token becomes [MASK] (no 80/10/10 split)",
+        "random_and_keep_swapped": "the 10% random and 10% kept cases are swapped (random when "
+        "a ≥ 0.9)",
+        "labels_everywhere": "the labels are the original ids everywhere, not only at the chosen "
+        "positions",
+        "labels_at_mask_only": "only the tokens replaced by [MASK] are labelled, not every chosen "
+        "token",
+        "whole_word_ignored": "with whole-word masking, each piece is chosen on its own",
+    },
+    "mlm_loss": {
+        "all_positions": "the loss is averaged over all positions instead of the masked ones",
+        "sum": "the loss is summed over the masked positions instead of averaged",
+        "no_log_softmax": "the logits are used as log-probabilities (no log-softmax)",
+    },
 }
 
 SEED = 1234  # of the recorded dropout masks
@@ -567,6 +583,45 @@ def smart_data() -> dict:
     }
 
 
+def mlm_data() -> dict:
+    from minbert.course.checks.mlm import MASKING_CASES, MLM_VOCAB, mlm_batch
+
+    input_ids, attention_mask, continuation = mlm_batch()
+    v = MLM_VOCAB
+
+    def masks(mistake):
+        out = {}
+        for label, seed, p, whole_word in MASKING_CASES:
+            masked, labels = ref.mask_tokens(
+                input_ids, attention_mask, v["special"], v["mask"], v["size"], seed, p,
+                continuation if whole_word else None, mistake,
+            )  # fmt: skip
+            out[f"masked inputs ({label})"] = masked
+            out[f"labels ({label})"] = labels
+        return out
+
+    g = torch.Generator().manual_seed(13)
+    logits = torch.randn(4, 9, 30, generator=g) * 3
+    labels = torch.randint(30, (4, 9), generator=g)
+    labels[torch.rand(4, 9, generator=g) < 0.7] = -100
+    labels[0, 0] = 5  # at least one chosen position
+
+    def losses(mistake):
+        chosen = labels != -100
+        return {
+            "loss (B, T, V)": ref.mlm_loss(logits, labels, mistake),
+            "loss (N, V)": ref.mlm_loss(logits[chosen], labels[chosen], mistake),
+        }
+
+    return {
+        "masking": with_mistakes(
+            masks(None), {t: masks(k) for k, t in MISTAKES["masking"].items()}
+        ),
+        "loss": {"logits": logits, "labels": labels}
+        | with_mistakes(losses(None), {t: losses(k) for k, t in MISTAKES["mlm_loss"].items()}),
+    }
+
+
 def make() -> dict:
     torch.manual_seed(0)
     return {
@@ -582,6 +637,7 @@ def make() -> dict:
         "lora": lora_data(),
         "pals": pals_data(),
         "smart": smart_data(),
+        "mlm": mlm_data(),
     }
 
 

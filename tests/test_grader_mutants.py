@@ -545,6 +545,117 @@ MUTANTS = [
     ),
 ]
 
+MLM = "minbert/mlm.py"
+CANDIDATES = (
+    "candidates = attention_mask.bool() & ~torch.isin(input_ids, torch.tensor(special_ids))"
+)
+LABELS = "labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE))"
+TO_MASK = "chosen & (action < 0.8), torch.full_like(input_ids, mask_id)"
+TO_RANDOM = "masked = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, masked)"
+LOSS = "F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE)"
+
+MLM_MUTANTS = [
+    m(
+        "mask-specials",
+        "masking",
+        MLM,
+        (CANDIDATES, "candidates = attention_mask.bool()"),
+        named="special tokens",
+    ),
+    m(
+        "mask-all-to-mask",
+        "masking",
+        MLM,
+        (TO_RANDOM, ""),
+        (TO_MASK, "chosen, torch.full_like(input_ids, mask_id)"),
+        named="no 80/10/10 split",
+    ),
+    m(
+        "mask-random-keep-swapped",
+        "masking",
+        MLM,
+        (TO_RANDOM, "masked = torch.where(chosen & (action >= 0.9), random_ids, masked)"),
+        named="random and 10% kept cases are swapped",
+    ),
+    m(
+        "mask-labels-everywhere",
+        "masking",
+        MLM,
+        (LABELS, "labels = input_ids.clone()"),
+        named="original ids everywhere",
+    ),
+    m(
+        "mask-labels-at-mask-only",
+        "masking",
+        MLM,
+        (LABELS, ""),
+        (
+            "    return masked, labels\n",
+            "    labels = torch.where(chosen & (action < 0.8), input_ids, "
+            "torch.full_like(input_ids, IGNORE))\n    return masked, labels\n",
+        ),
+        named="only the tokens replaced by [MASK]",
+    ),
+    m(
+        "mask-whole-word-ignored",
+        "masking",
+        MLM,
+        (
+            "chosen = candidates & (torch.gather(draw, 1, starts) < probability)",
+            "chosen = candidates & (draw < probability)",
+        ),
+        named="each piece is chosen on its own",
+    ),
+    m(
+        "mask-draws-reordered",
+        "masking",
+        MLM,
+        (
+            "    action = torch.rand(B, T, generator=generator)"
+            "  # < 0.8: [MASK]; < 0.9: random; else keep\n"
+            "    random_ids = torch.randint(vocab_size, (B, T), generator=generator)\n",
+            "    random_ids = torch.randint(vocab_size, (B, T), generator=generator)\n"
+            "    action = torch.rand(B, T, generator=generator)\n",
+        ),
+    ),
+    m(
+        "mask-padding",
+        "masking",
+        MLM,
+        (CANDIDATES, "candidates = ~torch.isin(input_ids, torch.tensor(special_ids[1:]))"),
+    ),
+    m(
+        "loss-all-positions",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), "
+            'reduction="sum") / labels.numel()',
+        ),
+        named="averaged over all positions",
+    ),
+    m(
+        "loss-sum",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), "
+            'reduction="sum")',
+        ),
+        named="summed over the masked positions",
+    ),
+    m(
+        "loss-no-log-softmax",
+        "mlm-loss",
+        MLM,
+        (f"return {LOSS}", "return F.nll_loss(logits.flatten(0, -2).float(), labels.flatten())"),
+        named="no log-softmax",
+    ),
+]
+MUTANTS += MLM_MUTANTS
+
 ALGORITHM_2 = """\
                 state["step"] += 1
                 t = float(state["step"])
@@ -643,6 +754,30 @@ CORRECT = [
             KL,
             "p, q = log_p.exp(), log_q.exp()\n"
             "    return ((p * (log_p - log_q)).sum(-1) + (q * (log_q - log_p)).sum(-1)).mean()",
+        ),
+    ),
+    m(
+        "mask-loop-free-variant",
+        "masking",
+        MLM,
+        (
+            CANDIDATES,
+            "special = torch.zeros_like("
+            "input_ids, dtype=torch.bool)\n    for i in special_ids:\n"
+            "        special |= input_ids == i\n"
+            "    candidates = (attention_mask == 1) & ~special",
+        ),
+    ),
+    m(
+        "loss-written-out",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "flat, y = logits.reshape(-1, "
+            "logits.shape[-1]).float(), labels.reshape(-1)\n    keep = y != IGNORE\n"
+            "    logp = torch.log_softmax(flat[keep], dim=-1)\n"
+            "    return -logp.gather(1, y[keep][:, None]).mean()",
         ),
     ),
     m(

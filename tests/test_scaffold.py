@@ -38,6 +38,8 @@ EXERCISES = [  # the order of GUIDE.md
     "lora",
     "pals",
     "smart",
+    "masking",
+    "mlm-loss",
 ]
 STATUS = re.compile(
     r"^(?P<name>.+?)\s+max_abs_diff \S+\s+tol \S+\s+(?P<status>PASS|FAIL|NOT IMPLEMENTED)$"
