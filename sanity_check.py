@@ -104,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ctx = Context(args.checkpoint, args.reference)
     passed = 0
+    shown_hints: set[str] = set()  # a hint shared by several failing checks is printed once
     for check in checks:
         result = run_check(check, ctx)
-        print(format_result(result, width), flush=True)
+        print(format_result(result, width, shown_hints), flush=True)
         passed += result.status == PASS
     print(f"{passed} passed, {len(checks) - passed} failed")
     return 0 if passed == len(checks) else 1

@@ -26,7 +26,7 @@ import torch
 import minbert.plugins
 from minbert.course import scaffold
 from minbert.course.checks import CHECKS
-from minbert.course.registry import FAIL, PASS, Context, run_check
+from minbert.course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -845,6 +845,30 @@ def run_own_checks(mutant: Mutant, ctx: Context, monkeypatch) -> dict:
 def ctx() -> Context:
     torch.set_num_threads(1)
     return Context(None, ROOT / "sanity_check_reference.pt")
+
+
+def test_stored_reference_data_are_up_to_date() -> None:
+    """minbert/course/reference_data.pt is what scripts/make_course_references.py makes now."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import make_course_references
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    fresh = make_course_references.make()
+    stored = torch.load(COURSE_DATA, weights_only=True)
+
+    def same(a, b, where: str) -> None:
+        if isinstance(a, dict):
+            assert isinstance(b, dict) and list(a) == list(b), where
+            for key in a:
+                same(a[key], b[key], f"{where}/{key}")
+        elif isinstance(a, torch.Tensor):
+            assert a.shape == b.shape and a.dtype == b.dtype, where
+            assert torch.allclose(a, b, rtol=0, atol=0, equal_nan=True), where
+        else:
+            assert a == b, where
+
+    same(fresh, stored, "reference_data")
 
 
 def test_the_corpus_is_large_enough() -> None:

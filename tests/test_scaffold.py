@@ -147,6 +147,25 @@ def test_student_tree_imports_and_its_tests_collect(student_tree: Path) -> None:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 
+def test_round_robin_sampling_needs_no_exercise(student_tree: Path) -> None:
+    """Round-robin is not the sampler exercise: it works in the student tree (annealed does not)."""
+    code = (
+        "from minbert.sampling import TaskSampler\n"
+        "s = TaskSampler('round-robin', {'a': 3, 'b': 5}, epochs=2, seed=0)\n"
+        "print(s.schedule(2, 5), s.probabilities(1))\n"
+        "try:\n"
+        "    TaskSampler('annealed', {'a': 3, 'b': 5}, epochs=2, seed=0).schedule(1, 2)\n"
+        "except NotImplementedError as err:\n"
+        "    print(str(err).split(':')[0])\n"
+    )
+    result = run(["-c", code], student_tree)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "['a', 'b', 'a', 'b', 'a'] {'a': 0.5, 'b': 0.5}",
+        "sampler",
+    ]
+
+
 def test_student_tree_is_the_project_with_only_the_regions_replaced(student_tree: Path) -> None:
     copied = {  # what the earlier tests' runs left there (bytecode) aside
         p.relative_to(student_tree).as_posix()

@@ -345,8 +345,9 @@ def run_check(check: Check, ctx: Context) -> Result:
     return Result(check, FAIL, diff, measurement.hint, diagnose(measurement, check.tolerance))
 
 
-def format_result(result: Result, width: int) -> str:
-    """The check's line, and under a FAIL or NOT IMPLEMENTED what differs and what to try."""
+def format_result(result: Result, width: int, shown_hints: set[str] | None = None) -> str:
+    """The check's line, and under a FAIL or NOT IMPLEMENTED what differs and what to try. A
+    FAIL's hint already printed (``shown_hints``, updated here) reads "hint: as above"."""
     check = result.check
     diff = "-" if result.max_abs_diff is None else f"{result.max_abs_diff:.2e}"
     line = f"{check.name:<{width}}  max_abs_diff {diff:<9}  tol {check.tolerance:<7.0e}  "
@@ -357,7 +358,10 @@ def format_result(result: Result, width: int) -> str:
         if result.diagnosis:
             line += f"\n    diagnosis: {result.diagnosis}"
         if check.hint:
-            line += f"\n    hint: {check.hint}"
+            repeated = shown_hints is not None and check.hint in shown_hints
+            line += "\n    hint: as above" if repeated else f"\n    hint: {check.hint}"
+            if shown_hints is not None:
+                shown_hints.add(check.hint)
     elif result.status == NOT_IMPLEMENTED:
         line += f"\n    hint: {result.detail}"
     return line
