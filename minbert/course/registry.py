@@ -268,6 +268,9 @@ def diagnose(measurement: Measurement, tolerance: float) -> str:
     return min(near)[1] if near else ""
 
 
+INSTALLED_PARTS = {"site-packages", "dist-packages", ".venv", "venv"}
+
+
 def student_frame(err: BaseException) -> traceback.FrameSummary:
     """Where the error comes from in the student's code: the last frame of the traceback that is
     in the project but not in the grader (``minbert/course``, ``sanity_check.py``); the last frame
@@ -276,6 +279,8 @@ def student_frame(err: BaseException) -> traceback.FrameSummary:
     for frame in reversed(frames):
         path = Path(frame.filename).resolve()
         if not path.is_relative_to(PROJECT_ROOT) or path.is_relative_to(COURSE_DIR):
+            continue
+        if INSTALLED_PARTS & set(path.parts):  # torch in a virtual environment inside the project
             continue
         if path == PROJECT_ROOT / "sanity_check.py":
             continue

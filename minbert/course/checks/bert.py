@@ -18,7 +18,7 @@ on the project's tiny config, then the whole model against Hugging Face.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -134,7 +134,7 @@ def site_variants() -> list[tuple[str, LayerSites]]:
 
 
 @contextlib.contextmanager
-def fused_through_written_out() -> Callable:
+def fused_through_written_out() -> Iterator[None]:
     """In training mode, torch's fused attention draws its own dropout masks, which recorded
     dropout cannot see: route it through the student's written-out scaled_dot_product_attention
     (the same exercise) for the duration."""
