@@ -908,3 +908,23 @@ def test_an_error_in_student_code_is_located_at_the_students_line(ctx, monkeypat
     )
     detail = results["attention: BertSelfAttention vs multi-head reference"].detail
     assert f"(minbert/bert.py:{line})" in detail, detail
+
+
+def test_recorded_dropout_draws_masks_in_call_order_and_restores_torch() -> None:
+    """The same calls draw the same masks; an inactive call draws nothing; torch is restored."""
+    import torch.nn.functional as F
+
+    from minbert.course.dropout import recorded_dropout
+
+    x = torch.ones(4, 50)
+    original = F.dropout
+    with recorded_dropout(5) as first:
+        a = torch.nn.Dropout(0.3)(x)
+        F.dropout(x, 0.3, training=False)  # inactive: no draw
+        b = F.dropout(x, 0.5)
+    with recorded_dropout(5) as second:
+        a2, b2 = F.dropout(x, 0.3), torch.nn.functional.dropout(x, 0.5)
+    assert torch.equal(a, a2) and torch.equal(b, b2) and not torch.equal(a, b)
+    assert first.calls == second.calls == [((4, 50), 0.3), ((4, 50), 0.5)]
+    assert torch.allclose(a.unique(), torch.tensor([0.0, 1 / 0.7]))
+    assert F.dropout is original
