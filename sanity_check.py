@@ -10,9 +10,14 @@ reference, and passes when it is at most the check's stated tolerance. Two kinds
 
 * component checks (embeddings, attention, layer, adamw, sampler, adapter, lhuc, lora, pals,
   smart) run one component on its own, on fixed random weights and inputs (the project's tiny
-  config, ``BertConfig.tiny()``), and compare it with the equation written out with plain torch
-  operations. The reference never calls the code it grades, and a component check calls no other
-  exercise, so a missing attention does not fail the AdamW check, nor the layer check.
+  config, ``BertConfig.tiny()``) stored in ``minbert/course/reference_data.pt``, and compare it
+  with the outputs stored there, in eval mode and (where there is dropout) in training mode under
+  seeded dropout. Those outputs come from equations written out independently in an
+  instructor-only script (``scripts/make_course_references.py``), so a student tree holds no
+  solution; the file also holds the outputs of common mistakes, and a failing check names the
+  one the student's output matches. A component check calls no other exercise, so a missing
+  attention does not fail the AdamW check, nor the layer check. AdamW runs in float64 and
+  reports the first step that differs.
 * whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
   attention, float32, eval mode), whose outputs ``scripts/make_reference.py`` saved in
   ``sanity_check_reference.pt`` (so transformers is not needed here): last_hidden_state on the
@@ -21,9 +26,9 @@ reference, and passes when it is at most the check's stated tolerance. Two kinds
   tokenizer and the warmup/decay schedule are checked too (neither is an exercise).
 
 The checks are in ``minbert/course/checks/``, one file per graded source file (``bert.py``,
-``optimizer.py``, ``lora.py``, ...), each declared with ``@check`` next to its code; the shared
-reference equations are in ``minbert/course/references.py``, and how a check is written and
-registered in ``minbert/course/registry.py``. GUIDE.md names each exercise's check functions.
+``optimizer.py``, ``lora.py``, ...), each declared with ``@check`` next to its code; how a
+check is written and registered is in ``minbert/course/registry.py``. GUIDE.md names each
+exercise's check functions.
 
 Each check names the course exercises it depends on (the exercise ids of ``python -m
 minbert.scaffold --list``). In a student tree made by ``minbert.scaffold`` a check whose exercise
@@ -31,9 +36,11 @@ is still missing shows NOT IMPLEMENTED with that exercise's hint; every other ch
 normally. An exception in one check (a bug, or a ``NotImplementedError``) never stops the others.
 
 Output: one line per check, ``name  max_abs_diff X  tol Y  PASS|FAIL|NOT IMPLEMENTED``; under a
-FAIL, the tensor that differs most (and where) and a hint; under a NOT IMPLEMENTED, the exercise's
-hint and where it was raised. The last line reads ``N passed, M failed`` (NOT IMPLEMENTED counts
-as failed); the exit code is 1 if any check failed.
+FAIL, the tensor that differs most (and where), ``diagnosis: <mistake>`` when the output is
+that of a known common mistake, and a hint (an exception is located at the student's line);
+under a NOT IMPLEMENTED, the exercise's hint and where it was raised. The last line reads
+``N passed, M failed`` (NOT IMPLEMENTED counts as failed); the exit code is 1 if any check
+failed.
 """
 
 from __future__ import annotations
@@ -97,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ctx = Context(args.checkpoint, args.reference)
     passed = 0
+    shown_hints: set[str] = set()  # a hint shared by several failing checks is printed once
     for check in checks:
         result = run_check(check, ctx)
-        print(format_result(result, width), flush=True)
+        print(format_result(result, width, shown_hints), flush=True)
         passed += result.status == PASS
     print(f"{passed} passed, {len(checks) - passed} failed")
     return 0 if passed == len(checks) else 1

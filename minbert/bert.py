@@ -113,8 +113,8 @@ def scaled_dot_product_attention(
 
     q, k, v: (B, nh, T, hs); mask: additive, broadcastable to (B, nh, T, T).
     """
-    # HINT: scores = Q·Kᵀ / √d_k + M with d_k = q.size(-1), softmax over the keys (the last
-    # HINT: dimension), F.dropout(probs, p=dropout_p), then multiply by V.
+    # HINT: the equation above, d_k being the head size; the softmax normalises over the keys;
+    # HINT: dropout (probability dropout_p) acts on the attention probabilities.
     # BEGIN SOLUTION: attention
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + mask  # (B, nh, T, T)
     probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
@@ -139,8 +139,9 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         B, T = input_ids.shape
-        # HINT: look up word_embeddings(input_ids), position_embeddings(self.position_ids[:, :T])
-        # HINT: and token_type_embeddings(token_type_ids), add them, then LayerNorm and dropout.
+        # HINT: the equation of the class docstring: three embeddings of each token (its id, its
+        # HINT: position 0..T−1 from the position_ids buffer, its token type) summed, normalised,
+        # HINT: then dropout.
         # BEGIN SOLUTION: embeddings
         positions = self.position_ids[:, :T]  # (1, T)
         x = (
@@ -174,10 +175,11 @@ class BertSelfAttention(nn.Module):
     ) -> torch.Tensor:
         B, T, D = x.shape
 
-        # HINT: q, k, v = sites.linear("query", self.query, x) (and "key", "value"), each split
-        # HINT: (B, T, D) -> (B, nh, T, hs); dropout_p only in training; attention through
-        # HINT: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=...) when
-        # HINT: self.use_fast_path, else scaled_dot_product_attention; merge heads -> (B, T, D).
+        # HINT: the query, key and value projections of x go through the plug-in site
+        # HINT: sites.linear (named "query", "key", "value"); split D into nh heads of size hs,
+        # HINT: heads before tokens; attention with the mask and, in training only, the attention
+        # HINT: dropout: torch's fused F.scaled_dot_product_attention when self.use_fast_path, else
+        # HINT: the written-out one above; then merge the heads back to (B, T, D).
         # BEGIN SOLUTION: attention
         def split_heads(t: torch.Tensor) -> torch.Tensor:
             return t.view(B, T, self.num_heads, D // self.num_heads).transpose(1, 2)
@@ -206,8 +208,9 @@ class BertSelfOutput(nn.Module):
     def forward(
         self, heads: torch.Tensor, x: torch.Tensor, sites: LayerSites = NO_SITES
     ) -> torch.Tensor:
-        # HINT: h = dropout(sites.linear("attention_output", self.dense, heads)), then
-        # HINT: sites.norm("attention", self.LayerNorm, x + sites.after_attention(h)).
+        # HINT: the class docstring's equation: the projection through its site
+        # HINT: ("attention_output"), dropout, the after_attention site, the residual, and the
+        # HINT: LayerNorm through its site ("attention").
         # BEGIN SOLUTION: layer
         h = self.dropout(sites.linear("attention_output", self.dense, heads))
         return sites.norm("attention", self.LayerNorm, x + sites.after_attention(h))
@@ -255,9 +258,9 @@ class BertOutput(nn.Module):
         sites: LayerSites = NO_SITES,
         parallel: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        # HINT: h = dropout(sites.linear("output", self.dense, h)), then
-        # HINT: sites.norm("feed_forward", self.LayerNorm, x + sites.after_feed_forward(h) +
-        # HINT: parallel), parallel only if not None.
+        # HINT: the class docstring's equation: the projection through its site ("output"),
+        # HINT: dropout, the after_feed_forward site, the residual, the parallel term when there is
+        # HINT: one, and the LayerNorm through its site ("feed_forward").
         # BEGIN SOLUTION: layer
         h = self.dropout(sites.linear("output", self.dense, h))  # (B, T, F) -> (B, T, D)
         h = x + sites.after_feed_forward(h)
@@ -283,9 +286,9 @@ class BertLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
     ) -> torch.Tensor:
-        # HINT: parallel = sites.parallel(x, mask); a = self.attention(x, mask, sites);
-        # HINT: y = self.output(self.intermediate(a, sites), a, sites, parallel);
-        # HINT: return sites.after_layer(y).
+        # HINT: the two sub-layers of the docstring with the sub-modules above (each gets the
+        # HINT: sites); a PAL's parallel term (sites.parallel) is computed from the layer input x
+        # HINT: and added in the second add & norm; the after_layer site acts on the result.
         # BEGIN SOLUTION: layer
         parallel = sites.parallel(x, mask)  # PAL attends over the layer input, in parallel
         a = self.attention(x, mask, sites)

@@ -167,8 +167,18 @@ def mask_tokens(
     special_ids: ids never chosen ([CLS], [SEP], [PAD], ...); padding (attention_mask 0) never is.
     continuation: with whole-word masking, a (V,) bool tensor, True for a "##" piece: a piece is
         chosen exactly when the word it continues is.
+
+    The random draws, in this order, from ``generator`` (so that a seed fixes the result):
+    u = rand(B, T): a token is chosen when u < probability (with whole-word masking, the u of the
+    first token of its word decides for every piece of the word); a = rand(B, T): a chosen token
+    becomes [MASK] when a < 0.8, a random id when 0.8 ≤ a < 0.9, and stays as it is otherwise;
+    r = randint(vocab_size, (B, T)): the random ids.
     """
     B, T = input_ids.shape
+    # HINT: steps 1-3 of the module docstring with the three draws above, in their order: the
+    # HINT: candidates are the real tokens that are not special; with ``continuation``, a "##"
+    # HINT: piece that is a candidate follows the choice of its word's first token.
+    # BEGIN SOLUTION: masking
     candidates = attention_mask.bool() & ~torch.isin(input_ids, torch.tensor(special_ids))
     draw = torch.rand(B, T, generator=generator)
     if continuation is None:
@@ -184,12 +194,17 @@ def mask_tokens(
     masked = torch.where(chosen & (action < 0.8), torch.full_like(input_ids, mask_id), input_ids)
     masked = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, masked)
     return masked, labels
+    # END SOLUTION
 
 
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over the chosen positions: (B, T, V) and (B, T), or the chosen
     positions alone, (N, V) and (N,) -> scalar."""
+    # HINT: the loss of the module docstring, in float32: positions labelled IGNORE count
+    # HINT: neither in the sum nor in the number of terms.
+    # BEGIN SOLUTION: mlm-loss
     return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE)
+    # END SOLUTION
 
 
 def word_continuations(vocab: dict[str, int]) -> torch.Tensor:

@@ -103,10 +103,8 @@ class AdamW(torch.optim.Optimizer):
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 m, v = state["exp_avg"], state["exp_avg_sq"]
 
-                # HINT: steps 1-6 of the docstring, in place on p, m and v (t = state["step"] as a
-                # HINT: float after incrementing it): decay p by (1 − lr·λ) first, m.lerp_(grad,
-                # HINT: 1 − β₁), v ← β₂·v + (1 − β₂)·g², then p.addcdiv_(m, √v/√(1 − β₂ᵗ) + ε,
-                # HINT: value=−lr/(1 − β₁ᵗ)), in this order to match torch.optim.AdamW exactly.
+                # HINT: steps 1-6 of the class docstring, updating p, m and v in place; the step
+                # HINT: count t lives in state["step"]. The decay is decoupled from the gradient.
                 # BEGIN SOLUTION: adamw
                 # 1. t ← t + 1
                 state["step"] += 1

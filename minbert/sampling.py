@@ -38,14 +38,28 @@ MODES = ("round-robin", "proportional", "square-root", "annealed")
 FIXED_ALPHA = {"proportional": 1.0, "square-root": 0.5}
 
 
-def task_probabilities(sizes: Mapping[str, int], alpha: float) -> dict[str, float]:
-    """p_i = N_i^α / Σ_j N_j^α for each task (same key order as ``sizes``)."""
+def validate_sizes(sizes: Mapping[str, int]) -> None:
+    """At least one task, each with a positive number of training examples (a ValueError)."""
     if not sizes:
         raise ValueError("need at least one task")
     for name, size in sizes.items():
         if size <= 0:
             raise ValueError(f"task {name!r} has {size} training examples; cannot sample it")
-    # HINT: weights N_i^α (as floats) divided by their sum; a dict with the keys of sizes, in order.
+
+
+def validate_epoch(epoch: int, epochs: int) -> None:
+    """1 ≤ epoch ≤ epochs (a ValueError)."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    if not 1 <= epoch <= epochs:
+        raise ValueError(f"epoch must be in 1..{epochs}, got {epoch}")
+
+
+def task_probabilities(sizes: Mapping[str, int], alpha: float) -> dict[str, float]:
+    """p_i = N_i^α / Σ_j N_j^α for each task (same key order as ``sizes``)."""
+    validate_sizes(sizes)
+    # HINT: each task's weight is its size (as a float) to the power α; return the weights
+    # HINT: normalised to sum to 1, keyed like sizes, in the same order.
     # BEGIN SOLUTION: sampler
     weights = {name: float(size) ** alpha for name, size in sizes.items()}
     total = sum(weights.values())
@@ -55,11 +69,9 @@ def task_probabilities(sizes: Mapping[str, int], alpha: float) -> dict[str, floa
 
 def annealed_alpha(epoch: int, epochs: int) -> float:
     """α(e) = 1 − 0.8 · (e − 1) / (E − 1) for e = 1..E; 1.0 when E = 1 (Stickland & Murray 2019)."""
-    if epochs < 1:
-        raise ValueError(f"epochs must be at least 1, got {epochs}")
-    if not 1 <= epoch <= epochs:
-        raise ValueError(f"epoch must be in 1..{epochs}, got {epoch}")
-    # HINT: α = 1 − 0.8·(e − 1)/(E − 1); with a single epoch (E = 1) α is 1.
+    validate_epoch(epoch, epochs)
+    # HINT: α falls linearly with the epoch e = 1..E, from 1 at the first epoch to 0.2 at the
+    # HINT: last; with a single epoch (E = 1) α is 1.
     # BEGIN SOLUTION: sampler
     if epochs == 1:
         return 1.0
@@ -86,7 +98,7 @@ class TaskSampler:
             raise ValueError(f"epochs must be at least 1, got {epochs}")
         if seed < 0:
             raise ValueError(f"seed must be non-negative, got {seed}")
-        task_probabilities(sizes, 1.0)  # validates the sizes
+        validate_sizes(sizes)
         self.mode = mode
         self.sizes = dict(sizes)
         self.tasks = list(sizes)
@@ -95,7 +107,7 @@ class TaskSampler:
 
     def alpha(self, epoch: int) -> float | None:
         """The exponent α of ``epoch`` (None for round-robin, which does not sample)."""
-        annealed_alpha(epoch, self.epochs)  # validates the epoch for every mode
+        validate_epoch(epoch, self.epochs)
         if self.mode in FIXED_ALPHA:
             return FIXED_ALPHA[self.mode]
         if self.mode == "annealed":
@@ -103,9 +115,12 @@ class TaskSampler:
         return None
 
     def probabilities(self, epoch: int) -> dict[str, float]:
-        """The task probabilities of ``epoch`` (1..E); round-robin: uniform (its long-run share)."""
+        """The task probabilities of ``epoch`` (1..E); round-robin: uniform (its long-run share),
+        computed here so that round-robin needs no ``sampler`` exercise."""
         alpha = self.alpha(epoch)
-        return task_probabilities(self.sizes, 0.0 if alpha is None else alpha)
+        if alpha is None:
+            return {name: 1.0 / len(self.tasks) for name in self.tasks}
+        return task_probabilities(self.sizes, alpha)
 
     def schedule(self, epoch: int, steps: int) -> list[str]:
         """The task of each of the ``steps`` steps of ``epoch``.
@@ -117,9 +132,10 @@ class TaskSampler:
         """
         if steps < 0:
             raise ValueError(f"steps must be non-negative, got {steps}")
-        probabilities = self.probabilities(epoch)
         if self.mode == "round-robin":
+            validate_epoch(epoch, self.epochs)
             return [self.tasks[step % len(self.tasks)] for step in range(steps)]
+        probabilities = self.probabilities(epoch)
         rng = np.random.default_rng((self.seed, epoch))
         p = np.array([probabilities[name] for name in self.tasks], dtype=np.float64)
         draws = rng.choice(len(self.tasks), size=steps, replace=True, p=p / p.sum())

@@ -149,9 +149,13 @@ def symmetric_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor
             f"symmetric_kl needs two (B, C) tensors, got {tuple(p_logits.shape)} and "
             f"{tuple(q_logits.shape)}"
         )
+    # HINT: KL(P‖Q) + KL(Q‖P) between the softmax distributions of the two float32 logits:
+    # HINT: summed over the classes, averaged over the batch.
+    # BEGIN SOLUTION: smart
     log_p = F.log_softmax(p_logits.float(), dim=-1)
     log_q = F.log_softmax(q_logits.float(), dim=-1)
     return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1).mean()
+    # END SOLUTION
 
 
 def _per_example(x: torch.Tensor) -> torch.Tensor:
@@ -228,8 +232,8 @@ def _ascent_step(
     delta: torch.Tensor, grad: torch.Tensor | None, config: SmartConfig
 ) -> torch.Tensor:
     """δ ← Π_ε(δ + η · g / ‖g‖), per token; an embedding the outputs ignore (g None) keeps δ."""
-    # HINT: detach δ; unless grad is None add config.step_size · _normalise(grad, config.norm);
-    # HINT: then project(δ, config.epsilon, config.norm).
+    # HINT: move the (detached) δ a step of config.step_size along the gradient normalised per
+    # HINT: token (none when the gradient is None), then project it back onto the ε-ball.
     # BEGIN SOLUTION: smart
     delta = delta.detach()
     if grad is not None:
@@ -254,10 +258,10 @@ def adversarial_perturbation(
         project(config.sigma * _gaussian_like(e, generator), config.epsilon, config.norm)
         for e in base
     ]
-    # HINT: config.ascent_steps times: make every δ require grad; under torch.enable_grad()
-    # HINT: run forward_from_embeddings on [e + δ], take divergence(target, perturbed, kind) and
-    # HINT: torch.autograd.grad of it w.r.t. the δs (allow_unused=True); δ ← _ascent_step(δ, g,
-    # HINT: config). Return the δs detached.
+    # HINT: K = config.ascent_steps times: the gradient, with respect to every δ, of the
+    # HINT: divergence between the target and the outputs on the perturbed embeddings (with
+    # HINT: gradients enabled even if the caller disabled them; an unused δ has none), then one
+    # HINT: ascent step of each δ. Return the δs detached.
     # BEGIN SOLUTION: smart
     for _ in range(config.ascent_steps):
         for d in deltas:

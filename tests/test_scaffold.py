@@ -38,6 +38,8 @@ EXERCISES = [  # the order of GUIDE.md
     "lora",
     "pals",
     "smart",
+    "masking",
+    "mlm-loss",
 ]
 STATUS = re.compile(
     r"^(?P<name>.+?)\s+max_abs_diff \S+\s+tol \S+\s+(?P<status>PASS|FAIL|NOT IMPLEMENTED)$"
@@ -145,6 +147,25 @@ def test_student_tree_imports_and_its_tests_collect(student_tree: Path) -> None:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 
+def test_round_robin_sampling_needs_no_exercise(student_tree: Path) -> None:
+    """Round-robin is not the sampler exercise: it works in the student tree (annealed does not)."""
+    code = (
+        "from minbert.sampling import TaskSampler\n"
+        "s = TaskSampler('round-robin', {'a': 3, 'b': 5}, epochs=2, seed=0)\n"
+        "print(s.schedule(2, 5), s.probabilities(1))\n"
+        "try:\n"
+        "    TaskSampler('annealed', {'a': 3, 'b': 5}, epochs=2, seed=0).schedule(1, 2)\n"
+        "except NotImplementedError as err:\n"
+        "    print(str(err).split(':')[0])\n"
+    )
+    result = run(["-c", code], student_tree)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "['a', 'b', 'a', 'b', 'a'] {'a': 0.5, 'b': 0.5}",
+        "sampler",
+    ]
+
+
 def test_student_tree_is_the_project_with_only_the_regions_replaced(student_tree: Path) -> None:
     copied = {  # what the earlier tests' runs left there (bytecode) aside
         p.relative_to(student_tree).as_posix()
@@ -178,6 +199,59 @@ def test_student_tree_is_the_project_with_only_the_regions_replaced(student_tree
         student_lines = set(student.decode().splitlines())
         assert [line for line in kept if line is not None and line not in student_lines] == []
     assert "m.lerp_(grad, 1 - beta1)" not in (student_tree / "minbert/optimizer.py").read_text()
+
+
+# Lines of solution regions that are generic plumbing, found in given (non-exercise) code too.
+GENERIC_LINES = {
+    "for d in deltas:",  # tests/test_smart.py
+    "with torch.enable_grad():",  # minbert/optimizer.py
+    "pal = self.by_task[task]",  # PAL.layer_of
+}
+
+
+def solution_lines() -> dict[str, str]:
+    """Normalised solution line -> where it is ("path:line"), over every region of the project.
+
+    The rule: each line of a region, its trailing comment dropped and its whitespace collapsed to
+    single spaces; comment-only lines, lines of fewer than 12 non-space characters (``return y``,
+    ``else:``, ``)``) and the ``GENERIC_LINES`` left out, because they say nothing of a solution.
+    """
+    found = {}
+    for regions in scaffold.find_exercises(ROOT).values():
+        for r in regions:
+            lines = (ROOT / r.path).read_text(encoding="utf-8").splitlines()
+            for i in range(r.begin + 1, r.end):
+                line = re.sub(r"\s+#\s.*$", "", lines[i])
+                line = " ".join(line.split())
+                if line.startswith("#") or len(line.replace(" ", "")) < 12:
+                    continue
+                if line not in GENERIC_LINES:
+                    found[line] = f"{r.path}:{i + 1}"
+    return found
+
+
+def test_no_solution_line_appears_anywhere_in_the_student_tree(student_tree: Path) -> None:
+    """No line of any solution region (see ``solution_lines`` for the rule) occurs anywhere in any
+    text file of the student tree (its whitespace collapsed too): not in code, docstrings, hints,
+    tests, the grader or the docs."""
+    lines = solution_lines()
+    assert len(lines) > 50
+    leaks = []
+    for path in sorted(student_tree.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        try:
+            text = " ".join(path.read_text(encoding="utf-8").split())
+        except UnicodeDecodeError:  # binary: the stored reference data, tensors only
+            continue
+        leaks += [
+            f"{where} in {path.relative_to(student_tree)}"
+            for line, where in lines.items()
+            if line in text
+        ]
+    assert leaks == []
+    for rel in scaffold.INSTRUCTOR_ONLY:
+        assert not (student_tree / rel).exists(), rel
 
 
 # Runs sanity_check.main in each tree given on the command line, one process for all of them

@@ -22,11 +22,18 @@ The rules a check keeps:
 * it measures the largest absolute difference between what minBERT computes and a reference,
   and passes when that is at most its ``tolerance``; ``compare`` measures two tensors and says
   where they differ most, ``worst_of`` keeps the worst of several measurements;
-* its reference is written out with plain torch operations (``minbert/course/references.py``
-  and next to the check) and never calls the code it grades;
-* it calls no exercise but its own (the layer check swaps in a reference self-attention, the
-  plug-in checks call the plug-in's own sites, PAL uses the fused attention, SMART runs on a
-  small model defined in its check), so a missing attention does not fail the AdamW check;
+* a component check feeds stored inputs and weights (``Context.course_data``, the file
+  ``minbert/course/reference_data.pt``) to the student's code and compares with the stored
+  outputs (``grade``); the equations that made them are instructor-only
+  (``scripts/course_references.py``, run by ``scripts/make_course_references.py``), so the student
+  tree holds no solution. The stored outputs of each exercise's known mistakes let a failing
+  check name the mistake (``diagnose``). Components with dropout run in eval and in training mode
+  under seeded dropout (``minbert/course/dropout.py``);
+* it calls no exercise but its own (the layer and PAL checks swap in stand-ins for attention,
+  the plug-in checks call the plug-in's own sites, SMART runs on a small model defined in its
+  check), so a missing attention does not fail the AdamW check;
+* an exception raised in the student's code is reported at the student's file and line
+  (``student_frame``), not inside torch;
 * it imports the graded code inside the function, so a module that cannot be imported fails
   only the checks that need it;
 * it names the course exercises it depends on (``exercises``: the ids of ``python -m
@@ -44,7 +51,7 @@ import functools
 import math
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -52,6 +59,14 @@ import torch
 from minbert.checkpoint import load_trusted
 
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
+
+# The stored cases of the component checks, written by scripts/make_course_references.py.
+COURSE_DATA = Path(__file__).resolve().parent / "reference_data.pt"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+COURSE_DIR = Path(__file__).resolve().parent
+
+# The tasks every plug-in check builds its plug-in for.
+PLUGIN_TASKS = ["sst", "sts"]
 
 
 @dataclass
@@ -61,6 +76,8 @@ class Measurement:
 
     max_abs_diff: float
     hint: str = ""
+    # known mistake -> max |got − the output that mistake gives| (see ``grade``)
+    mistakes: dict[str, float] = field(default_factory=dict)
 
     def is_worse_than(self, other: Measurement) -> bool:
         """Larger difference, with NaN (a broken computation) worst of all."""
@@ -70,11 +87,17 @@ class Measurement:
 
 
 def worst_of(measurements: list[Measurement]) -> Measurement:
-    """The measurement with the largest difference (NaN first); 0 when there is none."""
+    """The measurement with the largest difference (NaN first); 0 when there is none. A known
+    mistake keeps its largest distance over all of them (it must match every one)."""
     worst = Measurement(0.0)
     for m in measurements:
         if m.is_worse_than(worst):
-            worst = m
+            worst = Measurement(m.max_abs_diff, m.hint, worst.mistakes)
+    mistakes: dict[str, float] = {}
+    for m in measurements:
+        for name, distance in m.mistakes.items():
+            mistakes[name] = max(mistakes.get(name, 0.0), distance)
+    worst.mistakes = mistakes
     return worst
 
 
@@ -107,6 +130,7 @@ class Result:
     status: str  # PASS, FAIL or NOT IMPLEMENTED
     max_abs_diff: float | None  # None when the check raised
     detail: str = ""  # the tensor that differs, or the exception and where it was raised
+    diagnosis: str = ""  # the known mistake the output matches, if one does
 
 
 class Context:
@@ -125,6 +149,17 @@ class Context:
                 f"{self.reference_file} is missing; regenerate it with scripts/make_reference.py"
             )
         return load_trusted(self.reference_file)  # plain tensors only
+
+    @functools.cached_property
+    def course_data(self) -> dict:
+        """The stored cases of the component checks (``COURSE_DATA``): inputs, weights, the
+        expected outputs and the outputs of known mistakes."""
+        if not COURSE_DATA.is_file():
+            raise FileNotFoundError(
+                f"{COURSE_DATA} is missing; the instructor regenerates it with "
+                "scripts/make_course_references.py"
+            )
+        return load_trusted(COURSE_DATA)  # plain tensors and containers only
 
     @functools.cached_property
     def model(self) -> torch.nn.Module:
@@ -189,6 +224,77 @@ def compare(
     return Measurement(diff.max().item(), hint)
 
 
+def _distance(got: torch.Tensor, other: torch.Tensor) -> float:
+    """max |got − other| (inf when the shapes differ or a value is NaN)."""
+    if not isinstance(got, torch.Tensor) or got.shape != other.shape:
+        return math.inf
+    if got.numel() == 0:
+        return 0.0
+    d = (got.detach().double() - other.double()).abs().max().item()
+    return math.inf if math.isnan(d) else d
+
+
+def grade(
+    case: dict, got: dict[str, torch.Tensor], label: str = "", axes: tuple[str, ...] = ()
+) -> Measurement:
+    """What the student's code computed (``got``: name -> tensor) against a stored case:
+    ``case["expected"]`` (name -> tensor) and ``case["mistakes"]`` (description of a known
+    mistake -> the outputs it gives, name -> tensor; a name it leaves out is as expected). The
+    measurement is the worst ``compare`` of the expected tensors, and it carries the distance to
+    every known mistake, which ``run_check`` uses to name the mistake when the check fails."""
+    expected: dict[str, torch.Tensor] = case["expected"]
+    found = []
+    for name, tensor in expected.items():
+        kwargs = {"axes": axes} if axes else {}
+        found.append(compare(f"{label}{name}", got.get(name), tensor, **kwargs))
+    worst = worst_of(found)
+    worst.mistakes = {
+        mistake: max(
+            _distance(got.get(name), outputs.get(name, expected[name])) for name in expected
+        )
+        for mistake, outputs in case.get("mistakes", {}).items()
+    }
+    return worst
+
+
+def diagnose(measurement: Measurement, tolerance: float) -> str:
+    """The known mistake whose output the student's matches (within 10× the tolerance and closer
+    than the correct output), or "" when none does."""
+    near = [
+        (distance, name)
+        for name, distance in measurement.mistakes.items()
+        if distance <= 10 * tolerance and not distance >= measurement.max_abs_diff
+    ]
+    return min(near)[1] if near else ""
+
+
+INSTALLED_PARTS = {"site-packages", "dist-packages", ".venv", "venv"}
+
+
+def student_frame(err: BaseException) -> traceback.FrameSummary:
+    """Where the error comes from in the student's code: the last frame of the traceback that is
+    in the project but not in the grader (``minbert/course``, ``sanity_check.py``); the last frame
+    when there is none (an error in the grader itself)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    for frame in reversed(frames):
+        path = Path(frame.filename).resolve()
+        if not path.is_relative_to(PROJECT_ROOT) or path.is_relative_to(COURSE_DIR):
+            continue
+        if INSTALLED_PARTS & set(path.parts):  # torch in a virtual environment inside the project
+            continue
+        if path == PROJECT_ROOT / "sanity_check.py":
+            continue
+        return frame
+    return frames[-1]
+
+
+def where(frame: traceback.FrameSummary) -> str:
+    """ "path:line" of a frame, relative to the project when inside it."""
+    path = Path(frame.filename).resolve()
+    shown = path.relative_to(PROJECT_ROOT).as_posix() if path.is_relative_to(PROJECT_ROOT) else path
+    return f"{shown}:{frame.lineno}"
+
+
 # ----------------------------------------------------------------------------------------------
 # Declaring checks
 
@@ -235,16 +341,18 @@ def run_check(check: Check, ctx: Context) -> Result:
     except Exception as err:  # one broken check must not stop the others
         todo = not_implemented_message(err)
         detail = todo if todo is not None else f"{type(err).__name__}: {err}"
-        frame = traceback.extract_tb(err.__traceback__)[-1]
-        detail += f" ({Path(frame.filename).name}:{frame.lineno})"
+        detail += f" ({where(student_frame(err))})"
         return Result(check, NOT_IMPLEMENTED if todo is not None else FAIL, None, detail)
     diff = measurement.max_abs_diff
     passed = diff <= check.tolerance  # NaN compares false: fails
-    return Result(check, PASS if passed else FAIL, diff, "" if passed else measurement.hint)
+    if passed:
+        return Result(check, PASS, diff)
+    return Result(check, FAIL, diff, measurement.hint, diagnose(measurement, check.tolerance))
 
 
-def format_result(result: Result, width: int) -> str:
-    """The check's line, and under a FAIL or NOT IMPLEMENTED what differs and what to try."""
+def format_result(result: Result, width: int, shown_hints: set[str] | None = None) -> str:
+    """The check's line, and under a FAIL or NOT IMPLEMENTED what differs and what to try. A
+    FAIL's hint already printed (``shown_hints``, updated here) reads "hint: as above"."""
     check = result.check
     diff = "-" if result.max_abs_diff is None else f"{result.max_abs_diff:.2e}"
     line = f"{check.name:<{width}}  max_abs_diff {diff:<9}  tol {check.tolerance:<7.0e}  "
@@ -252,8 +360,13 @@ def format_result(result: Result, width: int) -> str:
     if result.status == FAIL:
         if result.detail:
             line += f"\n    {result.detail}"
+        if result.diagnosis:
+            line += f"\n    diagnosis: {result.diagnosis}"
         if check.hint:
-            line += f"\n    hint: {check.hint}"
+            repeated = shown_hints is not None and check.hint in shown_hints
+            line += "\n    hint: as above" if repeated else f"\n    hint: {check.hint}"
+            if shown_hints is not None:
+                shown_hints.add(check.hint)
     elif result.status == NOT_IMPLEMENTED:
         line += f"\n    hint: {result.detail}"
     return line

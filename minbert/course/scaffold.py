@@ -3,11 +3,11 @@
 An exercise region in a Python file is a block of statements at one indentation, marked by two
 comment lines at that indentation, with a hint in ``HINT`` comment lines just above::
 
-    def forward(self, h):
-        # HINT: h + up(gelu(down(h))), with gelu from minbert.bert.
-        # BEGIN SOLUTION: adapter
-        z = gelu(self.down(h))
-        return h + self.up(z)
+    def area(width, height):
+        # HINT: the area of a width × height rectangle.
+        # BEGIN SOLUTION: geometry
+        product = width * height
+        return product
         # END SOLUTION
 
 The marker lines are the comments ``# BEGIN SOLUTION: <exercise-id>`` and ``# END SOLUTION``;
@@ -58,8 +58,16 @@ END = re.compile(r"# END SOLUTION\s*$")
 HINT = re.compile(r"# HINT:\s?(.*?)\s*$")
 MARKER_PREFIXES = ("# BEGIN SOLUTION", "# END SOLUTION")
 
-# Grades the scaffolding itself against the full solution: meaningless in a student tree.
-INSTRUCTOR_ONLY = ("tests/test_scaffold.py",)
+# Instructor-only files, never copied into the student tree: the tests that grade the scaffolding
+# and the grader against the full solution (they quote solution lines), and the reference
+# equations with the script that turns them into the grader's stored data
+# (minbert/course/reference_data.pt, which is copied).
+INSTRUCTOR_ONLY = (
+    "tests/test_scaffold.py",
+    "tests/test_grader_mutants.py",
+    "scripts/course_references.py",
+    "scripts/make_course_references.py",
+)
 
 # Without git: directories and files that are not part of the project.
 EXCLUDED_DIRS = {

@@ -112,8 +112,8 @@ class Bottleneck(nn.Module):
         nn.init.zeros_(self.up.bias)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        # HINT: h + up(gelu(down(h))), with gelu from minbert.bert; the residual keeps the
-        # HINT: adapter the identity while up is zero.
+        # HINT: the bottleneck (down-projection, GELU from minbert.bert, up-projection) added to
+        # HINT: its input, which keeps the adapter the identity while up is zero.
         # BEGIN SOLUTION: adapter
         z = gelu(self.down(h))  # (B, T, D) -> (B, T, m)
         return h + self.up(z)  # (B, T, m) -> (B, T, D)

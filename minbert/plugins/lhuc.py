@@ -57,7 +57,8 @@ class LHUC(Plugin):
         return config.num_hidden_layers * config.hidden_size
 
     def after_layer(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
-        # HINT: r = self.by_task[task].r[layer], a (D,) vector; scale h by 2·sigmoid(r).
+        # HINT: this task's row of r for this layer (a (D,) vector) rescales every hidden unit of
+        # HINT: h by 2·σ(r).
         # BEGIN SOLUTION: lhuc
         r = self.by_task[task].r[layer]  # (D,), broadcast over (B, T, D)
         return h * (2.0 * torch.sigmoid(r))

@@ -97,13 +97,13 @@ class LowRankUpdate(nn.Module):
         nn.init.kaiming_uniform_(self.A, a=math.sqrt(5))  # nn.Linear's default for weights
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # HINT: B A x for row vectors x: first through A (d_in -> r), then B (r -> d_out).
+        # HINT: B A x for row vectors x (B, T, d_in) -> (B, T, d_out), through rank r.
         # BEGIN SOLUTION: lora
         return F.linear(F.linear(x, self.A), self.B)  # (B, T, d_in) -> (B, T, r) -> (B, T, d_out)
         # END SOLUTION
 
     def delta_weight(self) -> torch.Tensor:
-        # HINT: ΔW = B A, a (d_out, d_in) matrix like the base weight.
+        # HINT: ΔW of the class docstring, a (d_out, d_in) matrix like the base weight.
         # BEGIN SOLUTION: lora
         return self.B @ self.A  # (d_out, r) @ (r, d_in) -> (d_out, d_in)
         # END SOLUTION
@@ -176,8 +176,8 @@ class LoRA(Plugin):
     ) -> torch.Tensor:
         if name not in self.targets or task == self.merged_task:
             return y
-        # HINT: y + (α/r)·B A x: the task's update self.by_task[task][layer][name] applied to
-        # HINT: self.dropout(x), times self.scale.
+        # HINT: y + (α/r)·B A x with this task's, layer's and map's update (self.by_task), its
+        # HINT: input through the LoRA dropout; self.scale is α/r.
         # BEGIN SOLUTION: lora
         update = self.by_task[task][layer][name]
         return y + self.scale * update(self.dropout(x))

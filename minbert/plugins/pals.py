@@ -45,10 +45,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from minbert.bert import BertConfig, gelu, scaled_dot_product_attention
+from minbert.bert import BertConfig, BertSelfAttention, gelu
 from minbert.plugins.base import Plugin
 
 
@@ -78,35 +77,24 @@ def default_size(config: BertConfig, heads: int) -> int:
     return heads * max(1, (204 * config.hidden_size) // (768 * heads))
 
 
-class ProjectedAttention(nn.Module):
-    """One layer's attention in the projected space, without an output projection."""
+class ProjectedAttention(BertSelfAttention):
+    """One layer's attention in the projected space, without an output projection: the encoder's
+    own multi-head self-attention (``BertSelfAttention``, no plug-in sites) on s-dimensional
+    inputs with nh heads, so the equation is written once, in bert.py."""
 
     def __init__(self, size: int, heads: int, init_std: float) -> None:
-        super().__init__()
-        self.heads = heads
-        self.query = nn.Linear(size, size)
-        self.key = nn.Linear(size, size)
-        self.value = nn.Linear(size, size)
+        config = BertConfig(hidden_size=size, num_attention_heads=heads, intermediate_size=size)
+        super().__init__(config)
         for linear in (self.query, self.key, self.value):
             nn.init.normal_(linear.weight, std=init_std)
             nn.init.zeros_(linear.bias)
 
-    def forward(
+    def forward(  # type: ignore[override]
         self, z: torch.Tensor, mask: torch.Tensor, dropout_p: float, fast: bool
     ) -> torch.Tensor:
-        B, T, S = z.shape
-
-        def split_heads(t: torch.Tensor) -> torch.Tensor:
-            return t.view(B, T, self.heads, S // self.heads).transpose(1, 2)
-
-        q = split_heads(self.query(z))  # (B, T, s) -> (B, nh, T, hs)
-        k = split_heads(self.key(z))
-        v = split_heads(self.value(z))
-        if fast:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        else:
-            y = scaled_dot_product_attention(q, k, v, mask, dropout_p)
-        return y.transpose(1, 2).reshape(B, T, S)  # (B, nh, T, hs) -> (B, T, s)
+        """(B, T, s) -> (B, T, s); dropout_p is the attention dropout to apply (0 in eval)."""
+        self.dropout_p, self.use_fast_path = dropout_p, fast
+        return super().forward(z, mask)
 
 
 class Decoder(nn.Linear):
@@ -183,9 +171,9 @@ class PAL(Plugin):
                 "PAL attends over the layer input and needs the attention mask: the layer must "
                 "call sites.parallel(x, mask)"
             )
-        # HINT: PAL_l(x) = V_D · g_l(V_E · x): pal = self.by_task[task]; pal.encoder, then
-        # HINT: pal.layers[layer](z, mask, dropout_p, self.use_fast_path) with dropout_p only in
-        # HINT: training, then pal.decoder (which adds the GELU itself when asked).
+        # HINT: PAL_l(x) = V_D · g_l(V_E · x) with this task's encoder V_E, this layer's
+        # HINT: projected attention g_l (called with the mask, the attention dropout, which only
+        # HINT: applies in training, and self.use_fast_path) and decoder V_D (it adds the GELU).
         # BEGIN SOLUTION: pals
         pal = self.by_task[task]
         dropout_p = self.dropout_p if self.training else 0.0

@@ -3,7 +3,8 @@ to its code (see ``minbert/course/registry.py``).
 
 The report lists the checks in the order they are registered, so the imports below are in the
 order of GUIDE.md: tokenizer, bert (embeddings, attention, layer, the whole model), optimizer
-(adamw, schedule), sampling, then the plug-ins and SMART. ``CHECKS`` is that list.
+(adamw, schedule), sampling, then the plug-ins, SMART and the MLM objective (masking, mlm-loss).
+``CHECKS`` is that list.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from minbert.course.checks import lhuc
 from minbert.course.checks import lora
 from minbert.course.checks import pals
 from minbert.course.checks import smart
+from minbert.course.checks import mlm
 
 # isort: on
 from minbert.course.registry import CHECKS
@@ -29,6 +31,7 @@ __all__ = [
     "bert",
     "lhuc",
     "lora",
+    "mlm",
     "optimizer",
     "pals",
     "sampling",

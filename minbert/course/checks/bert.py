@@ -1,9 +1,13 @@
 """Checks of ``minbert/bert.py``: the embeddings, attention and layer exercises, each on its own
-on the project's tiny config with random weights, then the whole model against Hugging Face.
+on the project's tiny config, then the whole model against Hugging Face.
 
-* component checks run one module on fixed random weights and inputs and compare it with the
-  equation written out here; the layer check swaps in a reference self-attention, so it does not
-  need the attention exercise;
+* component checks load fixed weights and inputs from the stored cases
+  (``minbert/course/reference_data.pt``, written by the instructor's
+  ``scripts/make_course_references.py``), run the student's module on them in eval mode and in
+  training mode under recorded dropout (``minbert/course/dropout.py``), and compare with the
+  stored outputs; a failure is compared with the stored outputs of known mistakes to name the
+  one made. The layer check swaps in a stand-in self-attention (not attention: a fixed map of x
+  and the mask), so it does not need the attention exercise;
 * whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
   attention, float32, eval mode), whose outputs ``scripts/make_reference.py`` saved in
   ``sanity_check_reference.pt`` (so transformers is not needed here): last_hidden_state on the
@@ -13,25 +17,24 @@ on the project's tiny config with random weights, then the whole model against H
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
-from minbert.course.references import (
-    padded_batch,
-    randomize,
-    ref_additive_mask,
-    ref_attention,
-    ref_gelu,
-    ref_layer_norm,
-    ref_linear,
-    ref_multi_head,
-)
-from minbert.course.registry import Context, Measurement, check, compare, worst_of
+from minbert.course.dropout import MODES, mode, recorded_dropout
+from minbert.course.registry import Context, Measurement, check, compare, grade, worst_of
 
 if TYPE_CHECKING:
     from minbert.sites import LayerSites
+
+# BertConfig.tiny overrides of each component check (a small vocabulary keeps the stored
+# embedding table small).
+EMBEDDINGS_CONFIG = {"vocab_size": 50}
+ATTENTION_CONFIG: dict = {}
+LAYER_CONFIG = {"hidden_act": "gelu"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -41,50 +44,48 @@ if TYPE_CHECKING:
 @check(
     "embeddings: BertEmbeddings vs written-out equation",
     tolerance=1e-5,
-    hint="E = LayerNorm(word[ids] + position[0..T−1] + token_type[type ids]), dropout last",
+    hint="the sum of the word, position (0..T−1) and token type embeddings, then LayerNorm, then "
+    "dropout (checked in eval and training mode)",
     exercises=("embeddings",),
 )
 def check_embeddings(ctx: Context) -> Measurement:
-    """BertEmbeddings (eval mode) against LayerNorm(word[ids] + position[0..T−1] + type[ids])."""
+    """BertEmbeddings on stored weights and ids, eval and training mode, against the stored
+    dropout(LayerNorm(word[ids] + position[0..T−1] + type[ids]))."""
     from minbert.bert import BertConfig, BertEmbeddings
 
-    g = torch.Generator().manual_seed(1)
-    config = BertConfig.tiny()
-    embeddings = BertEmbeddings(config).eval()
-    randomize(embeddings, g)
-    input_ids = torch.randint(1, config.vocab_size, (3, 7), generator=g)
-    input_ids[1, 5:] = config.pad_token_id
-    token_type_ids = torch.tensor([[0] * 3 + [1] * 4, [0] * 2 + [1] * 5, [0] * 7])
-    with torch.no_grad():
-        got = embeddings(input_ids, token_type_ids)
-        T = input_ids.shape[1]
-        x = (
-            embeddings.word_embeddings.weight[input_ids]
-            + embeddings.position_embeddings.weight[:T][None]
-            + embeddings.token_type_embeddings.weight[token_type_ids]
-        )
-        expected = ref_layer_norm(x, embeddings.LayerNorm)
-    return compare("embeddings", got, expected)
+    data = ctx.course_data["embeddings"]
+    embeddings = BertEmbeddings(BertConfig.tiny(**EMBEDDINGS_CONFIG))
+    embeddings.load_state_dict(data["state"])
+    found = []
+    for name in MODES:
+        with mode(embeddings, name, ctx.course_data["seed"]):
+            got = embeddings(data["input_ids"], data["token_type_ids"])
+        found.append(grade(data[name], {"embeddings": got}, f"({name} mode) "))
+    return worst_of(found)
 
 
 @check(
     "attention: scaled_dot_product_attention vs equation",
     tolerance=1e-5,
-    hint="divide QKᵀ by √d_k (the head size), add M before the softmax, softmax over the keys",
+    hint="softmax(QKᵀ/√d_k + M)·V, with dropout on the attention probabilities",
     exercises=("attention",),
 )
 def check_attention_function(ctx: Context) -> Measurement:
-    """scaled_dot_product_attention against softmax(QKᵀ/√d_k + M)·V on padded random heads."""
+    """scaled_dot_product_attention on stored padded random heads, without and with dropout (under
+    recorded dropout), against the stored softmax(QKᵀ/√d_k + M)·V."""
     from minbert.bert import scaled_dot_product_attention
 
-    g = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(3, 2, 6, 5, generator=g) for _ in range(3))
-    _, attention_mask = padded_batch(g, q.shape[-1])
-    mask = ref_additive_mask(attention_mask)
-    with torch.no_grad():
-        got = scaled_dot_product_attention(q, k, v, mask)
-        expected = ref_attention(q, k, v, mask)
-    return compare("attention output", got, expected, axes=("sentence", "head", "token", "dim"))
+    data = ctx.course_data["attention_function"]
+    axes = ("sentence", "head", "token", "dim")
+    found = []
+    for name in MODES:
+        p = data["dropout_p"] if name == "train" else 0.0
+        context = recorded_dropout(ctx.course_data["seed"]) if p else contextlib.nullcontext()
+        with context, torch.no_grad():
+            got = scaled_dot_product_attention(data["q"], data["k"], data["v"], data["mask"], p)
+        label = f"(dropout_p {p}) "
+        found.append(grade(data[name], {"attention output": got}, label, axes))
+    return worst_of(found)
 
 
 class ScalingSites:
@@ -102,7 +103,7 @@ class ScalingSites:
     }
 
     def linear(self, name: str, module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        return ref_linear(x, module) * self.LINEAR_SCALE[name] + 0.05
+        return (x @ module.weight.T + module.bias) * self.LINEAR_SCALE[name] + 0.05
 
     def after_attention(self, h: torch.Tensor) -> torch.Tensor:
         return h + 0.5 * torch.tanh(h)
@@ -111,7 +112,8 @@ class ScalingSites:
         return 0.6 * h - 0.1
 
     def norm(self, name: str, module: torch.nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
-        return ref_layer_norm(h, module) * (1.15 if name == "attention" else 0.85) + 0.03
+        normed = F.layer_norm(h, module.normalized_shape, module.weight, module.bias, module.eps)
+        return normed * (1.15 if name == "attention" else 0.85) + 0.03
 
     def parallel(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         keep = (mask[:, 0, 0, :, None] == 0).to(x.dtype)  # (B, 1, 1, T) -> (B, T, 1)
@@ -128,123 +130,92 @@ def site_variants() -> list[tuple[str, LayerSites]]:
     class TestSites(ScalingSites, LayerSites):  # a LayerSites, as the layer expects
         pass
 
-    return [("no plug-in sites", NO_SITES), ("sites that change their input", TestSites())]
+    return [("no sites", NO_SITES), ("sites", TestSites())]
 
 
-def ref_self_attention(
-    module: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites
-) -> torch.Tensor:
-    """Multi-head attention with ``module``'s query/key/value weights, through ``sites``."""
-    reference_sites = ScalingSites() if isinstance(sites, ScalingSites) else None
+@contextlib.contextmanager
+def fused_through_written_out() -> Iterator[None]:
+    """In training mode, torch's fused attention draws its own dropout masks, which recorded
+    dropout cannot see: route it through the student's written-out scaled_dot_product_attention
+    (the same exercise) for the duration."""
+    from minbert import bert
 
-    def projection(name: str):
-        linear = getattr(module, name)
-        if reference_sites is None:
-            return lambda t: ref_linear(t, linear)
-        return lambda t: reference_sites.linear(name, linear, t)
+    saved = F.scaled_dot_product_attention
 
-    heads = module.num_heads
-    return ref_multi_head(
-        x, mask, projection("query"), projection("key"), projection("value"), heads
-    )
+    def fused(q, k, v, attn_mask=None, dropout_p=0.0, **kwargs):
+        return bert.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p)
+
+    F.scaled_dot_product_attention = fused
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = saved
 
 
 @check(
     "attention: BertSelfAttention vs multi-head reference",
     tolerance=1e-5,
-    hint="split D as (B, T, nh, hs) then transpose to (B, nh, T, hs); merge back in that order; "
-    "q, k, v through sites.linear",
+    hint="project x to Q, K, V through the sites, split D into nh heads of hs (heads before "
+    "tokens), attend, and merge the heads back in the same order; attention dropout in training",
     exercises=("attention",),
 )
 def check_self_attention(ctx: Context) -> Measurement:
-    """BertSelfAttention (eval mode), fused and written-out paths, without and with plug-in sites,
-    against multi-head attention written out here."""
+    """BertSelfAttention on stored weights, fused and written-out paths, without and with plug-in
+    sites, in eval and training mode, against stored multi-head attention."""
     from minbert.bert import BertConfig, BertSelfAttention
 
-    g = torch.Generator().manual_seed(3)
-    config = BertConfig.tiny()
-    attention = BertSelfAttention(config).eval()
-    randomize(attention, g)
-    x, attention_mask = padded_batch(g, config.hidden_size)
-    mask = ref_additive_mask(attention_mask)
+    data = ctx.course_data["self_attention"]
+    attention = BertSelfAttention(BertConfig.tiny(**ATTENTION_CONFIG))
+    attention.load_state_dict(data["state"])
     found = []
     for fast in (True, False):
         attention.use_fast_path = fast
-        for label, sites in site_variants():
-            with torch.no_grad():
-                got = attention(x, mask, sites)
-                expected = ref_self_attention(attention, x, mask, sites)
-            path = "fused" if fast else "written-out"
-            found.append(compare(f"heads ({path} path, {label})", got, expected))
+        path = "fused" if fast else "written-out"
+        for name in MODES:
+            got = {}
+            context = fused_through_written_out() if name == "train" else contextlib.nullcontext()
+            with context, mode(attention, name, ctx.course_data["seed"]):
+                for label, sites in site_variants():  # one mask sequence, in this order
+                    got[label] = attention(data["x"], data["mask"], sites)
+            found.append(grade(data[name], got, f"heads ({path} path, {name} mode) "))
+    attention.use_fast_path = True
     return worst_of(found)
 
 
-class ReferenceSelfAttention(torch.nn.Module):
-    """Stands in for the layer's BertSelfAttention, so the layer check needs no attention
-    exercise: the same weights, the attention of ``ref_self_attention``."""
+class StandInSelfAttention(torch.nn.Module):
+    """Stands in for the layer's BertSelfAttention in the layer check, so that check needs no
+    attention exercise: not attention, a fixed map of the input and the padding mask,
+    tanh(x W + b) on the real tokens plus 0.1·x."""
 
-    def __init__(self, original: torch.nn.Module) -> None:
+    def __init__(self, hidden_size: int) -> None:
         super().__init__()
-        self.original = original
+        self.mix = torch.nn.Linear(hidden_size, hidden_size)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites) -> torch.Tensor:
-        return ref_self_attention(self.original, x, mask, sites)
-
-
-def ref_layer(
-    layer: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites
-) -> torch.Tensor:
-    """The post-norm encoder layer with every plug-in site in its place:
-
-    a = norm(LayerNorm, x + after_attention(W_O · heads))
-    y = after_layer(norm(LayerNorm, a + after_feed_forward(W_2 · GELU(W_1 · a)) + parallel(x)))
-
-    where norm(LayerNorm, h) is LayerNorm(h) without plug-ins.
-    """
-    scaling = isinstance(sites, ScalingSites)
-    reference_sites = ScalingSites() if scaling else None
-
-    def linear(name: str, module: torch.nn.Linear, t: torch.Tensor) -> torch.Tensor:
-        if reference_sites is None:
-            return ref_linear(t, module)
-        return reference_sites.linear(name, module, t)
-
-    identity = lambda t: t  # noqa: E731
-    after_attention = reference_sites.after_attention if scaling else identity
-    after_feed_forward = reference_sites.after_feed_forward if scaling else identity
-    after_layer = reference_sites.after_layer if scaling else identity
-
-    def norm(name: str, module: torch.nn.LayerNorm, t: torch.Tensor) -> torch.Tensor:
-        return reference_sites.norm(name, module, t) if scaling else ref_layer_norm(t, module)
-
-    heads = ref_self_attention(layer.attention.self.original, x, mask, sites)
-    h = linear("attention_output", layer.attention.output.dense, heads)
-    a = norm("attention", layer.attention.output.LayerNorm, x + after_attention(h))
-    f = ref_gelu(linear("intermediate", layer.intermediate.dense, a))
-    h = a + after_feed_forward(linear("output", layer.output.dense, f))
-    if scaling:
-        h = h + reference_sites.parallel(x, mask)
-    return after_layer(norm("feed_forward", layer.output.LayerNorm, h))
+        keep = (mask[:, 0, 0, :, None] == 0).to(x.dtype)  # (B, 1, 1, T) -> (B, T, 1)
+        return torch.tanh(self.mix(x)) * keep + 0.1 * x
 
 
 def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
-    """BertLayer (eval mode, its attention swapped for a reference one) against ``ref_layer``."""
+    """BertLayer (its attention swapped for a stand-in) on stored weights, eval and training
+    mode, against the stored post-norm layer."""
 
     def run(ctx: Context) -> Measurement:
         from minbert.bert import BertConfig, BertLayer
 
-        g = torch.Generator().manual_seed(4)
-        config = BertConfig.tiny(hidden_act="gelu")
-        layer = BertLayer(config).eval()
-        randomize(layer, g)
-        layer.attention.self = ReferenceSelfAttention(layer.attention.self)
-        x, attention_mask = padded_batch(g, config.hidden_size)
-        mask = ref_additive_mask(attention_mask)
+        data = ctx.course_data["layer"]
+        config = BertConfig.tiny(**LAYER_CONFIG)
+        layer = BertLayer(config)
+        layer.attention.self = StandInSelfAttention(config.hidden_size)
+        layer.load_state_dict(data["state"])
         label, sites = site_variants()[1 if with_sites else 0]
-        with torch.no_grad():
-            got = layer(x, mask, sites)
-            expected = ref_layer(layer, x, mask, sites)
-        return compare(f"layer output ({label})", got, expected)
+        cases = data["sites" if with_sites else "plain"]
+        found = []
+        for name in MODES:
+            with mode(layer, name, ctx.course_data["seed"]):
+                got = layer(data["x"], data["mask"], sites)
+            found.append(grade(cases[name], {"layer output": got}, f"({label}, {name} mode) "))
+        return worst_of(found)
 
     return run
 
@@ -252,15 +223,16 @@ def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
 check(
     "layer: BertLayer vs post-norm reference",
     tolerance=1e-5,
-    hint="a = LayerNorm(x + W_O·heads), y = LayerNorm(a + FFN(a)): add the sub-layer's input",
+    hint="two post-norm sub-layers: a = LayerNorm(x + dropout(attention projected)), then "
+    "LayerNorm(a + dropout(FFN(a))); each adds its own input",
     exercises=("layer",),
 )(layer_check(with_sites=False))
 check(
     "layer: plug-in sites called in their places",
     tolerance=1e-5,
-    hint="sites.linear for attention_output/output; after_attention before the first add & norm; "
-    "after_feed_forward and parallel(x, mask) before the second; each LayerNorm through "
-    "sites.norm; after_layer on the output",
+    hint="every linear map and LayerNorm through its site; after_attention on the attention "
+    "output before its add & norm; after_feed_forward and the parallel term before the second; "
+    "after_layer on the layer's output",
     exercises=("layer",),
 )(layer_check(with_sites=True))
 

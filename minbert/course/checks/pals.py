@@ -1,56 +1,63 @@
 """Check of ``minbert/plugins/pals.py`` (the ``pals`` exercise): the PAL term of every layer,
-through the plug-in's own site, with random (non-identity) weights."""
+through the plug-in's own site, on stored random (non-identity) weights, in eval and training
+mode. Each layer's projected attention is swapped for a stand-in (not attention: a fixed map of
+its input and the mask, with the dropout it is given), so this check needs no attention exercise
+and grades what the exercise writes: V_E, the layer's attention with the mask and the dropout,
+V_D."""
 
 from __future__ import annotations
 
 import torch
 
-from minbert.course.references import (
-    PLUGIN_TASKS,
-    padded_batch,
-    randomize,
-    ref_additive_mask,
-    ref_linear,
-    ref_multi_head,
-)
-from minbert.course.registry import Context, Measurement, check, compare, worst_of
+from minbert.course.dropout import MODES, mode
+from minbert.course.registry import PLUGIN_TASKS, Context, Measurement, check, grade, worst_of
+
+PAL_OPTIONS = {"size": 8, "heads": 2}
+
+
+class StandInProjectedAttention(torch.nn.Module):
+    """Called like a PAL layer's attention, (z, mask, dropout_p, fast) -> (B, T, s):
+    dropout(tanh(z W + b) on the real tokens, dropout_p)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.mix = torch.nn.Linear(size, size)
+
+    def forward(
+        self, z: torch.Tensor, mask: torch.Tensor, dropout_p: float, fast: bool
+    ) -> torch.Tensor:
+        keep = (mask[:, 0, 0, :, None] == 0).to(z.dtype)  # (B, 1, 1, T) -> (B, T, 1)
+        return torch.nn.functional.dropout(torch.tanh(self.mix(z)) * keep, dropout_p)
 
 
 @check(
     "pals: PAL term vs V_D·g(V_E·x)",
     tolerance=1e-5,
-    hint="encoder (V_E), then this layer's projected attention with the mask, then decoder (V_D)",
+    hint="encode into the PAL space (V_E), this layer's projected attention with the mask and, in "
+    "training only, the attention dropout, then decode (V_D)",
     exercises=("pals",),
 )
 def check_pals(ctx: Context) -> Measurement:
-    """The PAL term of every layer against V_D · g_l(V_E · x), g_l multi-head attention in the
-    projected space (fused attention inside, so this check needs no attention exercise)."""
+    """The PAL term of every layer against the stored V_D · g_l(V_E · x), eval and training."""
     from minbert.bert import BertConfig
     from minbert.plugins.pals import PAL
 
-    g = torch.Generator().manual_seed(9)
+    data = ctx.course_data["pals"]
     config = BertConfig.tiny()
-    plugin = PAL(config, PLUGIN_TASKS, size=8, heads=2).eval()
-    plugin.use_fast_path = True
-    randomize(plugin, g)
-    x, attention_mask = padded_batch(g, config.hidden_size)
-    mask = ref_additive_mask(attention_mask)
-    found = []
+    plugin = PAL(config, PLUGIN_TASKS, **PAL_OPTIONS)
     for task in PLUGIN_TASKS:
-        pal = plugin.by_task[task]
-        for layer in range(config.num_hidden_layers):
-            attention = pal.layers[layer]
-            with torch.no_grad():
-                got = plugin.parallel(layer, task, x, mask)
-                z = ref_linear(x, pal.encoder)
-                z = ref_multi_head(
-                    z,
-                    mask,
-                    lambda t, a=attention: ref_linear(t, a.query),
-                    lambda t, a=attention: ref_linear(t, a.key),
-                    lambda t, a=attention: ref_linear(t, a.value),
-                    plugin.heads,
-                )
-                expected = ref_linear(z, pal.decoder)
-            found.append(compare(f"{task} layer {layer} PAL term", got, expected))
+        plugin.by_task[task].layers = torch.nn.ModuleList(
+            StandInProjectedAttention(plugin.size) for _ in range(config.num_hidden_layers)
+        )
+    plugin.load_state_dict(data["state"])
+    found = []
+    for name in MODES:
+        got = {}
+        with mode(plugin, name, ctx.course_data["seed"]):
+            for task in PLUGIN_TASKS:
+                for layer in range(config.num_hidden_layers):
+                    got[f"{task} layer {layer} PAL term"] = plugin.parallel(
+                        layer, task, data["x"], data["mask"]
+                    )
+        found.append(grade(data[name], got, f"({name} mode) "))
     return worst_of(found)

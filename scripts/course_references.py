@@ -1,0 +1,426 @@
+"""Reference equations of the course exercises, and the known mistakes students make in each.
+INSTRUCTOR ONLY: this file is a solution and is not copied into the student tree
+(``minbert.course.scaffold.INSTRUCTOR_ONLY``); ``scripts/make_course_references.py`` runs it to
+write the stored outputs that the student's grader compares with.
+
+Every equation is written out here with plain torch operations and never calls the code it
+grades. Each takes ``mistake``: None for the correct output, or the key of one known mistake
+(the ``MISTAKES`` tables of ``make_course_references.py`` say what each one means), so that the
+grader can say which mistake a student's output matches. Dropout is called as
+``torch.nn.functional.dropout(x, p, training)`` exactly where the model calls it, so that under
+``minbert.course.dropout.recorded_dropout`` the reference draws the same masks as correct code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Looked up at call time, so that ``recorded_dropout`` replaces it."""
+    return torch.nn.functional.dropout(x, p, training)
+
+
+def linear(x: torch.Tensor, module: torch.nn.Linear) -> torch.Tensor:
+    """x Wᵀ + b."""
+    return x @ module.weight.T + module.bias
+
+
+def layer_norm(x: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
+    """γ ⊙ (x − mean) / √(var + eps) + β over the last dimension (biased variance)."""
+    mean = x.mean(-1, keepdim=True)
+    var = (x - mean).square().mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """x · Φ(x), the exact (erf) form."""
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def additive_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) of 1/0 -> (B, 1, 1, T) of 0 / the most negative float32."""
+    return (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+
+
+# ----------------------------------------------------------------------------------------------
+# bert.py
+
+
+def embeddings(module, input_ids, token_type_ids, training, mistake=None):
+    """dropout(LayerNorm(word[ids] + position[0..T−1] + type[type ids]))."""
+    T = input_ids.shape[1]
+    x = module.word_embeddings.weight[input_ids]
+    if mistake != "no_positions":
+        x = x + module.position_embeddings.weight[:T][None]
+    if mistake != "no_token_types":
+        x = x + module.token_type_embeddings.weight[token_type_ids]
+    p = module.dropout.p
+    if mistake == "dropout_before_norm":
+        return layer_norm(dropout(x, p, training), module.LayerNorm)
+    if mistake != "no_norm":
+        x = layer_norm(x, module.LayerNorm)
+    return x if mistake == "no_dropout" else dropout(x, p, training)
+
+
+def attention(q, k, v, mask, dropout_p, training=True, mistake=None):
+    """softmax(Q Kᵀ / √d_k + M) V, dropout on the probabilities, the softmax written out."""
+    scores = q @ k.transpose(-2, -1)
+    d_k = q.shape[-1]
+    if mistake == "no_scale":
+        pass
+    elif mistake == "scale_by_dk":
+        scores = scores / d_k
+    else:
+        scores = scores / math.sqrt(d_k)
+    if mistake == "mask_subtracted":
+        scores = scores - mask
+    elif mistake not in ("no_mask", "mask_after_softmax"):
+        scores = scores + mask
+    axis = -2 if mistake == "softmax_wrong_axis" else -1
+    if mistake == "dropout_before_softmax":
+        scores = dropout(scores, dropout_p, training)
+    weights = torch.exp(scores - scores.amax(axis, keepdim=True))
+    probs = weights / weights.sum(axis, keepdim=True)
+    if mistake == "mask_after_softmax":
+        probs = probs + mask
+    if mistake not in ("no_dropout", "dropout_before_softmax", "dropout_on_output"):
+        probs = dropout(probs, dropout_p, training)
+    out = probs @ v
+    if mistake == "dropout_on_output":
+        out = dropout(out, dropout_p, training)
+    return out
+
+
+def multi_head(x, mask, query, key, value, heads, dropout_p, training, mistake=None):
+    """Concatenated heads of attention over x (B, T, D) with the given projections."""
+    B, T, D = x.shape
+    hs = D // heads
+
+    def split(t):
+        if mistake == "split_without_transpose":
+            return t.reshape(B, heads, T, hs)
+        return t.reshape(B, T, heads, hs).permute(0, 2, 1, 3)
+
+    q, k, v = split(query(x)), split(key(x)), split(value(x))
+    if mistake == "query_key_swapped":
+        q, k = k, q
+    p = 0.0 if mistake == "no_dropout" else dropout_p
+    y = attention(q, k, v, mask, p, training)
+    if mistake == "merge_without_transpose":
+        return y.reshape(B, T, D)
+    return y.permute(0, 2, 1, 3).reshape(B, T, D)
+
+
+def layer(layer_module, heads, x, mask, sites, training, mistake=None):
+    """The post-norm encoder layer with every plug-in site in its place:
+
+    a = norm(x + after_attention(dropout(W_O · heads)))
+    y = after_layer(norm(a + after_feed_forward(dropout(W_2 · GELU(W_1 · a))) + parallel(x)))
+
+    ``heads`` is the output of the layer's (stand-in) self-attention; ``sites`` the reference
+    sites (``ScalingSites``) or None.
+    """
+    p = layer_module.attention.output.dropout.p
+
+    def lin(name, module, t):
+        return linear(t, module) if sites is None else sites.linear(name, module, t)
+
+    def norm(name, module, t):
+        return layer_norm(t, module) if sites is None else sites.norm(name, module, t)
+
+    identity = lambda t: t  # noqa: E731
+    after_attention = identity if sites is None else sites.after_attention
+    after_feed_forward = identity if sites is None else sites.after_feed_forward
+    after_layer = identity if sites is None else sites.after_layer
+
+    out1 = layer_module.attention.output
+    h = lin("attention_output", out1.dense, heads)
+    if mistake not in ("no_attention_dropout", "dropout_after_add"):
+        h = dropout(h, p, training)
+    if mistake == "after_attention_after_add":
+        a = norm("attention", out1.LayerNorm, after_attention(x + h))
+    elif mistake == "norm_before_residual":
+        a = x + norm("attention", out1.LayerNorm, after_attention(h))
+    elif mistake == "no_attention_residual":
+        a = norm("attention", out1.LayerNorm, after_attention(h))
+    else:
+        s = x + after_attention(h)
+        if mistake == "dropout_after_add":
+            s = dropout(s, p, training)
+        a = norm("attention", out1.LayerNorm, s)
+    inner = a if mistake != "ffn_on_x" else x
+    f = gelu(lin("intermediate", layer_module.intermediate.dense, inner))
+    out2 = layer_module.output
+    h = lin("output", out2.dense, f)
+    if mistake not in ("no_output_dropout", "dropout_after_add"):
+        h = dropout(h, p, training)
+    residual = x if mistake == "ffn_residual_from_x" else a
+    parallel = 0.0 if sites is None else sites.parallel(x, mask)
+    if mistake == "norm_before_residual":
+        y = residual + norm("feed_forward", out2.LayerNorm, after_feed_forward(h) + parallel)
+    elif mistake == "no_ffn_residual":
+        y = norm("feed_forward", out2.LayerNorm, after_feed_forward(h) + parallel)
+    elif mistake == "parallel_after_norm":
+        y = norm("feed_forward", out2.LayerNorm, residual + after_feed_forward(h)) + parallel
+    else:
+        s = residual + after_feed_forward(h) + parallel
+        if mistake == "dropout_after_add":
+            s = dropout(s, p, training)
+        y = norm("feed_forward", out2.LayerNorm, s)
+    return y if mistake == "no_after_layer" else after_layer(y)
+
+
+# ----------------------------------------------------------------------------------------------
+# optimizer.py
+
+
+def adamw_trajectory(model, groups, x, y, steps, betas, eps, mistake=None):
+    """θ after each of ``steps`` AdamW steps (Loshchilov & Hutter 2019, with torch's defaults:
+    decoupled decay θ ← θ − lr·λ·θ, bias-corrected moments), on the mean squared error of
+    ``model`` on (x, y). ``groups``: [(parameters, lr, λ)]. Returns (steps, n) float64."""
+    beta1, beta2 = betas
+    state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for ps, _, _ in groups for p in ps}
+    rows = []
+    for t in range(1, steps + 1):
+        model.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        with torch.no_grad():
+            for params, lr, decay in groups:
+                for p in params:
+                    g = p.grad.clone()
+                    m, v = state[id(p)]
+                    if mistake == "l2_decay":
+                        g = g + decay * p
+                    elif mistake == "decay_not_scaled_by_lr":
+                        p -= decay * p
+                    elif mistake != "decay_after_update":
+                        p -= lr * decay * p
+                    if mistake == "beta1_swapped":
+                        m.mul_(1 - beta1).add_(beta1 * g)
+                    else:
+                        m.mul_(beta1).add_((1 - beta1) * g)
+                    v.mul_(beta2).add_(
+                        (1 - beta2) * (g.abs() if mistake == "v_not_squared" else g * g)
+                    )
+                    tt = t - 1 if mistake == "step_count_from_zero" else t
+                    if mistake == "no_bias_correction":
+                        m_hat, v_hat = m, v
+                    else:
+                        m_hat, v_hat = m / (1 - beta1**tt), v / (1 - beta2**tt)
+                    if mistake == "eps_inside_sqrt":
+                        p -= lr * m_hat / torch.sqrt(v_hat + eps)
+                    else:
+                        p -= lr * m_hat / (torch.sqrt(v_hat) + eps)
+                    if mistake == "decay_after_update":
+                        p -= lr * decay * p
+        rows.append(torch.cat([p.detach().reshape(-1) for ps, _, _ in groups for p in ps]))
+    return torch.stack(rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# sampling.py
+
+
+def annealed_alpha(epoch: int, epochs: int, mistake=None) -> float:
+    """α(e) = 1 − 0.8·(e − 1)/(E − 1), 1 when E = 1."""
+    if epochs == 1:
+        return 1.0
+    if mistake == "epoch_off_by_one":
+        return 1.0 - 0.8 * epoch / (epochs - 1)
+    if mistake == "divided_by_epochs":
+        return 1.0 - 0.8 * (epoch - 1) / epochs
+    if mistake == "ends_at_zero":
+        return 1.0 - (epoch - 1) / (epochs - 1)
+    return 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
+
+
+def task_probabilities(sizes: list[int], alpha: float, mistake=None) -> list[float]:
+    """p_i = N_i^α / Σ_j N_j^α."""
+    if mistake == "alpha_multiplies":
+        weights = [n * alpha for n in sizes]
+    else:
+        weights = [float(n) ** alpha for n in sizes]
+    if mistake == "not_normalised":
+        return weights
+    total = sum(sizes) if mistake == "normalised_by_sizes" else sum(weights)
+    if total == 0:
+        return [math.nan] * len(sizes)
+    return [w / total for w in weights]
+
+
+# ----------------------------------------------------------------------------------------------
+# plug-ins
+
+
+def adapter(h, adapter_module, mistake=None):
+    """h + W_up · GELU(W_down · h + b_down) + b_up."""
+    act = torch.relu if mistake == "relu" else gelu
+    z = linear(h, adapter_module.down)
+    z = z if mistake == "no_activation" else act(z)
+    out = linear(z, adapter_module.up)
+    return out if mistake == "no_skip" else h + out
+
+
+def lhuc(h, r, mistake=None):
+    """h ⊙ 2·σ(r)."""
+    if mistake == "no_factor_2":
+        return h * torch.sigmoid(r)
+    if mistake == "no_sigmoid":
+        return h * 2.0 * r
+    return h * (2.0 / (1.0 + torch.exp(-r)))
+
+
+def lora(x, y, update, scale, alpha, rank, p, training, mistake=None):
+    """y + (α/r)·B A dropout(x)."""
+    if mistake != "no_dropout":
+        x = dropout(x, p, training)
+    delta = (x @ update.A.T) @ update.B.T
+    if mistake == "no_scale":
+        return y + delta
+    if mistake == "scale_inverted":
+        return y + (rank / alpha) * delta
+    return y + scale * delta
+
+
+def lora_merged(weight, update, scale, mistake=None):
+    """W + (α/r)·B A."""
+    delta = update.B @ update.A
+    if mistake == "delta_transposed":
+        delta = delta.T if delta.shape[0] == delta.shape[1] else delta
+    if mistake == "no_scale":
+        return weight + delta
+    return weight + scale * delta
+
+
+def pal(x, mask, encoder, stand_in, decoder, dropout_p, training, mistake=None):
+    """V_D · g(V_E · x): ``stand_in`` plays the layer's projected attention g."""
+    z = linear(x, encoder)
+    if mistake == "no_mask":
+        mask = torch.zeros_like(mask)
+    p = dropout_p if training and mistake != "no_dropout" else 0.0
+    z = stand_in(z, mask, p, True)
+    return decoder(z)
+
+
+# ----------------------------------------------------------------------------------------------
+# smart.py
+
+
+def symmetric_kl(p_logits, q_logits, mistake=None):
+    """KL(P‖Q) + KL(Q‖P) for P, Q the softmax of the logits; summed over classes, mean over the
+    batch."""
+    log_p, log_q = torch.log_softmax(p_logits, -1), torch.log_softmax(q_logits, -1)
+    if mistake == "one_sided":
+        return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+    if mistake == "sum_over_batch":
+        return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()
+    return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1).mean()
+
+
+def perturbation(forward, embeddings, clean, kind, config, seed, mistake=None):
+    """Steps 2-3 of SMART written out: δ₀ = Π_ε(σ·ν) with ν drawn from a generator seeded with
+    ``seed`` (one (B, T, D) float32 draw per embedding tensor, in order), then K times
+    δ ← Π_ε(δ + η·g/‖g‖) per token, g = ∇_δ ℓ_s(f(e), f(e + δ))."""
+    eps, norm = config.epsilon, config.norm
+
+    def token_norm(t):
+        if norm == "linf":
+            return t.abs().amax(-1, keepdim=True)
+        return t.square().sum(-1, keepdim=True).sqrt()
+
+    def project(d):
+        if mistake == "no_projection":
+            return d
+        if norm == "linf":
+            return torch.clamp(d, -eps, eps)
+        return d * (eps / torch.clamp(token_norm(d), min=eps))
+
+    def divergence(a, b):
+        if kind == "regression":
+            return (a - b).square().sum(-1).mean()
+        return symmetric_kl(a, b)
+
+    generator = torch.Generator().manual_seed(seed)
+    base = [e.detach() for e in embeddings]
+    start = mistake
+    mistake = None  # δ₀ is projected outside the exercise: always
+    deltas = [
+        project(config.sigma * torch.randn(e.shape, generator=generator, dtype=torch.float32))
+        for e in base
+    ]
+    mistake = start
+    steps = config.ascent_steps + (1 if mistake == "one_step_too_many" else 0)
+    for _ in range(steps):
+        deltas = [d.detach().requires_grad_(True) for d in deltas]
+        with torch.enable_grad():
+            perturbed = forward([e + d for e, d in zip(base, deltas)])
+            grads = torch.autograd.grad(divergence(clean.detach().float(), perturbed), deltas)
+        sign = -1.0 if mistake == "descent" else 1.0
+        if mistake == "not_normalised":
+            steps_ = list(grads)
+        elif mistake == "global_norm":
+            steps_ = [g / g.square().sum().sqrt().clamp(min=1e-30) for g in grads]
+        else:
+            steps_ = [g / token_norm(g).clamp(min=1e-30) for g in grads]
+        deltas = [project(d.detach() + sign * config.step_size * s) for d, s in zip(deltas, steps_)]
+    return [d.detach() for d in deltas]
+
+
+# ----------------------------------------------------------------------------------------------
+# mlm.py
+
+
+def mask_tokens(input_ids, attention_mask, special_ids, mask_id, vocab_size, seed, probability,
+                continuation=None, mistake=None):  # fmt: skip
+    """BERT's masking, token by token: the three draws of ``mask_tokens``' docstring (u, a, r from
+    a generator seeded with ``seed``), then for each position: candidate = real and not special;
+    chosen = candidate and u < p (u of the word's first token for a "##" piece); a chosen token
+    becomes [MASK] (a < 0.8), r (0.8 ≤ a < 0.9) or stays; label = the original id if chosen."""
+    B, T = input_ids.shape
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(B, T, generator=g)
+    a = torch.rand(B, T, generator=g)
+    r = torch.randint(vocab_size, (B, T), generator=g)
+    masked, labels = input_ids.clone(), torch.full_like(input_ids, -100)
+    for b in range(B):
+        for t in range(T):
+            token = int(input_ids[b, t])
+            real = bool(attention_mask[b, t])
+            candidate = real and (mistake == "specials_chosen" or token not in special_ids)
+            if not candidate:
+                continue
+            start = t
+            if continuation is not None and mistake != "whole_word_ignored":
+                while start > 0 and bool(continuation[int(input_ids[b, start])]):
+                    start -= 1
+            if not u[b, start] < probability:
+                continue
+            if mistake != "labels_at_mask_only" or a[b, t] < 0.8:
+                labels[b, t] = token
+            if mistake == "all_to_mask" or a[b, t] < 0.8:
+                masked[b, t] = mask_id
+            elif mistake == "random_and_keep_swapped":
+                masked[b, t] = token if a[b, t] < 0.9 else r[b, t]
+            elif a[b, t] < 0.9:
+                masked[b, t] = r[b, t]
+    if mistake == "labels_everywhere":
+        labels = input_ids.clone()
+    return masked, labels
+
+
+def mlm_loss(logits, labels, mistake=None):
+    """−(1/|M|) Σ_{i∈M} log softmax(logits_i)[label_i], M the positions whose label is not −100."""
+    logits, labels = logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1)
+    chosen = labels != -100
+    log_probs = logits - logits.logsumexp(-1, keepdim=True)
+    if mistake == "no_log_softmax":
+        log_probs = logits
+    picked = log_probs[chosen].gather(1, labels[chosen][:, None])[:, 0]
+    if mistake == "sum":
+        return -picked.sum()
+    if mistake == "all_positions":
+        return -picked.sum() / len(labels)
+    return -picked.mean()

@@ -1,0 +1,655 @@
+"""Write ``minbert/course/reference_data.pt``: the stored cases the course checks grade against.
+INSTRUCTOR ONLY (``minbert.course.scaffold.INSTRUCTOR_ONLY``): with ``scripts/course_references.py``
+it is the solution, so the student tree has neither, only the data they produce.
+
+For each component check it stores the fixed inputs and weights the check feeds to the student's
+code, the outputs the reference equations (``course_references.py``) give for them, in eval mode
+and in training mode under ``minbert.course.dropout.recorded_dropout`` where the component has
+dropout, and the outputs of each known mistake of that exercise, under the description the
+grader prints when a student's output matches it (``MISTAKES`` below).
+
+    python scripts/make_course_references.py            # writes minbert/course/reference_data.pt
+
+Weights come from the full tree's constructors (the student tree has the same ones: constructors
+are never exercises), filled with seeded noise so that no zero-initialised weight hides a term.
+The script checks its own references against the full tree and against torch.optim.AdamW before
+writing, so stored data and solution never disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import course_references as ref  # noqa: E402
+
+from minbert.course.dropout import MODES, recorded_dropout  # noqa: E402
+from minbert.course.registry import COURSE_DATA  # noqa: E402
+
+# What the grader prints for each known mistake, by exercise (the key is course_references'
+# ``mistake`` argument).
+MISTAKES = {
+    "embeddings": {
+        "no_positions": "the position embeddings are not added",
+        "no_token_types": "the token type embeddings are not added",
+        "no_norm": "the LayerNorm is missing",
+        "no_dropout": "the dropout is missing",
+        "dropout_before_norm": "the dropout comes before the LayerNorm instead of after it",
+    },
+    "attention_function": {
+        "no_scale": "QKᵀ is not divided by √d_k",
+        "scale_by_dk": "QKᵀ is divided by d_k instead of √d_k",
+        "softmax_wrong_axis": "the softmax runs over the queries (dim −2) instead of the keys",
+        "no_mask": "the attention mask M is not added",
+        "mask_subtracted": "the mask is subtracted (wrong sign) instead of added",
+        "mask_after_softmax": "the mask is added after the softmax instead of before it",
+        "no_dropout": "the dropout on the attention probabilities is missing",
+        "dropout_before_softmax": "the dropout is applied to the scores before the softmax",
+        "dropout_on_output": "the dropout is applied to the output instead of the probabilities",
+    },
+    "self_attention": {
+        "merge_without_transpose": "the heads are merged without transposing (B, nh, T, hs) "
+        "back to (B, T, nh, hs)",
+        "split_without_transpose": "the heads are split by reshaping to (B, nh, T, hs) directly, "
+        "without the transpose",
+        "query_key_swapped": "the query and key projections are swapped",
+        "no_dropout": "the attention dropout is not passed on in training mode",
+    },
+    "layer": {
+        "norm_before_residual": "the LayerNorm is applied before the residual is added "
+        "(x + LayerNorm(h) instead of LayerNorm(x + h))",
+        "no_attention_residual": "the residual around the attention sub-layer is missing",
+        "no_ffn_residual": "the residual around the feed-forward sub-layer is missing",
+        "ffn_on_x": "the feed-forward network is applied to the layer input x instead of a",
+        "ffn_residual_from_x": "the feed-forward residual adds x instead of a",
+        "no_attention_dropout": "the dropout on the attention output projection is missing",
+        "no_output_dropout": "the dropout on the feed-forward output is missing",
+        "dropout_after_add": "the dropout is applied after the residual add instead of before it",
+        "parallel_after_norm": "the parallel (PAL) term is added after the LayerNorm",
+        "after_attention_after_add": "sites.after_attention is applied after the residual add",
+        "no_after_layer": "sites.after_layer is not applied to the output",
+    },
+    "adamw": {
+        "no_bias_correction": "the bias corrections 1 − β₁ᵗ and 1 − β₂ᵗ are missing",
+        "l2_decay": "the weight decay is added to the gradient (L2) instead of decoupled",
+        "decay_not_scaled_by_lr": "the decoupled decay is not scaled by the learning rate "
+        "(θ ← θ − λθ instead of θ − lr·λ·θ)",
+        "eps_inside_sqrt": "ε is added inside the square root instead of after it",
+        "beta1_swapped": "β₁ and 1 − β₁ are swapped in the first moment",
+        "v_not_squared": "the second moment accumulates |g| instead of g²",
+        "step_count_from_zero": "the bias corrections use t − 1 (the step count before "
+        "incrementing)",
+        "decay_after_update": "the decay is applied after the Adam update instead of before it",
+    },
+    "sampler_alpha": {
+        "epoch_off_by_one": "α is off by one epoch (e instead of e − 1)",
+        "divided_by_epochs": "α divides by E instead of E − 1",
+        "ends_at_zero": "α goes from 1 to 0 instead of from 1 to 0.2",
+    },
+    "sampler_probabilities": {
+        "not_normalised": "the weights N_i^α are not divided by their sum",
+        "alpha_multiplies": "α multiplies the sizes (α·N_i) instead of being their exponent",
+        "normalised_by_sizes": "the weights are divided by Σ N_j instead of Σ N_j^α",
+    },
+    "adapter": {
+        "no_skip": "the adapter has no skip connection (h + ...)",
+        "no_activation": "the GELU between the down and up projections is missing",
+        "relu": "ReLU is used instead of GELU",
+    },
+    "lhuc": {
+        "no_factor_2": "the factor 2 of 2·σ(r) is missing",
+        "no_sigmoid": "the sigmoid of r is missing",
+    },
+    "lora_linear": {
+        "no_scale": "the update is not scaled by α/r",
+        "scale_inverted": "the update is scaled by r/α instead of α/r",
+        "no_dropout": "the dropout on the update's input is missing",
+    },
+    "lora_merge": {
+        "no_scale": "the merged update is not scaled by α/r",
+        "delta_transposed": "ΔW is transposed (A B or (B A)ᵀ instead of B A)",
+    },
+    "pals": {
+        "no_mask": "the attention mask is not passed to the PAL's attention",
+        "no_dropout": "the attention dropout is not passed to the PAL's attention in training",
+    },
+    "symmetric_kl": {
+        "one_sided": "the KL is one-sided (KL(P‖Q) only), not symmetric",
+        "sum_over_batch": "the divergence is summed over the batch instead of averaged",
+    },
+    "smart": {
+        "not_normalised": "the ascent step is not normalised by the gradient's norm",
+        "global_norm": "the gradient is normalised by its norm over the whole tensor instead of "
+        "per token",
+        "no_projection": "δ is not projected back onto the ε-ball",
+        "descent": "δ moves down the gradient (descent) instead of up",
+        "one_step_too_many": "one ascent step too many (K + 1)",
+    },
+    "masking": {
+        "specials_chosen": "special tokens ([CLS], [SEP], ...) can be chosen",
+        "all_to_mask": "every chosen token becomes [MASK] (no 80/10/10 split)",
+        "random_and_keep_swapped": "the 10% random and 10% kept cases are swapped (random when "
+        "a ≥ 0.9)",
+        "labels_everywhere": "the labels are the original ids everywhere, not only at the chosen "
+        "positions",
+        "labels_at_mask_only": "only the tokens replaced by [MASK] are labelled, not every chosen "
+        "token",
+        "whole_word_ignored": "with whole-word masking, each piece is chosen on its own",
+    },
+    "mlm_loss": {
+        "all_positions": "the loss is averaged over all positions instead of the masked ones",
+        "sum": "the loss is summed over the masked positions instead of averaged",
+        "no_log_softmax": "the logits are used as log-probabilities (no log-softmax)",
+    },
+}
+
+SEED = 1234  # of the recorded dropout masks
+
+
+def randomize(module: torch.nn.Module, generator: torch.Generator, std: float = 0.5) -> None:
+    """Every parameter N(0, std²) (LayerNorm gains 1 + noise)."""
+    with torch.no_grad():
+        for sub in module.modules():
+            for name, p in sub.named_parameters(recurse=False):
+                noise = torch.randn(p.shape, generator=generator) * std
+                if isinstance(sub, torch.nn.LayerNorm) and name == "weight":
+                    noise = noise + 1.0
+                p.copy_(noise)
+
+
+def state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def case(component: str, compute, modes=MODES) -> dict:
+    """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}}."""
+
+    def run(mode: str, mistake):
+        context = recorded_dropout(SEED) if mode == "train" else contextlib.nullcontext()
+        with context, torch.no_grad():
+            return compute(mode, mistake)
+
+    return {
+        mode: with_mistakes(
+            run(mode, None), {t: run(mode, k) for k, t in MISTAKES[component].items()}
+        )
+        for mode in modes
+    }
+
+
+def with_mistakes(expected: dict, mistakes: dict) -> dict:
+    """A stored case: the expected outputs and, per mistake, only the outputs that differ from
+    them (the grader takes a left-out one as expected), so the file stays small."""
+    return {
+        "expected": expected,
+        "mistakes": {
+            text: {
+                name: t
+                for name, t in outputs.items()
+                if t.shape != expected[name].shape or not torch.equal(t, expected[name])
+            }
+            for text, outputs in mistakes.items()
+        },
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def embeddings_data() -> dict:
+    from minbert.bert import BertConfig, BertEmbeddings
+    from minbert.course.checks.bert import EMBEDDINGS_CONFIG
+
+    g = torch.Generator().manual_seed(1)
+    config = BertConfig.tiny(**EMBEDDINGS_CONFIG)
+    module = BertEmbeddings(config)
+    randomize(module, g)
+    input_ids = torch.randint(1, config.vocab_size, (3, 7), generator=g)
+    input_ids[1, 5:] = config.pad_token_id
+    token_type_ids = torch.tensor([[0] * 3 + [1] * 4, [0] * 2 + [1] * 5, [0] * 7])
+
+    def compute(mode, mistake):
+        out = ref.embeddings(module, input_ids, token_type_ids, mode == "train", mistake)
+        return {"embeddings": out}
+
+    data = {"state": state(module), "input_ids": input_ids, "token_type_ids": token_type_ids}
+    return data | case("embeddings", compute)
+
+
+def padded_mask() -> torch.Tensor:
+    return torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4])
+
+
+def attention_function_data() -> dict:
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(3, 2, 6, 5, generator=g) for _ in range(3))
+    mask = ref.additive_mask(padded_mask())
+    p = 0.2
+
+    def compute(mode, mistake):
+        dropout_p = p if mode == "train" else 0.0
+        return {"attention output": ref.attention(q, k, v, mask, dropout_p, True, mistake)}
+
+    data = {"q": q, "k": k, "v": v, "mask": mask, "dropout_p": p}
+    return data | case("attention_function", compute)
+
+
+def self_attention_data() -> dict:
+    from minbert.bert import BertConfig, BertSelfAttention
+    from minbert.course.checks.bert import ATTENTION_CONFIG, ScalingSites
+
+    g = torch.Generator().manual_seed(3)
+    config = BertConfig.tiny(**ATTENTION_CONFIG)
+    module = BertSelfAttention(config)
+    randomize(module, g)
+    x = torch.randn(3, 6, config.hidden_size, generator=g)
+    mask = ref.additive_mask(padded_mask())
+
+    def compute(mode, mistake):
+        out = {}
+        for label, sites in (("no sites", None), ("sites", ScalingSites())):
+
+            def projection(name, sites=sites):
+                lin = getattr(module, name)
+                if sites is None:
+                    return lambda t: ref.linear(t, lin)
+                return lambda t: sites.linear(name, lin, t)
+
+            y = ref.multi_head(
+                x,
+                mask,
+                projection("query"),
+                projection("key"),
+                projection("value"),
+                config.num_attention_heads,
+                config.attention_probs_dropout_prob,
+                mode == "train",
+                mistake,
+            )
+            out[label] = y
+        return out
+
+    data = {"state": state(module), "x": x, "mask": mask}
+    return data | case("self_attention", compute)
+
+
+def layer_data() -> dict:
+    from minbert.bert import BertConfig, BertLayer
+    from minbert.course.checks.bert import LAYER_CONFIG, ScalingSites, StandInSelfAttention
+
+    g = torch.Generator().manual_seed(4)
+    config = BertConfig.tiny(**LAYER_CONFIG)
+    module = BertLayer(config)
+    module.attention.self = StandInSelfAttention(config.hidden_size)
+    randomize(module, g)
+    x = torch.randn(3, 6, config.hidden_size, generator=g)
+    mask = ref.additive_mask(padded_mask())
+    data = {"state": state(module), "x": x, "mask": mask}
+    for label, sites in (("plain", None), ("sites", ScalingSites())):
+
+        def compute(mode, mistake, sites=sites):
+            heads = module.attention.self(x, mask, sites)
+            return {
+                "layer output": ref.layer(module, heads, x, mask, sites, mode == "train", mistake)
+            }
+
+        data[label] = case("layer", compute)
+    return data
+
+
+def adamw_data() -> dict:
+    from minbert.course.checks.optimizer import ADAMW_SETTINGS, adamw_model
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 4, generator=g, dtype=torch.float64)
+    y = torch.sin(x @ torch.randn(4, 1, generator=g, dtype=torch.float64))
+    model = adamw_model()
+    randomize(model, g)
+    start = state(model)
+    steps, betas, eps = ADAMW_SETTINGS["steps"], ADAMW_SETTINGS["betas"], ADAMW_SETTINGS["eps"]
+
+    def trajectory(mistake):
+        m = adamw_model()
+        m.load_state_dict(start)
+        groups = [(list(m[i].parameters()), lr, decay) for i, lr, decay in ADAMW_SETTINGS["groups"]]
+        return ref.adamw_trajectory(m, groups, x, y, steps, betas, eps, mistake)
+
+    # the reference against torch's own AdamW (foreach off), in float64
+    m = adamw_model()
+    m.load_state_dict(start)
+    opt = torch.optim.AdamW(
+        [
+            {"params": list(m[i].parameters()), "lr": lr, "weight_decay": decay}
+            for i, lr, decay in ADAMW_SETTINGS["groups"]
+        ],
+        betas=betas,
+        eps=eps,
+        foreach=False,
+    )
+    rows = []
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(m(x), y).backward()
+        opt.step()
+        rows.append(torch.cat([p.detach().reshape(-1) for p in m.parameters()]))
+    expected = trajectory(None)
+    assert (torch.stack(rows) - expected).abs().max() < 1e-12, "reference AdamW != torch's"
+    mistakes = {text: {"θ": trajectory(key)} for key, text in MISTAKES["adamw"].items()}
+    return {"state": start, "x": x, "y": y, "expected": {"θ": expected}, "mistakes": mistakes}
+
+
+def sampler_data() -> dict:
+    from minbert.course.checks.sampling import ALPHAS, EPOCHS, SAMPLER_SIZES
+
+    pairs = [(e, E) for E in EPOCHS for e in range(1, E + 1)]
+
+    def alphas(mistake):
+        return torch.tensor(
+            [ref.annealed_alpha(e, E, mistake) for e, E in pairs], dtype=torch.float64
+        )
+
+    def probabilities(mistake):
+        values = [
+            p
+            for sizes in SAMPLER_SIZES
+            for alpha in ALPHAS
+            for p in ref.task_probabilities(list(sizes.values()), alpha, mistake)
+        ]
+        return torch.tensor(values, dtype=torch.float64)
+
+    return {
+        "alpha": {
+            "expected": {"α": alphas(None)},
+            "mistakes": {t: {"α": alphas(k)} for k, t in MISTAKES["sampler_alpha"].items()},
+        },
+        "probabilities": {
+            "expected": {"p": probabilities(None)},
+            "mistakes": {
+                t: {"p": probabilities(k)} for k, t in MISTAKES["sampler_probabilities"].items()
+            },
+        },
+    }
+
+
+def adapter_data() -> dict:
+    from minbert.bert import BertConfig
+    from minbert.course.checks.adapter import ADAPTER_OPTIONS
+    from minbert.course.registry import PLUGIN_TASKS
+    from minbert.plugins.adapter import HoulsbyAdapter
+
+    g = torch.Generator().manual_seed(5)
+    config = BertConfig.tiny()
+    plugin = HoulsbyAdapter(config, PLUGIN_TASKS, **ADAPTER_OPTIONS)
+    randomize(plugin, g)
+    inputs = {}
+    for task in PLUGIN_TASKS:
+        for layer in range(config.num_hidden_layers):
+            for position in ("attention", "feed_forward"):
+                inputs[f"{task} layer {layer} {position}"] = torch.randn(
+                    2, 5, config.hidden_size, generator=g
+                )
+
+    def compute(mode, mistake):
+        out = {}
+        for key, h in inputs.items():
+            task, _, layer, position = key.split()
+            module = plugin.by_task[task][position][int(layer)]
+            out[key] = ref.adapter(h, module, mistake)
+        return out
+
+    return {"state": state(plugin), "h": inputs} | case("adapter", compute, modes=("eval",))
+
+
+def lhuc_data() -> dict:
+    from minbert.bert import BertConfig
+    from minbert.course.registry import PLUGIN_TASKS
+    from minbert.plugins.lhuc import LHUC
+
+    g = torch.Generator().manual_seed(6)
+    config = BertConfig.tiny()
+    plugin = LHUC(config, PLUGIN_TASKS)
+    randomize(plugin, g, std=1.0)
+    inputs = {
+        f"{task} layer {layer}": torch.randn(2, 5, config.hidden_size, generator=g)
+        for task in PLUGIN_TASKS
+        for layer in range(config.num_hidden_layers)
+    }
+
+    def compute(mode, mistake):
+        out = {}
+        for key, h in inputs.items():
+            task, _, layer = key.split()
+            out[key] = ref.lhuc(h, plugin.by_task[task].r[int(layer)], mistake)
+        return out
+
+    return {"state": state(plugin), "h": inputs} | case("lhuc", compute, modes=("eval",))
+
+
+def lora_data() -> dict:
+    from minbert.bert import BertConfig, BertModel
+    from minbert.course.checks.lora import LORA_MERGE_CONFIG, LORA_NAMES, LORA_OPTIONS
+    from minbert.course.registry import PLUGIN_TASKS
+    from minbert.plugins import add_plugin
+    from minbert.plugins.lora import LoRA, target_module, target_shape
+
+    g = torch.Generator().manual_seed(7)
+    config = BertConfig.tiny()
+    plugin = LoRA(config, PLUGIN_TASKS, **LORA_OPTIONS)
+    randomize(plugin, g)
+    bases, inputs = {}, {}
+    for name in LORA_NAMES:
+        d_in, d_out = target_shape(config, name)
+        bases[name] = torch.nn.Linear(d_in, d_out)
+        randomize(bases[name], g)
+        for task in PLUGIN_TASKS:
+            for layer in range(config.num_hidden_layers):
+                inputs[f"{task} layer {layer} {name}"] = torch.randn(2, 5, d_in, generator=g)
+    scale = LORA_OPTIONS["alpha"] / LORA_OPTIONS["rank"]
+
+    def compute(mode, mistake):
+        out = {}
+        for key, x in inputs.items():
+            task, _, layer, name = key.split()
+            y = ref.linear(x, bases[name])
+            if name in LORA_OPTIONS["targets"]:
+                update = plugin.by_task[task][int(layer)][name]
+                y = ref.lora(
+                    x,
+                    y,
+                    update,
+                    scale,
+                    LORA_OPTIONS["alpha"],
+                    LORA_OPTIONS["rank"],
+                    LORA_OPTIONS["dropout"],
+                    mode == "train",
+                    mistake,
+                )
+            out[key] = y
+        return out
+
+    linear = {
+        "state": state(plugin),
+        "bases": {n: state(b) for n, b in bases.items()},
+        "x": inputs,
+    } | case("lora_linear", compute)
+
+    # merging: a tiny model with the plug-in attached
+    g = torch.Generator().manual_seed(8)
+    model = BertModel(BertConfig.tiny(**LORA_MERGE_CONFIG))
+    randomize(model, g)
+    model_state = state(model)
+    merge_plugin = add_plugin(model, "lora", PLUGIN_TASKS, **LORA_OPTIONS)
+    randomize(merge_plugin, g)
+    layers = list(model.encoder.layer)
+
+    def merged(mode, mistake):
+        out = {}
+        for task in PLUGIN_TASKS:
+            for i, layer in enumerate(layers):
+                for name in LORA_OPTIONS["targets"]:
+                    w = target_module(layer, name).weight.detach()
+                    update = merge_plugin.by_task[task][i][name]
+                    out[f"merged {task} layer {i} {name}"] = ref.lora_merged(
+                        w, update, scale, mistake
+                    )
+        return out
+
+    merge = {"model": model_state, "plugin": state(merge_plugin)} | case(
+        "lora_merge", merged, modes=("eval",)
+    )
+    return {"linear": linear, "merge": merge}
+
+
+def pals_data() -> dict:
+    from minbert.bert import BertConfig
+    from minbert.course.checks.pals import PAL_OPTIONS, StandInProjectedAttention
+    from minbert.course.registry import PLUGIN_TASKS
+    from minbert.plugins.pals import PAL
+
+    g = torch.Generator().manual_seed(9)
+    config = BertConfig.tiny()
+    plugin = PAL(config, PLUGIN_TASKS, **PAL_OPTIONS)
+    for task in PLUGIN_TASKS:
+        pal = plugin.by_task[task]
+        pal.layers = torch.nn.ModuleList(
+            StandInProjectedAttention(plugin.size) for _ in range(config.num_hidden_layers)
+        )
+    randomize(plugin, g)
+    x = torch.randn(3, 6, config.hidden_size, generator=g)
+    mask = ref.additive_mask(padded_mask())
+
+    def compute(mode, mistake):
+        out = {}
+        for task in PLUGIN_TASKS:
+            pal = plugin.by_task[task]
+            for layer in range(config.num_hidden_layers):
+                out[f"{task} layer {layer} PAL term"] = ref.pal(
+                    x,
+                    mask,
+                    pal.encoder,
+                    pal.layers[layer],
+                    pal.decoder,
+                    plugin.dropout_p,
+                    mode == "train",
+                    mistake,
+                )
+        return out
+
+    return {"state": state(plugin), "x": x, "mask": mask} | case("pals", compute)
+
+
+def smart_data() -> dict:
+    from minbert.course.checks.smart import SMART_CASES, smart_problem
+    from minbert.smart import SmartConfig
+
+    embeddings, forward = smart_problem()
+    clean = forward(embeddings)
+
+    def deltas(mistake):
+        out = {}
+        for norm, steps, kind in SMART_CASES:
+            config = SmartConfig(
+                sigma=0.05, epsilon=0.1, step_size=0.04, ascent_steps=steps, norm=norm
+            )
+            found = ref.perturbation(forward, embeddings, clean, kind, config, 11, mistake)
+            for j, d in enumerate(found):
+                out[f"δ of embedding {j} ({norm}, K = {steps}, {kind})"] = d
+        return out
+
+    g = torch.Generator().manual_seed(12)
+    p, q = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
+    return {
+        "perturbation": {
+            "expected": deltas(None),
+            "mistakes": {t: deltas(k) for k, t in MISTAKES["smart"].items()},
+        },
+        "kl": {
+            "p": p,
+            "q": q,
+            "expected": {"divergence": ref.symmetric_kl(p, q)},
+            "mistakes": {
+                t: {"divergence": ref.symmetric_kl(p, q, k)}
+                for k, t in MISTAKES["symmetric_kl"].items()
+            },
+        },
+    }
+
+
+def mlm_data() -> dict:
+    from minbert.course.checks.mlm import MASKING_CASES, MLM_VOCAB, mlm_batch
+
+    input_ids, attention_mask, continuation = mlm_batch()
+    v = MLM_VOCAB
+
+    def masks(mistake):
+        out = {}
+        for label, seed, p, whole_word in MASKING_CASES:
+            masked, labels = ref.mask_tokens(
+                input_ids, attention_mask, v["special"], v["mask"], v["size"], seed, p,
+                continuation if whole_word else None, mistake,
+            )  # fmt: skip
+            out[f"masked inputs ({label})"] = masked
+            out[f"labels ({label})"] = labels
+        return out
+
+    g = torch.Generator().manual_seed(13)
+    logits = torch.randn(4, 9, 30, generator=g) * 3
+    labels = torch.randint(30, (4, 9), generator=g)
+    labels[torch.rand(4, 9, generator=g) < 0.7] = -100
+    labels[0, 0] = 5  # at least one chosen position
+
+    def losses(mistake):
+        chosen = labels != -100
+        return {
+            "loss (B, T, V)": ref.mlm_loss(logits, labels, mistake),
+            "loss (N, V)": ref.mlm_loss(logits[chosen], labels[chosen], mistake),
+        }
+
+    return {
+        "masking": with_mistakes(
+            masks(None), {t: masks(k) for k, t in MISTAKES["masking"].items()}
+        ),
+        "loss": {"logits": logits, "labels": labels}
+        | with_mistakes(losses(None), {t: losses(k) for k, t in MISTAKES["mlm_loss"].items()}),
+    }
+
+
+def make() -> dict:
+    torch.manual_seed(0)
+    return {
+        "seed": SEED,
+        "embeddings": embeddings_data(),
+        "attention_function": attention_function_data(),
+        "self_attention": self_attention_data(),
+        "layer": layer_data(),
+        "adamw": adamw_data(),
+        "sampler": sampler_data(),
+        "adapter": adapter_data(),
+        "lhuc": lhuc_data(),
+        "lora": lora_data(),
+        "pals": pals_data(),
+        "smart": smart_data(),
+        "mlm": mlm_data(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=COURSE_DATA, help="default: %(default)s")
+    args = parser.parse_args(argv)
+    data = make()
+    torch.save(data, args.out)
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

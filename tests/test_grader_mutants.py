@@ -1,0 +1,930 @@
+"""The grader against planted mistakes: a mutant corpus of the course exercises.
+
+Each mutant is a student's typical mistake, written as textual replacements inside the solution
+regions of one file. Its source is compiled in-process under the file's own path and put in
+place of the module while that exercise's own checks run (no subprocess, torch imported once),
+so the whole file takes seconds. A mutant must make at least one of its exercise's own checks
+FAIL, and where the grader knows the mistake, the failing check's diagnosis must name it.
+Correct but different implementations (einsum attention, AdamW as Algorithm 2, out-of-place
+updates, ...) must pass every check of their exercise.
+
+This file quotes solution lines, so it is instructor-only (``INSTRUCTOR_ONLY`` of
+``minbert/course/scaffold.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+import minbert.plugins
+from minbert.course import scaffold
+from minbert.course.checks import CHECKS
+from minbert.course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """``edits`` (old, new) applied to ``path``, each ``old`` once and inside a region of
+    ``exercise``; ``named``: a phrase of the diagnosis the grader must print (None: caught is
+    enough)."""
+
+    id: str
+    exercise: str
+    path: str
+    edits: tuple[tuple[str, str], ...]
+    named: str | None = None
+
+
+def m(id, exercise, path, *edits, named=None):  # noqa: A002
+    return Mutant(id, exercise, path, tuple(edits), named)
+
+
+BERT, OPT, SAMPLING = "minbert/bert.py", "minbert/optimizer.py", "minbert/sampling.py"
+ADAPTER, LHUC, LORA = (
+    "minbert/plugins/adapter.py",
+    "minbert/plugins/lhuc.py",
+    "minbert/plugins/lora.py",
+)
+PALS, SMART = "minbert/plugins/pals.py", "minbert/smart.py"
+
+SCORES = "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + mask"
+PROBS = "probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)"
+SPLIT = "t.view(B, T, self.num_heads, D // self.num_heads).transpose(1, 2)"
+MERGE = "y.transpose(1, 2).reshape(B, T, D)"
+TRAIN_P = "dropout_p = self.dropout_p if self.training else 0.0"
+OUT1 = 'return sites.norm("attention", self.LayerNorm, x + sites.after_attention(h))'
+DROP1 = 'h = self.dropout(sites.linear("attention_output", self.dense, heads))'
+DROP2 = 'h = self.dropout(sites.linear("output", self.dense, h))'
+FFN_ADD = "h = x + sites.after_feed_forward(h)"
+NORM2 = 'return sites.norm("feed_forward", self.LayerNorm, h)'
+CALL_FFN = "y = self.output(self.intermediate(a, sites), a, sites, parallel)"
+DECAY = "p.mul_(1 - lr * weight_decay)"
+ALPHA = "return 1.0 - 0.8 * (epoch - 1) / (epochs - 1)"
+LORA_ADD = "return y + self.scale * update(self.dropout(x))"
+KL = "return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1).mean()"
+
+MUTANTS = [
+    # embeddings
+    m(
+        "emb-no-positions",
+        "embeddings",
+        BERT,
+        ("            + self.position_embeddings(positions)\n", ""),
+        named="position embeddings are not added",
+    ),
+    m(
+        "emb-no-types",
+        "embeddings",
+        BERT,
+        ("            + self.token_type_embeddings(token_type_ids)\n", ""),
+        named="token type embeddings",
+    ),
+    m(
+        "emb-no-norm",
+        "embeddings",
+        BERT,
+        ("return self.dropout(self.LayerNorm(x))", "return self.dropout(x)"),
+        named="LayerNorm is missing",
+    ),
+    m(
+        "emb-no-dropout",
+        "embeddings",
+        BERT,
+        ("return self.dropout(self.LayerNorm(x))", "return self.LayerNorm(x)"),
+        named="dropout is missing",
+    ),
+    m(
+        "emb-dropout-first",
+        "embeddings",
+        BERT,
+        ("return self.dropout(self.LayerNorm(x))", "return self.LayerNorm(self.dropout(x))"),
+        named="before the LayerNorm",
+    ),
+    m(
+        "emb-positions-shifted",
+        "embeddings",
+        BERT,
+        ("self.position_ids[:, :T]", "self.position_ids[:, 1 : T + 1]"),
+    ),
+    # attention: the equation
+    m(
+        "att-no-scale",
+        "attention",
+        BERT,
+        (SCORES, "scores = q @ k.transpose(-2, -1) + mask"),
+        named="not divided by √d_k",
+    ),
+    m(
+        "att-scale-dk",
+        "attention",
+        BERT,
+        (SCORES, "scores = q @ k.transpose(-2, -1) / q.size(-1) + mask"),
+        named="divided by d_k instead",
+    ),
+    m(
+        "att-softmax-axis",
+        "attention",
+        BERT,
+        (PROBS, "probs = F.dropout(scores.softmax(dim=-2), p=dropout_p)"),
+        named="over the queries",
+    ),
+    m(
+        "att-no-mask",
+        "attention",
+        BERT,
+        (SCORES, "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))"),
+        named="mask M is not added",
+    ),
+    m(
+        "att-mask-sign",
+        "attention",
+        BERT,
+        (SCORES, "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) - mask"),
+        named="subtracted",
+    ),
+    m(
+        "att-no-dropout",
+        "attention",
+        BERT,
+        (PROBS, "probs = scores.softmax(dim=-1)"),
+        named="dropout on the attention probabilities is missing",
+    ),
+    m(
+        "att-dropout-scores",
+        "attention",
+        BERT,
+        (PROBS, "probs = F.dropout(scores, p=dropout_p).softmax(dim=-1)"),
+        named="before the softmax",
+    ),
+    m(
+        "att-dropout-output",
+        "attention",
+        BERT,
+        (PROBS, "probs = scores.softmax(dim=-1)"),
+        ("return probs @ v", "return F.dropout(probs @ v, p=dropout_p)"),
+        named="applied to the output",
+    ),
+    # attention: the heads
+    m(
+        "heads-merge-no-transpose",
+        "attention",
+        BERT,
+        (MERGE, "y.reshape(B, T, D)"),
+        named="merged without transposing",
+    ),
+    m(
+        "heads-split-no-transpose",
+        "attention",
+        BERT,
+        (SPLIT, "t.reshape(B, self.num_heads, T, D // self.num_heads)"),
+        named="split by reshaping",
+    ),
+    m(
+        "heads-query-key-swapped",
+        "attention",
+        BERT,
+        (
+            'split_heads(sites.linear("query", self.query, x))',
+            'split_heads(sites.linear("key", self.key, x))',
+        ),
+        (
+            'k = split_heads(sites.linear("key", self.key, x))',
+            'k = split_heads(sites.linear("query", self.query, x))',
+        ),
+        named="swapped",
+    ),
+    m(
+        "heads-no-train-dropout",
+        "attention",
+        BERT,
+        (TRAIN_P, "dropout_p = 0.0"),
+        named="not passed on in training",
+    ),
+    m("heads-dropout-in-eval", "attention", BERT, (TRAIN_P, "dropout_p = self.dropout_p")),
+    m(
+        "heads-value-site-bypassed",
+        "attention",
+        BERT,
+        ('sites.linear("value", self.value, x)', "self.value(x)"),
+    ),
+    m(
+        "heads-fused-no-mask",
+        "attention",
+        BERT,
+        ("attn_mask=mask, dropout_p=dropout_p", "dropout_p=dropout_p"),
+    ),
+    # layer
+    m(
+        "layer-norm-before-residual",
+        "layer",
+        BERT,
+        (OUT1, 'return x + sites.norm("attention", self.LayerNorm, sites.after_attention(h))'),
+        (FFN_ADD, "h = sites.after_feed_forward(h)"),
+        (NORM2, 'return x + sites.norm("feed_forward", self.LayerNorm, h)'),
+        named="before the residual",
+    ),
+    m(
+        "layer-no-attention-residual",
+        "layer",
+        BERT,
+        (OUT1, 'return sites.norm("attention", self.LayerNorm, sites.after_attention(h))'),
+        named="residual around the attention",
+    ),
+    m(
+        "layer-no-ffn-residual",
+        "layer",
+        BERT,
+        (FFN_ADD, "h = sites.after_feed_forward(h)"),
+        named="residual around the feed-forward",
+    ),
+    m(
+        "layer-ffn-on-x",
+        "layer",
+        BERT,
+        (CALL_FFN, "y = self.output(self.intermediate(x, sites), a, sites, parallel)"),
+        named="applied to the layer input x",
+    ),
+    m(
+        "layer-ffn-residual-x",
+        "layer",
+        BERT,
+        (CALL_FFN, "y = self.output(self.intermediate(a, sites), x, sites, parallel)"),
+        named="residual adds x",
+    ),
+    m(
+        "layer-no-attention-dropout",
+        "layer",
+        BERT,
+        (DROP1, 'h = sites.linear("attention_output", self.dense, heads)'),
+        named="attention output projection is missing",
+    ),
+    m(
+        "layer-no-output-dropout",
+        "layer",
+        BERT,
+        (DROP2, 'h = sites.linear("output", self.dense, h)'),
+        named="feed-forward output is missing",
+    ),
+    m(
+        "layer-parallel-after-norm",
+        "layer",
+        BERT,
+        (
+            "        if parallel is not None:\n"
+            "            h = h + parallel\n"
+            '        return sites.norm("feed_forward", self.LayerNorm, h)\n',
+            '        y = sites.norm("feed_forward", self.LayerNorm, h)\n'
+            "        return y if parallel is None else y + parallel\n",
+        ),
+        named="added after the LayerNorm",
+    ),
+    m(
+        "layer-after-attention-late",
+        "layer",
+        BERT,
+        (OUT1, 'return sites.norm("attention", self.LayerNorm, sites.after_attention(x + h))'),
+        named="after_attention is applied after",
+    ),
+    m(
+        "layer-no-after-layer",
+        "layer",
+        BERT,
+        ("return sites.after_layer(y)", "return y"),
+        named="after_layer is not applied",
+    ),
+    m(
+        "layer-no-parallel",
+        "layer",
+        BERT,
+        ("parallel = sites.parallel(x, mask)", "parallel = None"),
+    ),
+    # adamw
+    m(
+        "adamw-no-bias-correction",
+        "adamw",
+        OPT,
+        ("bias_correction1 = 1 - beta1**t", "bias_correction1 = 1.0"),
+        ("bias_correction2 = 1 - beta2**t", "bias_correction2 = 1.0"),
+        named="bias corrections",
+    ),
+    m(
+        "adamw-l2",
+        "adamw",
+        OPT,
+        (DECAY, "grad = grad.add(p, alpha=weight_decay)"),
+        named="added to the gradient (L2)",
+    ),
+    m(
+        "adamw-decay-no-lr",
+        "adamw",
+        OPT,
+        (DECAY, "p.mul_(1 - weight_decay)"),
+        named="not scaled by the learning rate",
+    ),
+    m(
+        "adamw-eps-inside",
+        "adamw",
+        OPT,
+        (
+            "denom = (v.sqrt() / math.sqrt(bias_correction2)).add_(eps)",
+            "denom = (v / bias_correction2 + eps).sqrt()",
+        ),
+        named="inside the square root",
+    ),
+    m(
+        "adamw-beta1-swapped",
+        "adamw",
+        OPT,
+        ("m.lerp_(grad, 1 - beta1)", "m.lerp_(grad, beta1)"),
+        named="β₁ and 1 − β₁ are swapped",
+    ),
+    m(
+        "adamw-v-abs",
+        "adamw",
+        OPT,
+        (
+            "v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)",
+            "v.mul_(beta2).add_(grad.abs(), alpha=1 - beta2)",
+        ),
+        named="|g| instead of g²",
+    ),
+    m(
+        "adamw-decay-after",
+        "adamw",
+        OPT,
+        (
+            "                if weight_decay != 0:\n"
+            "                    p.mul_(1 - lr * weight_decay)\n",
+            "",
+        ),
+        (
+            "p.addcdiv_(m, denom, value=-step_size)",
+            "p.addcdiv_(m, denom, value=-step_size)\n                p.mul_(1 - lr * weight_decay)",
+        ),
+        named="after the Adam update",
+    ),
+    m("adamw-t-zero", "adamw", OPT, ('t = float(state["step"])', 't = float(state["step"]) - 1')),
+    m("adamw-no-lr", "adamw", OPT, ("value=-step_size", "value=-1 / bias_correction1")),
+    # sampler
+    m(
+        "alpha-off-by-one",
+        "sampler",
+        SAMPLING,
+        (ALPHA, "return 1.0 - 0.8 * epoch / (epochs - 1)"),
+        named="off by one epoch",
+    ),
+    m(
+        "alpha-over-epochs",
+        "sampler",
+        SAMPLING,
+        (ALPHA, "return 1.0 - 0.8 * (epoch - 1) / epochs"),
+        named="divides by E",
+    ),
+    m(
+        "alpha-to-zero",
+        "sampler",
+        SAMPLING,
+        (ALPHA, "return 1.0 - (epoch - 1) / (epochs - 1)"),
+        named="from 1 to 0 instead",
+    ),
+    m("alpha-single-epoch", "sampler", SAMPLING, ("    if epochs == 1:\n        return 1.0\n", "")),
+    m(
+        "probs-not-normalised",
+        "sampler",
+        SAMPLING,
+        ("return {name: weight / total for name, weight in weights.items()}", "return weights"),
+        named="not divided by their sum",
+    ),
+    m(
+        "probs-by-sizes",
+        "sampler",
+        SAMPLING,
+        ("total = sum(weights.values())", "total = sum(sizes.values())"),
+        named="divided by Σ N_j instead",
+    ),
+    m("probs-alpha-times", "sampler", SAMPLING, ("float(size) ** alpha", "float(size) * alpha")),
+    # adapter, LHUC, LoRA, PALs
+    m(
+        "adapter-no-skip",
+        "adapter",
+        ADAPTER,
+        ("return h + self.up(z)", "return self.up(z)"),
+        named="no skip connection",
+    ),
+    m(
+        "adapter-no-gelu",
+        "adapter",
+        ADAPTER,
+        ("z = gelu(self.down(h))", "z = self.down(h)"),
+        named="GELU between the down and up",
+    ),
+    m(
+        "adapter-relu",
+        "adapter",
+        ADAPTER,
+        ("z = gelu(self.down(h))", "z = torch.relu(self.down(h))"),
+        named="ReLU is used",
+    ),
+    m(
+        "lhuc-no-2",
+        "lhuc",
+        LHUC,
+        ("h * (2.0 * torch.sigmoid(r))", "h * torch.sigmoid(r)"),
+        named="factor 2",
+    ),
+    m(
+        "lhuc-no-sigmoid",
+        "lhuc",
+        LHUC,
+        ("h * (2.0 * torch.sigmoid(r))", "h * (2.0 * r)"),
+        named="sigmoid of r is missing",
+    ),
+    m("lhuc-first-layer", "lhuc", LHUC, ("r[layer]", "r[0]")),
+    m(
+        "lora-no-scale",
+        "lora",
+        LORA,
+        (LORA_ADD, "return y + update(self.dropout(x))"),
+        named="not scaled by α/r",
+    ),
+    m(
+        "lora-scale-inverted",
+        "lora",
+        LORA,
+        (LORA_ADD, "return y + (self.rank / self.alpha) * update(self.dropout(x))"),
+        named="r/α instead",
+    ),
+    m(
+        "lora-no-dropout",
+        "lora",
+        LORA,
+        (LORA_ADD, "return y + self.scale * update(x)"),
+        named="dropout on the update's input",
+    ),
+    m(
+        "lora-delta-transposed",
+        "lora",
+        LORA,
+        ("return self.B @ self.A", "return (self.B @ self.A).T"),
+    ),
+    m("lora-delta-scaled", "lora", LORA, ("return self.B @ self.A", "return 2 * self.B @ self.A")),
+    m(
+        "pals-no-mask",
+        "pals",
+        PALS,
+        (
+            "z = pal.layers[layer](z, mask, dropout_p, self.use_fast_path)",
+            "z = pal.layers[layer](z, torch.zeros_like(mask), dropout_p, self.use_fast_path)",
+        ),
+        named="mask is not passed",
+    ),
+    m("pals-no-dropout", "pals", PALS, (TRAIN_P, "dropout_p = 0.0"), named="dropout is not passed"),
+    m("pals-dropout-in-eval", "pals", PALS, (TRAIN_P, "dropout_p = self.dropout_p")),
+    m("pals-no-encoder", "pals", PALS, ("z = pal.encoder(x)", "z = x")),
+    # SMART
+    m(
+        "kl-one-sided",
+        "smart",
+        SMART,
+        (KL, "return (log_p.exp() * (log_p - log_q)).sum(-1).mean()"),
+        named="one-sided",
+    ),
+    m(
+        "kl-batch-sum",
+        "smart",
+        SMART,
+        (KL, "return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()"),
+        named="summed over the batch",
+    ),
+    m(
+        "smart-not-normalised",
+        "smart",
+        SMART,
+        ("config.step_size * _normalise(grad, config.norm)", "config.step_size * grad"),
+        named="not normalised",
+    ),
+    m(
+        "smart-global-norm",
+        "smart",
+        SMART,
+        (
+            "config.step_size * _normalise(grad, config.norm)",
+            "config.step_size * grad / grad.norm()",
+        ),
+        named="whole tensor",
+    ),
+    m(
+        "smart-no-projection",
+        "smart",
+        SMART,
+        ("return project(delta, config.epsilon, config.norm)", "return delta"),
+        named="not projected",
+    ),
+    m(
+        "smart-descent",
+        "smart",
+        SMART,
+        ("delta = delta + config.step_size", "delta = delta - config.step_size"),
+        named="descent",
+    ),
+    m(
+        "smart-extra-step",
+        "smart",
+        SMART,
+        ("range(config.ascent_steps)", "range(config.ascent_steps + 1)"),
+        named="one ascent step too many",
+    ),
+]
+
+MLM = "minbert/mlm.py"
+CANDIDATES = (
+    "candidates = attention_mask.bool() & ~torch.isin(input_ids, torch.tensor(special_ids))"
+)
+LABELS = "labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE))"
+TO_MASK = "chosen & (action < 0.8), torch.full_like(input_ids, mask_id)"
+TO_RANDOM = "masked = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, masked)"
+LOSS = "F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE)"
+
+MLM_MUTANTS = [
+    m(
+        "mask-specials",
+        "masking",
+        MLM,
+        (CANDIDATES, "candidates = attention_mask.bool()"),
+        named="special tokens",
+    ),
+    m(
+        "mask-all-to-mask",
+        "masking",
+        MLM,
+        (TO_RANDOM, ""),
+        (TO_MASK, "chosen, torch.full_like(input_ids, mask_id)"),
+        named="no 80/10/10 split",
+    ),
+    m(
+        "mask-random-keep-swapped",
+        "masking",
+        MLM,
+        (TO_RANDOM, "masked = torch.where(chosen & (action >= 0.9), random_ids, masked)"),
+        named="random and 10% kept cases are swapped",
+    ),
+    m(
+        "mask-labels-everywhere",
+        "masking",
+        MLM,
+        (LABELS, "labels = input_ids.clone()"),
+        named="original ids everywhere",
+    ),
+    m(
+        "mask-labels-at-mask-only",
+        "masking",
+        MLM,
+        (LABELS, ""),
+        (
+            "    return masked, labels\n",
+            "    labels = torch.where(chosen & (action < 0.8), input_ids, "
+            "torch.full_like(input_ids, IGNORE))\n    return masked, labels\n",
+        ),
+        named="only the tokens replaced by [MASK]",
+    ),
+    m(
+        "mask-whole-word-ignored",
+        "masking",
+        MLM,
+        (
+            "chosen = candidates & (torch.gather(draw, 1, starts) < probability)",
+            "chosen = candidates & (draw < probability)",
+        ),
+        named="each piece is chosen on its own",
+    ),
+    m(
+        "mask-draws-reordered",
+        "masking",
+        MLM,
+        (
+            "    action = torch.rand(B, T, generator=generator)"
+            "  # < 0.8: [MASK]; < 0.9: random; else keep\n"
+            "    random_ids = torch.randint(vocab_size, (B, T), generator=generator)\n",
+            "    random_ids = torch.randint(vocab_size, (B, T), generator=generator)\n"
+            "    action = torch.rand(B, T, generator=generator)\n",
+        ),
+    ),
+    m(
+        "mask-padding",
+        "masking",
+        MLM,
+        (CANDIDATES, "candidates = ~torch.isin(input_ids, torch.tensor(special_ids[1:]))"),
+    ),
+    m(
+        "loss-all-positions",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), "
+            'reduction="sum") / labels.numel()',
+        ),
+        named="averaged over all positions",
+    ),
+    m(
+        "loss-sum",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), "
+            'reduction="sum")',
+        ),
+        named="summed over the masked positions",
+    ),
+    m(
+        "loss-no-log-softmax",
+        "mlm-loss",
+        MLM,
+        (f"return {LOSS}", "return F.nll_loss(logits.flatten(0, -2).float(), labels.flatten())"),
+        named="no log-softmax",
+    ),
+]
+MUTANTS += MLM_MUTANTS
+
+ALGORITHM_2 = """\
+                state["step"] += 1
+                t = float(state["step"])
+                m.mul_(beta1).add_(grad, alpha=1 - beta1)
+                v.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+                m_hat = m / (1 - beta1**t)
+                v_hat = v / (1 - beta2**t)
+                p.sub_(lr * (m_hat / (v_hat.sqrt() + eps) + weight_decay * p))
+"""
+OUT_OF_PLACE = """\
+                state["step"] += 1
+                t = float(state["step"])
+                m.copy_(beta1 * m + (1 - beta1) * grad)
+                v.copy_(beta2 * v + (1 - beta2) * grad**2)
+                decayed = p * (1 - lr * weight_decay)
+                p.copy_(decayed - lr * (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt() + eps))
+"""
+
+CORRECT = [
+    m(
+        "einsum-attention",
+        "attention",
+        BERT,
+        (SCORES, 'scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.size(-1) ** 0.5 + mask'),
+    ),
+    m(
+        "softmax-function",
+        "attention",
+        BERT,
+        (PROBS, "probs = F.dropout(torch.softmax(scores, -1), dropout_p, True)"),
+    ),
+    m(
+        "heads-permute",
+        "attention",
+        BERT,
+        (SPLIT, "t.reshape(B, T, self.num_heads, -1).permute(0, 2, 1, 3)"),
+        (MERGE, "y.permute(0, 2, 1, 3).contiguous().view(B, T, D)"),
+    ),
+    m(
+        "embeddings-functional",
+        "embeddings",
+        BERT,
+        (
+            "return self.dropout(self.LayerNorm(x))",
+            "n = self.LayerNorm\n"
+            "        x = F.layer_norm(x, (x.shape[-1],), n.weight, n.bias, n.eps)\n"
+            "        return F.dropout(x, self.dropout.p, self.training)",
+        ),
+    ),
+    m(
+        "layer-commuted",
+        "layer",
+        BERT,
+        (FFN_ADD, "h = sites.after_feed_forward(h) + x"),
+        (OUT1, 'return sites.norm("attention", self.LayerNorm, sites.after_attention(h) + x)'),
+    ),
+    m("adamw-algorithm-2", "adamw", OPT, ("body", ALGORITHM_2)),
+    m("adamw-out-of-place", "adamw", OPT, ("body", OUT_OF_PLACE)),
+    m(
+        "probs-numpy",
+        "sampler",
+        SAMPLING,
+        (
+            "weights = {name: float(size) ** alpha for name, size in sizes.items()}",
+            "w = np.array(list(sizes.values()), dtype=np.float64) ** alpha\n"
+            "    weights = dict(zip(sizes, w.tolist()))",
+        ),
+    ),
+    m(
+        "alpha-linspace",
+        "sampler",
+        SAMPLING,
+        (ALPHA, "return float(np.linspace(1.0, 0.2, epochs)[epoch - 1])"),
+    ),
+    m(
+        "adapter-commuted",
+        "adapter",
+        ADAPTER,
+        ("return h + self.up(z)", "return self.up(z) + h"),
+        ("z = gelu(self.down(h))", "z = torch.nn.functional.gelu(self.down(h))"),
+    ),
+    m("lhuc-exp", "lhuc", LHUC, ("h * (2.0 * torch.sigmoid(r))", "2 * h / (1 + torch.exp(-r))")),
+    m(
+        "lora-matmul",
+        "lora",
+        LORA,
+        ("return F.linear(F.linear(x, self.A), self.B)", "return x @ self.A.T @ self.B.T"),
+        ("return self.B @ self.A", 'return torch.einsum("or,ri->oi", self.B, self.A)'),
+        (LORA_ADD, "return y + update(self.dropout(x)) * (self.alpha / self.rank)"),
+    ),
+    m(
+        "kl-two-terms",
+        "smart",
+        SMART,
+        (
+            KL,
+            "p, q = log_p.exp(), log_q.exp()\n"
+            "    return ((p * (log_p - log_q)).sum(-1) + (q * (log_q - log_p)).sum(-1)).mean()",
+        ),
+    ),
+    m(
+        "mask-loop-free-variant",
+        "masking",
+        MLM,
+        (
+            CANDIDATES,
+            "special = torch.zeros_like("
+            "input_ids, dtype=torch.bool)\n    for i in special_ids:\n"
+            "        special |= input_ids == i\n"
+            "    candidates = (attention_mask == 1) & ~special",
+        ),
+    ),
+    m(
+        "loss-written-out",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "flat, y = logits.reshape(-1, "
+            "logits.shape[-1]).float(), labels.reshape(-1)\n    keep = y != IGNORE\n"
+            "    logp = torch.log_softmax(flat[keep], dim=-1)\n"
+            "    return -logp.gather(1, y[keep][:, None]).mean()",
+        ),
+    ),
+    m(
+        "pals-dropout-product",
+        "pals",
+        PALS,
+        (TRAIN_P, "dropout_p = float(self.training) * self.dropout_p"),
+    ),
+]
+
+
+def mutated_source(mutant: Mutant) -> str:
+    """The file with the mutant's edits, each checked to hit one place inside its regions
+    ("body" replaces the whole of the exercise's only region in the file)."""
+    text = (ROOT / mutant.path).read_text(encoding="utf-8")
+    for old, new in mutant.edits:
+        spans = region_spans_of(text, mutant)
+        if old == "body":
+            assert len(spans) == 1, mutant.id
+            (a, b) = spans[0]
+            text = text[:a] + new + text[b:]
+            continue
+        assert text.count(old) == 1, (mutant.id, old)
+        at = text.index(old)
+        assert any(a <= at and at + len(old) <= b for a, b in spans), (mutant.id, old)
+        text = text.replace(old, new)
+    return text
+
+
+def region_spans_of(text: str, mutant: Mutant) -> list[tuple[int, int]]:
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    return [
+        (starts[r.begin + 1], starts[r.end])
+        for r in scaffold.find_regions(text, mutant.path)
+        if r.exercise == mutant.exercise
+    ]
+
+
+def run_own_checks(mutant: Mutant, ctx: Context, monkeypatch) -> dict:
+    """Run the exercise's own checks with the mutated module in place of the real one."""
+    name = mutant.path.removesuffix(".py").replace("/", ".")
+    original = importlib.import_module(name)
+    module = types.ModuleType(name)
+    module.__file__ = str(ROOT / mutant.path)
+    module.__package__ = name.rpartition(".")[0]
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, name, module)
+        parent, _, leaf = name.rpartition(".")
+        patch.setattr(sys.modules[parent], leaf, module)
+        exec(compile(mutated_source(mutant), module.__file__, "exec"), module.__dict__)
+        for kind, cls in list(minbert.plugins.KINDS.items()):  # add_plugin builds from KINDS
+            if cls.__module__ == name:
+                patch.setitem(minbert.plugins.KINDS, kind, getattr(module, cls.__name__))
+        checks = [c for c in CHECKS if c.exercises == (mutant.exercise,)]
+        assert checks, mutant.exercise
+        results = {c.name: run_check(c, ctx) for c in checks}
+    assert sys.modules[name] is original
+    return results
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Context:
+    torch.set_num_threads(1)
+    return Context(None, ROOT / "sanity_check_reference.pt")
+
+
+def test_stored_reference_data_are_up_to_date() -> None:
+    """minbert/course/reference_data.pt is what scripts/make_course_references.py makes now."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import make_course_references
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    fresh = make_course_references.make()
+    stored = torch.load(COURSE_DATA, weights_only=True)
+
+    def same(a, b, where: str) -> None:
+        if isinstance(a, dict):
+            assert isinstance(b, dict) and list(a) == list(b), where
+            for key in a:
+                same(a[key], b[key], f"{where}/{key}")
+        elif isinstance(a, torch.Tensor):
+            assert a.shape == b.shape and a.dtype == b.dtype, where
+            assert torch.allclose(a, b, rtol=0, atol=0, equal_nan=True), where
+        else:
+            assert a == b, where
+
+    same(fresh, stored, "reference_data")
+
+
+def test_the_corpus_is_large_enough() -> None:
+    assert len(MUTANTS) >= 40
+    assert sum(m.named is not None for m in MUTANTS) >= 25
+    assert len(CORRECT) >= 10
+    assert len({m.id for m in MUTANTS + CORRECT}) == len(MUTANTS + CORRECT)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.id)
+def test_mutant_is_caught_by_its_exercise_and_named(
+    mutant: Mutant, ctx: Context, monkeypatch
+) -> None:
+    results = run_own_checks(mutant, ctx, monkeypatch)
+    failed = [r for r in results.values() if r.status == FAIL]
+    assert failed, f"{mutant.id} passed every check of {mutant.exercise}"
+    if mutant.named is not None:
+        diagnoses = [r.diagnosis for r in failed]
+        assert any(mutant.named in d for d in diagnoses), (mutant.id, diagnoses)
+
+
+@pytest.mark.parametrize("variant", CORRECT, ids=lambda m: m.id)
+def test_correct_variant_passes(variant: Mutant, ctx: Context, monkeypatch) -> None:
+    results = run_own_checks(variant, ctx, monkeypatch)
+    assert all(r.status == PASS for r in results.values()), {
+        n: (r.status, r.max_abs_diff, r.detail) for n, r in results.items()
+    }
+
+
+def test_an_error_in_student_code_is_located_at_the_students_line(ctx, monkeypatch) -> None:
+    """A shape error raised inside torch is reported at the student's file and line."""
+    mutant = m("heads-bad-view", "attention", BERT, (SPLIT, "t.view(B, self.num_heads, D, T)"))
+    results = run_own_checks(mutant, ctx, monkeypatch)
+    text = mutated_source(mutant)
+    line = next(
+        i for i, s in enumerate(text.splitlines(), 1) if "t.view(B, self.num_heads, D, T)" in s
+    )
+    detail = results["attention: BertSelfAttention vs multi-head reference"].detail
+    assert f"(minbert/bert.py:{line})" in detail, detail
+
+
+def test_recorded_dropout_draws_masks_in_call_order_and_restores_torch() -> None:
+    """The same calls draw the same masks; an inactive call draws nothing; torch is restored."""
+    import torch.nn.functional as F
+
+    from minbert.course.dropout import recorded_dropout
+
+    x = torch.ones(4, 50)
+    original = F.dropout
+    with recorded_dropout(5) as first:
+        a = torch.nn.Dropout(0.3)(x)
+        F.dropout(x, 0.3, training=False)  # inactive: no draw
+        b = F.dropout(x, 0.5)
+    with recorded_dropout(5) as second:
+        a2, b2 = F.dropout(x, 0.3), torch.nn.functional.dropout(x, 0.5)
+    assert torch.equal(a, a2) and torch.equal(b, b2) and not torch.equal(a, b)
+    assert first.calls == second.calls == [((4, 50), 0.3), ((4, 50), 0.5)]
+    assert torch.allclose(a.unique(), torch.tensor([0.0, 1 / 0.7]))
+    assert F.dropout is original
