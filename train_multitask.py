@@ -47,6 +47,7 @@ from tasks.model import (
     Smart,
     TrainingStep,
     build_model,
+    calibrate_similarity_heads,
     evaluate,
     train_step,
 )
@@ -82,13 +83,11 @@ class TrainConfig:
     strict: bool = False  # a malformed data row is an error, not a skip
     # -- optimisation --
     epochs: int = 3  # training epochs
-    steps_per_epoch: int | None = None  # steps per epoch (default: total training examples of
-    # the chosen tasks / batch size)
+    steps_per_epoch: int | None = None  # steps per epoch (default: training examples / batch)
     batch_size: int = 32  # examples per step
     batch_pool: int = 50  # length grouping: shuffle, sort pools of N batches by length, cut them
     # into batches (less padding, tasks/batching.py); 1: plain random batches
-    lr: float | None = None  # peak learning rate (default: 5e-5 for finetune, 1e-3 for the
-    # frozen-encoder options)
+    lr: float | None = None  # peak learning rate (default: 5e-5 for finetune, else 1e-3)
     warmup: float = 0.1  # warm-up steps, as a fraction of all steps
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     dropout: float = 0.1  # dropout in the encoder and heads
@@ -316,6 +315,9 @@ def set_up(cfg: TrainConfig) -> Run:
     data, skipped = read_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model = make_model(cfg, device)
+    if not cfg.resume:  # a resumed run restores its heads
+        train = {name: splits["train"] for name, splits in data.items()}
+        calibrate_similarity_heads(model, train, tokenizer, cfg.batch_size, device)
     folder.start(cfg.resume)
     if not cfg.resume:
         folder.write_config(cfg.to_flat())

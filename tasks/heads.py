@@ -13,8 +13,9 @@ Pair tasks (``--pair_encoding``):
               single-sentence task (Devlin et al. 2019)
     separate  u = r(a), v = r(b) encoded one at a time (Reimers & Gurevych 2019, Sentence-BERT);
               paraphrase: logit = W [u; v; |u − v|; u ⊙ v] + b;
-              similarity: ŷ = a · cos(u, v) + b, a = b = 2.5 at the start (mapping [−1, 1]
-              onto the 0..5 scale), both trained (``CosineSimilarityHead``)
+              similarity: ŷ = a · cos(u, v) + b, a and b fitted by least squares to the
+              training labels before training starts (``CosineSimilarityHead.calibrate``), both
+              trained
 """
 
 from __future__ import annotations
@@ -77,10 +78,17 @@ class PairFeatureHead(LinearHead):
 class CosineSimilarityHead(nn.Module):
     """ŷ = a · cos(u, v) + b: Sentence-BERT's cosine similarity, mapped onto the 0..5 scale.
 
-    a = b = 2.5 at the start, which maps cos ∈ [−1, 1] onto [0, 5]; both are trained. They
-    calibrate the scale for the squared-error loss and give a frozen encoder (``--option
-    pretrain``) something to train; Pearson's r does not change under an affine map with a > 0,
-    so there STS scores the checkpoint's own cosine similarity.
+    a = b = 2.5 when built, which maps cos ∈ [−1, 1] onto [0, 5]; a fresh run then ``calibrate``s
+    them to the training labels before its first step. Both are trained. They calibrate the
+    scale for the squared-error loss and give a frozen encoder (``--option pretrain``) something
+    to train; Pearson's r does not change under an affine map with a > 0, so there STS scores the
+    checkpoint's own cosine similarity.
+
+    Why calibrate: the packaged checkpoint's cosines of STS training pairs have mean 0.62 and the
+    labels mean 2.56, so 2.5·cos + 2.5 starts with a squared error of 3.3 where the best affine
+    map has 0.66. While a and b (two parameters) are far off, the loss's gradient asks the
+    encoder's trainable weights to move every cosine the same way, and a plug-in trained with
+    the pairs encoded apart lost STS correlation doing so (benchmarks/results/option-encoding.md).
     """
 
     def __init__(self) -> None:
@@ -91,3 +99,18 @@ class CosineSimilarityHead(nn.Module):
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         cosine = F.cosine_similarity(u, v, dim=-1)
         return (self.scale * cosine + self.shift).unsqueeze(-1)  # (B,) -> (B, 1)
+
+    @torch.no_grad()
+    def calibrate(self, cosine: torch.Tensor, target: torch.Tensor) -> bool:
+        """Set (a, b) = argmin Σ (a·cos_i + b − y_i)² over (N,) cosines and labels, when the fit
+        has a > 0 (it keeps Pearson's r of the cosine); returns whether it did."""
+        x, y = cosine.double(), target.double()
+        variance = ((x - x.mean()) ** 2).sum()
+        if len(x) < 2 or variance == 0:
+            return False
+        a = ((x - x.mean()) * (y - y.mean())).sum() / variance
+        if a <= 0:
+            return False
+        self.scale.fill_(a.item())
+        self.shift.fill_((y.mean() - a * x.mean()).item())
+        return True

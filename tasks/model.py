@@ -43,7 +43,12 @@ from minbert.tokenizer import Tokenizer
 from tasks.base import Task, get_task
 from tasks.batching import length_grouped_batches
 from tasks.collate import batch_to, collate, token_lengths
-from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
+from tasks.heads import (
+    PAIR_ENCODINGS,
+    REPRESENTATIONS,
+    CosineSimilarityHead,
+    sentence_representation,
+)
 from tasks.metrics import OVERALL_TASKS, overall_score
 from tasks.reader import Example
 
@@ -336,6 +341,34 @@ def evaluate(
     scored = any(name in OVERALL_TASKS for name in metrics)
     metrics["overall"] = overall_score(metrics) if scored else sum(metrics.values()) / len(metrics)
     return metrics
+
+
+def calibrate_similarity_heads(
+    model: MultitaskModel,
+    train: dict[str, Sequence[Example]],
+    tokenizer: Tokenizer,
+    batch_size: int,
+    device: torch.device,
+    examples: int = 2048,
+) -> dict[str, tuple[float, float]]:
+    """Fit the a and b of every cosine-similarity head (``CosineSimilarityHead.calibrate``) to
+    ``examples`` training pairs of its task spread evenly over its file (task -> training
+    examples), with the model as it is before the first step, and say so; returns task -> (a, b)
+    for the heads it set. The model is left in training mode."""
+    fitted = {}
+    for name, task_examples in train.items():
+        head = model.heads[name]
+        if not isinstance(head, CosineSimilarityHead) or not task_examples:
+            continue
+        sample = list(task_examples[:: -(-len(task_examples) // examples)])
+        outputs = head_outputs(model, model.tasks[name], sample, tokenizer, batch_size, device)
+        cosine = (outputs.squeeze(-1) - head.shift.detach().cpu()) / head.scale.detach().cpu()
+        if head.calibrate(cosine, torch.tensor([float(e.label) for e in sample])):
+            fitted[name] = (head.scale.item(), head.shift.item())
+            print(f"[{name}] cosine head fitted to {len(sample)} training pairs: "
+                  f"ŷ = {fitted[name][0]:.3f}·cos + {fitted[name][1]:.3f}")  # fmt: skip
+    model.train()
+    return fitted
 
 
 # ------------------------------------------------------------------------------------------------

@@ -394,8 +394,13 @@ def test_dropout_reaches_every_attention_including_pals(tiny_checkpoint):
 
     settings = ModelSettings(option="pals", checkpoint=str(tiny_checkpoint))
     model = build_model(settings, ["sst"], dropout=0.3)
+    from minbert.plugins.pals import PAL
+
     rates = [m.dropout_p for m in model.modules() if hasattr(m, "dropout_p")]
-    assert len(rates) == model.bert.config.num_hidden_layers + 1 and set(rates) == {0.3}
+    pals = [m for m in model.modules() if isinstance(m, PAL)]
+    assert len(pals) == 1 and pals[0].dropout_p == 0.3  # the rate its attentions get in training
+    # the encoder's attentions and the PAL's (one per layer, each BertSelfAttention's code)
+    assert len(rates) == 2 * model.bert.config.num_hidden_layers + 1 and set(rates) == {0.3}
     assert {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {0.3}
 
 
@@ -442,3 +447,26 @@ def test_two_layer_heads(tiny_checkpoint, tiny_data, tmp_path):
         model.load_task_state_dict(name, load_file(str(out / f"task-{name}.safetensors")))
         _, rows = read_predictions(out / f"{name}-dev-output.csv")
         assert dev_predictions(model, name, data, tokenizer, cfg) == {i: float(v) for i, v in rows}
+
+
+def test_a_fresh_run_fits_the_cosine_head_to_the_training_labels(tiny_checkpoint, tiny_data):
+    """With labels that are exactly 3·cos + 1 of the model's own cosines, the fitted head is
+    ŷ = 3·cos + 1 (float32 cosines, 1e-4), and its predictions then equal the labels."""
+    from tasks.model import ModelSettings, calibrate_similarity_heads, head_outputs
+    from tasks.reader import Example
+
+    settings = ModelSettings(option="adapter", checkpoint=str(tiny_checkpoint),
+                             pair_encoding="separate")  # fmt: skip
+    model = build_model(settings, ["sst", "sts"])
+    tokenizer = Tokenizer.from_checkpoint(str(tiny_checkpoint), max_length=32)
+    examples, _ = get_task("sts").read(tiny_data / "sts-train.csv")
+    cpu, sts = torch.device("cpu"), get_task("sts")
+    outputs = head_outputs(model, sts, examples, tokenizer, 8, cpu).squeeze(-1)
+    cosine = (outputs - 2.5) / 2.5  # a = b = 2.5 before the fit
+    exact = [Example(e.id, e.texts, float(3 * c + 1), e.line) for e, c in zip(examples, cosine)]
+    fitted = calibrate_similarity_heads(model, {"sst": [], "sts": exact}, tokenizer, 8, cpu)
+    assert list(fitted) == ["sts"] and model.training
+    assert fitted["sts"] == pytest.approx((3.0, 1.0), abs=1e-4)
+    labels = torch.tensor([e.label for e in exact])
+    after = head_outputs(model, sts, exact, tokenizer, 8, cpu).squeeze(-1)
+    torch.testing.assert_close(after, labels, atol=1e-4, rtol=0)

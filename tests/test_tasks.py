@@ -289,3 +289,18 @@ def test_cosine_head_starts_as_the_fixed_map_onto_0_to_5():
     expected = torch.tensor([[2.5], [5.0], [0.0], [2.5 * (24 / 25 + 1)]])
     torch.testing.assert_close(head(u, v), expected)
     assert sorted(n for n, _ in head.named_parameters()) == ["scale", "shift"]
+
+
+def test_cosine_head_calibrates_to_the_least_squares_line():
+    """calibrate sets (a, b) = argmin Σ (a·cos + b − y)²: cos 0, 0.5, 1 with labels 1, 2.5, 3
+    fit y = 2·cos + 7/6; a falling fit, or cosines that do not vary, leave the head as it was."""
+    head = CosineSimilarityHead()
+    assert head.calibrate(torch.tensor([0.0, 0.5, 1.0]), torch.tensor([1.0, 2.5, 3.0]))
+    # slope = Σ(x − x̄)(y − ȳ) / Σ(x − x̄)² = (−0.5·(1 − 13/6) + 0.5·(3 − 13/6)) / 0.5 = 2
+    assert head.scale.item() == pytest.approx(2.0) and head.shift.item() == pytest.approx(
+        13 / 6 - 1
+    )
+    before = {n: p.clone() for n, p in head.named_parameters()}
+    assert not head.calibrate(torch.tensor([0.0, 1.0]), torch.tensor([3.0, 1.0]))
+    assert not head.calibrate(torch.tensor([0.4, 0.4]), torch.tensor([3.0, 1.0]))
+    assert all(torch.equal(p, before[n]) for n, p in head.named_parameters())
