@@ -86,7 +86,8 @@ def plot(results: dict, tasks: list[str], layers: int, path: Path) -> None:
             [[np.nan if v is None else v for v in row] for row in grid(results, task, layers)]
         )
         unablated = results["none"][task]
-        image = ax.imshow(values, cmap="viridis", origin="upper")
+        low, high = min(np.nanmin(values), unablated), max(np.nanmax(values), unablated)
+        image = ax.imshow(values, cmap="viridis", origin="upper", vmin=low, vmax=high)
         bar = fig.colorbar(image, ax=ax, fraction=0.046)
         bar.ax.axhline(unablated, color="red", linewidth=2)  # the unablated score
         ax.set(
@@ -108,15 +109,30 @@ def plot(results: dict, tasks: list[str], layers: int, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    p.add_argument("run_dir", type=Path, help="a finished train_multitask.py adapter run")
+    p.add_argument(
+        "run_dir", type=Path, nargs="?", help="a finished train_multitask.py adapter run"
+    )
     p.add_argument("--data_dir", type=Path, default=DATA_DIR, help="the course's data files")
     p.add_argument("--batch_size", type=int, default=64, help="evaluation batch size")
     p.add_argument(
         "--results", type=Path, default=RESULTS_DIR / "adapter-ablation", help="results stem"
     )
+    p.add_argument(
+        "--replot",
+        action="store_true",
+        help="only draw the PNG again from the results JSON of an earlier run (no evaluation)",
+    )
     add_threads_flag(p)
     args = p.parse_args(argv)
     set_threads(args.threads)
+    if args.replot:
+        payload = json.loads(args.results.with_suffix(".json").read_text())
+        metrics, tasks = payload["metrics"], payload["run_config"]["tasks"]
+        layers = max(int(span.split("-")[1]) for span in metrics if span != "none") + 1
+        plot(metrics, tasks, layers, args.results.with_suffix(".png"))
+        return 0
+    if args.run_dir is None:
+        p.error("name the RUN_DIR to ablate (or --replot an earlier result)")
     cfg, model, dev = load_run(args.run_dir, args.data_dir)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, cfg.model.max_length)
     layers = model.bert.config.num_hidden_layers
