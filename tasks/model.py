@@ -53,6 +53,10 @@ from tasks.metrics import OVERALL_TASKS, overall_score
 from tasks.reader import Example
 
 OPTIONS = ("pretrain", "finetune", *PLUGINS)
+# Options whose pairs are encoded apart unless --pair_encoding says otherwise: with these few
+# trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
+# similarity (benchmarks/results/option-encoding.md, plugins-3-epochs.md).
+SEPARATE_BY_DEFAULT = ("pretrain", "lhuc", "pals")
 
 
 @dataclass
@@ -70,9 +74,9 @@ class ModelSettings:
     # pooler, the [CLS] state, or the mean of real tokens
     pair_encoding: Literal[PAIR_ENCODINGS] | None = None  # pair tasks: cross = one sequence
     # [CLS] a [SEP] b [SEP]; separate = encode a and b apart and combine ([u,v,|u-v|,u*v] for
-    # paraphrase, cosine for similarity) (default: separate for pretrain, whose frozen encoder
-    # keeps the checkpoint's own cosine similarity; cross otherwise; benchmarks/results/
-    # multitask.md)
+    # paraphrase, cosine for similarity) (default: separate for pretrain, lhuc and pals, which
+    # keep the checkpoint's own cosine similarity where cross-encoded STS stays far below it;
+    # cross for finetune, adapter and lora; benchmarks/results/option-encoding.md)
     head_hidden: int = 0  # each task head gets a tanh layer of this size before its output
     # layer (the adapter study's two-layer classifier; 0: a linear head)
     # -- data --
@@ -93,7 +97,7 @@ class ModelSettings:
         """The option-dependent defaults filled in (the one place they are decided)."""
         if self.pair_encoding is not None:
             return self
-        encoding = "separate" if self.option == "pretrain" else "cross"
+        encoding = "separate" if self.option in SEPARATE_BY_DEFAULT else "cross"
         return dataclasses.replace(self, pair_encoding=encoding)
 
     def check(self, tasks: Sequence[Task]) -> Path:
