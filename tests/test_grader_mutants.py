@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -842,9 +843,13 @@ def run_own_checks(mutant: Mutant, ctx: Context, monkeypatch) -> dict:
 
 
 @pytest.fixture(scope="module")
-def ctx() -> Context:
+def ctx() -> Iterator[Context]:
+    """The grading context, on one thread (as the references were made); the thread count is
+    restored afterwards, since later tests compare a subprocess's numbers with this process's."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    return Context(None, ROOT / "sanity_check_reference.pt")
+    yield Context(None, ROOT / "sanity_check_reference.pt")
+    torch.set_num_threads(threads)
 
 
 def test_stored_reference_data_are_up_to_date() -> None:

@@ -45,8 +45,10 @@ def test_same_seed_same_metrics(tiny_checkpoint, tiny_data, tmp_path):
 def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data, tmp_path):
     """Kill -9 a run as soon as it has written a resumable checkpoint, resume, and compare every
     evaluation with a run that was never interrupted (same seed, same machine)."""
+    threads = str(torch.get_num_threads())  # float sums depend on it; pin it for both processes
     extra = ["--epochs", "3", "--steps_per_epoch", "10", "--eval_every", "5", "--save_every", "2",
-             "--option", "finetune", "--layer_decay", "0.9", "--swap_pairs"]  # fmt: skip
+             "--option", "finetune", "--layer_decay", "0.9", "--swap_pairs",
+             "--threads", threads]  # fmt: skip
     reference = tmp_path / "reference"
     assert (
         train_multitask.main(
