@@ -253,7 +253,11 @@ def test_ctrl_c_leaves_a_resumable_run_and_says_how_to_resume(tiny_checkpoint, t
     extra = ["--epochs", "50", "--steps_per_epoch", "10", "--save_every", "1", "--no_plots"]
     cmd = [sys.executable, "train_multitask.py", *driver_argv(tiny_checkpoint, tiny_data, out,
                                                               *extra)]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # A shell without job control starts background commands with SIGINT ignored, and Python
+    # keeps an ignored SIGINT; the child gets the default back, as a terminal's Ctrl-C finds it.
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)  # fmt: skip
     deadline = time.time() + 120
     while not (out / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
