@@ -26,8 +26,9 @@ the machine. Suites:
     error-bars  default finetune and adapter runs (annealed, 3 epochs), meant for --seeds 1,2,3
     transfer-levers  finetune with two-layer heads, layer-wise lr decay, 5 epochs, SMART: each
                one change from the default multitask run (issue 18 item 3), meant for --seeds
-    smart-low-resource  SMART off and on (ε 1e-5 and 1e-3) on the same 10% of every training
-               file (--train_fraction 0.1), meant for --seeds 1,2,3
+    smart-low-resource  SMART off and on on the same 10% of every training file
+               (--train_fraction 0.1): the paper's ε 1e-5, ε = η = 1e-3, and ε = η = 1 (the
+               unit per-token perturbation of mt-dnn's code); meant for --seeds 1,2,3
     batching   one epoch of finetune with length-grouping pools of 50, 10, 2 and 1 batch(es)
                (--batch_pool; 1 is plain random batches): quality against epoch time
     adapter-study  the PALs report's sampling table and the adapter study's ablations, each
@@ -170,23 +171,30 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("smart", ["--option", "finetune", "--smart"]),
     ],
     # Issue 18, item 4: SMART where data are scarce: the same 10% of every training file, SMART
-    # off, at the paper's ε = 1e-5, and at ε = η = 1e-3 (the size of the normalised ascent step
-    # that public implementations keep rather than projecting to the paper's ball); --seeds 1,2,3.
+    # off, at the paper's ε = 1e-5, at ε = η = 1e-3, and at ε = η = 1: mt-dnn's code divides
+    # δ + η·g by its per-token max-norm after the ascent step instead of projecting it to the
+    # ε-ball, so its perturbation has per-token ∞-norm 1; with ε = η = 1 the ascent step
+    # reaches that size and the projection leaves it there. --seeds 1,2,3.
     "smart-low-resource": [
         ("finetune-10pct", ["--option", "finetune", "--train_fraction", "0.1"]),
         ("finetune-10pct-smart", ["--option", "finetune", "--train_fraction", "0.1", "--smart"]),
-        (
-            "finetune-10pct-smart-eps-1e-3",
-            [
-                "--option",
-                "finetune",
-                "--train_fraction",
-                "0.1",
-                "--smart",
-                "--smart_epsilon",
-                "1e-3",
-            ],
-        ),
+        *[
+            (
+                f"finetune-10pct-smart-eps-{size}",
+                [
+                    "--option",
+                    "finetune",
+                    "--train_fraction",
+                    "0.1",
+                    "--smart",
+                    "--smart_epsilon",
+                    size,
+                    "--smart_step_size",
+                    size,
+                ],
+            )
+            for size in ("1e-3", "1")
+        ],
     ],  # fmt: skip
     # Issue 18, item 5: batching schemes at one epoch: length grouping in pools of 50 batches
     # (the default), 10 and 2, and plain random batches (a pool of one batch).
