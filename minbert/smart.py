@@ -79,7 +79,8 @@ Scale and precision. The embeddings are LayerNorm outputs with entries of size ~
 perturbation of ε = 1e-5 changes the predictions by O(ε) and R_s by O(ε²): small next to L. The
 public implementations (mt-dnn, smart-pytorch) rescale the perturbation to unit per-token norm
 instead of projecting it, a much stronger perturbation; raise ``epsilon`` (with ``step_size``)
-to get a stronger R_s. Under bf16 autocast, ε = 1e-5 is below bf16's resolution (2⁻⁸ relative),
+to get a stronger R_s: ε = η = 1 with the ∞-norm gives their size (each token's δ has largest
+entry 1). Under bf16 autocast, ε = 1e-5 is below bf16's resolution (2⁻⁸ relative),
 so the perturbation vanishes when the first linear map casts e + δ; use a larger ε or float32.
 Divergences are computed in float32.
 """
