@@ -7,9 +7,10 @@
 The run: config -> data -> model -> optimizer -> task sampler -> training loop -> evaluation.
 Each step draws one task (round-robin, or p_i ∝ N_i^α, see minbert/sampling.py), takes that task's
 next length-grouped batch, and updates the shared encoder (or only the plug-ins and heads) on that
-task's loss. The model layer is tasks/model.py; everything the run writes goes through its
-RunFolder (tasks/run.py): config.json, metrics.jsonl, train_log.jsonl, checkpoints, prediction
-files and learning-curve plots; see README.md.
+task's loss (with --step_gradient: a batch of every task, minbert/pcgrad.py). The model layer
+is tasks/model.py; everything the run writes goes through its RunFolder (tasks/run.py):
+config.json, metrics.jsonl, train_log.jsonl, checkpoints, prediction files and learning-curve
+plots; see README.md.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ from tasks.model import (
     build_model,
     calibrate_similarity_heads,
     evaluate,
-    train_step,
+    train_step_tasks,
 )
-from tasks.run import RunFolder, RunStopped, UsageError, merge_config, run_command
+from tasks.run import RunFolder, RunStopped, UsageError, merge_config, overlapping, run_command
 
 RUN_DIR = {"metavar": "RUN_DIR"}
 
@@ -72,6 +73,9 @@ class TrainConfig:
     # the tasks; proportional draws task i with p_i ∝ N_i (training-set size); square-root
     # with p_i ∝ √N_i; annealed with p_i ∝ N_i^α, α = 1 − 0.8·(e − 1)/(E − 1) in epoch e of E
     # (Stickland & Murray 2019)
+    step_gradient: Literal["one-task", "summed", "pcgrad"] = "one-task"  # one-task: a step trains
+    # the task --sampling draws; summed: a batch of every task, gradients added (no sampling; an
+    # epoch has 1/K the steps); pcgrad: the same, conflicting gradients projected (Yu et al. 2020)
     tasks: list[str] = field(default_factory=lambda: list(OVERALL_TASKS))  # comma-separated
     # subset of the registered tasks (tasks/: cfimdb, para, sst, sts)
     # -- data --
@@ -202,11 +206,6 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     return config
 
 
-def inside(a: Path, b: Path) -> bool:
-    a, b = a.resolve(), b.resolve()
-    return a == b or b in a.parents or a in b.parents
-
-
 def check(cfg: TrainConfig, explicit: list[str]) -> None:
     """Every value in range and every named file present, or a UsageError naming the flag and
     the fix, before anything is written."""
@@ -222,9 +221,9 @@ def check(cfg: TrainConfig, explicit: list[str]) -> None:
         (unknown or not tasks, f"--tasks: unknown task(s) {unknown}; known: {sorted(TASKS)}"),
         (len(set(tasks)) < len(tasks), f"--tasks {','.join(tasks)}: a task is named twice"),
         (missing, f"--{missing[0] if missing else ''}: file not found; give an existing file"),
-        (cfg.add_to and inside(Path(cfg.out_dir), Path(cfg.add_to)),
+        (cfg.add_to and overlapping(Path(cfg.out_dir), Path(cfg.add_to)),
          "--out_dir must differ from --add_to and lie outside it: the earlier run stays as it is"),
-        (inside(Path(cfg.out_dir), checkpoint), f"--out_dir {cfg.out_dir} and the checkpoint "
+        (overlapping(Path(cfg.out_dir), checkpoint), f"--out_dir {cfg.out_dir} and the checkpoint "
          f"folder {checkpoint} must not be the same or inside each other"),
         (cfg.add_to and m.plugin is None,
          f"--add_to: {cfg.add_to} was trained with --option {m.option}, which changes weights "
@@ -299,16 +298,16 @@ class Run:
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (tasks/run.py: save_last)."""
         teacher = self.smart.teacher if self.smart else None
-        # fmt: off
         return dict(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                    streams=self.streams, teacher=teacher)
-        # fmt: on
+                    streams=self.streams, teacher=teacher)  # fmt: skip
 
 
 def set_up(cfg: TrainConfig) -> Run:
     """Everything is read and built before the run folder is touched; then folder, optimizer,
     sampler and batch streams."""
     dist, device = set_up_distributed(cfg.device, cfg.bf16, cfg.batch_size)
+    if dist.world > 1 and cfg.step_gradient != "one-task":
+        raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
     folder = RunFolder(cfg.out_dir, writes=dist.rank == 0)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     torch.manual_seed(cfg.seed)
@@ -330,7 +329,8 @@ def set_up(cfg: TrainConfig) -> Run:
     folder.write_parameters(report)
     lengths = train_lengths(data, tokenizer, model.encodes_separately, cfg.model.max_length)
     sizes = {name: len(splits["train"]) for name, splits in data.items()}
-    steps_per_epoch = cfg.steps_per_epoch or math.ceil(sum(sizes.values()) / cfg.batch_size)
+    per_step = cfg.batch_size * (1 if cfg.step_gradient == "one-task" else len(sizes))
+    steps_per_epoch = cfg.steps_per_epoch or math.ceil(sum(sizes.values()) / per_step)
     total_steps = steps_per_epoch * cfg.epochs
     optimizer = adamw_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay)
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
@@ -352,26 +352,27 @@ def set_up(cfg: TrainConfig) -> Run:
     # fmt: on
 
 
-def one_batch(run: Run, name: str, step: int) -> torch.Tensor | None:
-    """Train on the next batch of task ``name``; None when a non-finite loss was skipped."""
-    task, cfg = get_task(name), run.cfg
-    indices = run.dist.shard(run.streams[name].next())
-    examples = [run.data[name]["train"][i] for i in indices]
-    if cfg.swap_pairs and task.symmetric:
-        examples = swap_at_random(examples)
-    separate = run.model.encodes_separately(task)
-    batch = batch_to(collate(task, examples, run.tokenizer, separate), run.device)
+def one_step(run: Run, names: list[str], step: int) -> list[torch.Tensor] | None:
+    """Train on the next batch of each task in ``names`` (one, unless --step_gradient combines
+    every task's); the losses, or None when a non-finite loss was skipped."""
+    cfg, batches = run.cfg, []
+    for name in names:
+        task, indices = get_task(name), run.dist.shard(run.streams[name].next())
+        chosen = [run.data[name]["train"][i] for i in indices]
+        chosen = swap_at_random(chosen) if cfg.swap_pairs and task.symmetric else chosen
+        batch = collate(task, chosen, run.tokenizer, run.model.encodes_separately(task))
+        batches.append((task, batch_to(batch, run.device)))
     bf16, skip = autocast(cfg.bf16, run.device), cfg.nonfinite == "skip"
     teacher = run.smart.teacher if run.smart else None
+    pcgrad = cfg.seed * 1_000_003 + step if cfg.step_gradient == "pcgrad" else None  # its order
     try:
-        loss = train_step(
-            run.step_module, task, batch, run.optimizer, run.scheduler, bf16, skip, teacher
-        )
+        losses = train_step_tasks(run.step_module, batches, run.optimizer, run.scheduler, bf16,
+                                  skip, teacher, pcgrad)  # fmt: skip
     except NonFiniteLoss as err:
-        raise RunStopped(f"{err} at step {step} on task {name}; the run stops before any update "
-                         f"from this batch; {run.folder.on_disk()}", 3) from None  # fmt: skip
-    run.extra["examples"] += len(indices) if loss is not None else 0
-    return loss
+        raise RunStopped(f"{err} at step {step} on task {err.task}; the run stops before any "
+                         f"update from this step; {run.folder.on_disk()}", 3) from None  # fmt: skip
+    run.extra["examples"] += sum(len(b["labels"]) for _, b in batches) if losses else 0
+    return losses
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
@@ -390,30 +391,31 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
     """The loop: an epoch's task schedule, one batch a step, logs, evaluations and saves."""
     cfg, spe, running = run.cfg, run.steps_per_epoch, run.extra["running"]
+    one_task = cfg.step_gradient == "one-task"  # else every task's batch in every step
     total, start = spe * cfg.epochs, time.time() - run.extra["seconds"]
     while step < total:
         epoch = step // spe + 1
         schedule = run.sampler.schedule(epoch, spe)
-        if step % spe == 0:
-            probabilities = run.sampler.probabilities(epoch).items()
-            print(f"epoch {epoch}/{cfg.epochs}: task probabilities "
-                  + ", ".join(f"{k} {v:.3f}" for k, v in probabilities))  # fmt: skip
+        if step % spe == 0 and one_task:
+            shares = ", ".join(f"{k} {v:.3f}" for k, v in run.sampler.probabilities(epoch).items())
+            print(f"epoch {epoch}/{cfg.epochs}: task probabilities {shares}")
         run.model.train()
         bar = tqdm(total=spe, initial=step % spe, desc=f"epoch {epoch}/{cfg.epochs}",
                    disable=run.dist.rank != 0, file=sys.stderr, dynamic_ncols=True,
                    mininterval=0.1 if sys.stderr.isatty() else 60)  # fmt: skip
         while step < epoch * spe:
-            name = schedule[step % spe]
+            names = [schedule[step % spe]] if one_task else list(run.data)
             step += 1
-            loss = one_batch(run, name, step)
+            losses = one_step(run, names, step)
             bar.update(1)
-            if loss is None:
-                tqdm.write(f"non-finite loss at step {step} on task {name}: batch skipped",
-                           file=sys.stderr)  # fmt: skip
+            if losses is None:
+                tqdm.write(f"non-finite loss at step {step} on task(s) {','.join(names)}: "
+                           "step skipped", file=sys.stderr)  # fmt: skip
                 continue
-            running[name].append(run.dist.mean(loss))
-            recent = running[name][-50:]
-            bar.set_postfix(task=name, loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
+            for name, loss in zip(names, losses):
+                running[name].append(run.dist.mean(loss))
+            recent = running[names[0]][-50:]
+            bar.set_postfix(task=names[0], loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
             if step % cfg.log_every == 0 or step == total:
                 run.folder.log_training(step, epoch, running)
             run.extra["seconds"] = time.time() - start
@@ -455,10 +457,8 @@ def finish(run: Run, step: int, best: float) -> dict[str, Any]:
     summary = {"best_overall": best, "wall_clock_s": round(seconds, 1),
                "train_examples_per_s": round(examples / max(seconds, 1e-9), 2), "steps": step,
                "train_examples": examples, "processes": run.dist.world}  # fmt: skip
-    bf16 = autocast(cfg.bf16, run.device)
-    folder.write_predictions(
-        run.model, run.data, run.tokenizer, 2 * cfg.batch_size, run.device, bf16
-    )
+    folder.write_predictions(run.model, run.data, run.tokenizer, 2 * cfg.batch_size, run.device,
+                             autocast(cfg.bf16, run.device))  # fmt: skip
     if cfg.model.option != "finetune":
         folder.save_task_checkpoints(run.model)
     folder.write_summary(summary)

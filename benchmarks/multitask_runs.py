@@ -172,6 +172,10 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("layer-decay-0.8", ["--option", "finetune", "--lr", "1e-4", "--layer_decay", "0.8"]),
         ("5-epochs", ["--option", "finetune", "--epochs", "5"]),
         ("smart", ["--option", "finetune", "--smart"]),
+        # Gradient conflicts: a batch of every task in each step, gradients added (the baseline
+        # of the change) or combined by PCGrad.
+        ("all-tasks-summed", ["--option", "finetune", "--step_gradient", "summed"]),
+        ("pcgrad", ["--option", "finetune", "--step_gradient", "pcgrad"]),
     ],
     # Issue 18, item 4: SMART where data are scarce: the same 10% of every training file, SMART
     # off, at the paper's ε = 1e-5, at ε = η = 1e-3, and at ε = η = 1: mt-dnn's code divides

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from minbert.bert import BertModel
 from minbert.flags import section
+from minbert.pcgrad import surgery
 from minbert.plugins import (
     PLUGINS,
     add_plugin,
@@ -432,7 +433,11 @@ class TrainingStep(nn.Module):
 
 
 class NonFiniteLoss(FloatingPointError):
-    """A batch gave a NaN or infinite loss; nothing was updated."""
+    """A batch gave a NaN or infinite loss; nothing was updated. ``task`` names its task."""
+
+    def __init__(self, message: str, task: str) -> None:
+        super().__init__(message)
+        self.task = task
 
 
 def train_step(
@@ -445,26 +450,60 @@ def train_step(
     skip_nonfinite: bool = False,
     teacher: MomentumTeacher | None = None,
 ) -> torch.Tensor | None:
-    """One update: loss (its forward under ``autocast``, e.g. bf16), backward, AdamW step,
-    schedule step, and SMART's teacher update (pass ``Smart.teacher`` when SMART is on).
+    """One update on one task's batch: loss (its forward under ``autocast``, e.g. bf16),
+    backward, AdamW step, schedule step, and SMART's teacher update (pass ``Smart.teacher`` when
+    SMART is on).
 
     A non-finite loss raises ``NonFiniteLoss`` before anything changes, or with
     ``skip_nonfinite`` drops the batch (the schedule still advances, so a skipped batch costs
     its step) and returns None. Returns the detached loss otherwise.
     """
-    with autocast or contextlib.nullcontext():
-        loss = step(task, batch)
+    losses = train_step_tasks(
+        step, [(task, batch)], optimizer, scheduler, autocast, skip_nonfinite, teacher
+    )
+    return None if losses is None else losses[0]
+
+
+def train_step_tasks(
+    step: nn.Module,
+    batches: Sequence[tuple[Task, dict]],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    autocast: contextlib.AbstractContextManager | None = None,
+    skip_nonfinite: bool = False,
+    teacher: MomentumTeacher | None = None,
+    pcgrad: int | None = None,
+) -> list[torch.Tensor] | None:
+    """One update from a batch of each of several tasks (``train_step`` with one): the gradients
+    of the task losses are added (``--step_gradient summed``), or with a ``pcgrad`` seed combined
+    by PCGrad's projection (``minbert/pcgrad.py``: each task's gradient of the shared parameters
+    loses its part against any other task's it conflicts with, the order of the others drawn
+    with that seed). Non-finite losses as in ``train_step``: any one stops or skips the whole
+    step. Returns the detached loss of each batch.
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     optimizer.zero_grad(set_to_none=True)
-    finite = bool(torch.isfinite(loss))
-    if not finite and not skip_nonfinite:
-        raise NonFiniteLoss(f"non-finite loss ({loss.item()})")
-    loss.backward()  # a skipped batch too: keeps every process's gradient exchange in step
+    losses, per_task, finite = [], [], True
+    for task, batch in batches:
+        with autocast or contextlib.nullcontext():
+            loss = step(task, batch)
+        if not torch.isfinite(loss):
+            if not skip_nonfinite:
+                raise NonFiniteLoss(f"non-finite loss ({loss.item()})", task.name)
+            finite = False
+        loss.backward()  # a skipped batch too: keeps every process's gradient exchange in step
+        losses.append(loss.detach())
+        if pcgrad is not None:  # keep this task's gradients apart from the next task's
+            per_task.append([p.grad for p in params])
+            optimizer.zero_grad(set_to_none=True)
     if finite:
+        if pcgrad is not None:
+            for p, grad in zip(params, surgery(per_task, torch.Generator().manual_seed(pcgrad))):
+                p.grad = grad
         optimizer.step()
-    else:
-        optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=True)
     if scheduler is not None:
         scheduler.step()
     if finite and teacher is not None:
         teacher.update()
-    return loss.detach() if finite else None
+    return losses if finite else None

@@ -82,6 +82,12 @@ def run_command(body: Callable[[], object]) -> int:
     return 0
 
 
+def overlapping(a: Path, b: Path) -> bool:
+    """Whether two folders are the same or one lies inside the other."""
+    a, b = a.resolve(), b.resolve()
+    return a == b or b in a.parents or a in b.parents
+
+
 def merge_config(
     command_line: dict[str, Any],
     saved: dict[str, Any],
