@@ -63,8 +63,8 @@ def git_commit() -> str:
         status = subprocess.run(
             ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
+    except (OSError, subprocess.CalledProcessError):  # the GPU machine's copy names it
+        return f"{os.environ.get('MINBERT_COMMIT', 'unknown')} (a copy of the tree, no git)"
     return head + ("-dirty" if status else "")
 
 
@@ -77,6 +77,7 @@ def machine() -> dict[str, str]:
         "torch": torch.__version__,
         "torch threads": str(torch.get_num_threads()),
         "GPU": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+        "CUDA": str(torch.version.cuda),
     }
     try:
         import transformers

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import shlex
@@ -102,6 +103,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("sst-lr1e-4-layer-decay-0.8", ["--tasks", "sst", "--lr", "1e-4", "--layer_decay", "0.8"]),
         ("para", ["--tasks", "para"]),
         ("para-swap-pairs", ["--tasks", "para", "--swap_pairs"]),
+        ("sts", ["--tasks", "sts"]),
     ],
     "ceiling": [
         (
@@ -214,8 +216,13 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
 
 
 def git_commit() -> str:
+    """HEAD, with ``-dirty`` when tracked files differ from it. A copy of the tree without git
+    (the GPU machine's) says so and names the commit it was copied from, given in the
+    environment as MINBERT_COMMIT."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        if out.returncode != 0:
+            return f"{os.environ.get('MINBERT_COMMIT', 'unknown')} (a copy of the tree, no git)"
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
             cwd=ROOT,
@@ -228,14 +235,12 @@ def git_commit() -> str:
 
 
 def machine() -> str:
-    import os
-
     import torch
 
-    return (
-        f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-        f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}"
-    )
+    gpu = "no GPU"
+    if torch.cuda.is_available():
+        gpu = f"GPU {torch.cuda.get_device_name(0)}, CUDA {torch.version.cuda}"
+    return f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, {gpu}"
 
 
 def collect(run_dir: Path) -> dict:
