@@ -56,6 +56,8 @@ def set_threads(threads: int | None) -> None:
 def git_commit() -> str:
     """``git rev-parse HEAD``, plus ``-dirty`` when the working tree has uncommitted changes
     (modified tracked files or untracked files that git does not ignore)."""
+    if "MINBERT_COMMIT" in os.environ:  # a copy of the tree (the GPU machine's) names it
+        return f"{os.environ['MINBERT_COMMIT']} (a copy of the tree)"
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -63,8 +65,8 @@ def git_commit() -> str:
         status = subprocess.run(
             ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):  # the GPU machine's copy names it
-        return f"{os.environ.get('MINBERT_COMMIT', 'unknown')} (a copy of the tree, no git)"
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
     return head + ("-dirty" if status else "")
 
 

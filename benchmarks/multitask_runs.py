@@ -48,6 +48,7 @@ configuration whose rows already differ only by ``-seed-<s>`` is aggregated the 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import platform
@@ -216,13 +217,13 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
 
 
 def git_commit() -> str:
-    """HEAD, with ``-dirty`` when tracked files differ from it. A copy of the tree without git
-    (the GPU machine's) says so and names the commit it was copied from, given in the
-    environment as MINBERT_COMMIT."""
+    """HEAD, with ``-dirty`` when tracked files differ from it. A copy of the tree (the GPU
+    machine's, whose .git is not the tree's: it reported the session's first commit) names the
+    commit it was copied from in the environment as MINBERT_COMMIT."""
+    if "MINBERT_COMMIT" in os.environ:
+        return f"{os.environ['MINBERT_COMMIT']} (a copy of the tree)"
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        if out.returncode != 0:
-            return f"{os.environ.get('MINBERT_COMMIT', 'unknown')} (a copy of the tree, no git)"
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
             cwd=ROOT,
@@ -288,10 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [(f"{n}-seed-{s}", [*f, "--seed", str(s)]) for n, f in chosen for s in seeds]
     stem = Path(args.results) if args.results else ROOT / "benchmarks" / "results" / args.suite
     stem.parent.mkdir(parents=True, exist_ok=True)
-    json_path = stem.with_suffix(".json")
+    json_path, md_path = (stem.parent / f"{stem.name}{ext}" for ext in (".json", ".md"))
     results = json.loads(json_path.read_text()) if json_path.exists() else {}
     if args.render:
-        stem.with_suffix(".md").write_text(markdown(args.suite, results))
+        md_path.write_text(markdown(args.suite, results))
         return 0
     for name, flags in chosen:
         out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
@@ -313,9 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             print(f"{name}: exit code {rc}", file=sys.stderr)
             continue
-        # Re-read just before writing: another runner may share this results file.
-        results = json.loads(json_path.read_text()) if json_path.exists() else {}
-        results[name] = {
+        row = {
             "command": shlex.join(cmd),
             "commit": commit,
             "machine": machine(),
@@ -323,11 +322,16 @@ def main(argv: list[str] | None = None) -> int:
             "process_wall_clock_s": round(time.time() - start, 1),
             **collect(out_dir),
         }
-        json_path.write_text(json.dumps(results, indent=2) + "\n")
+        # Other runners may share this results file: read, add and write under a lock.
+        with open(stem.parent / f".{stem.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            results = json.loads(json_path.read_text()) if json_path.exists() else {}
+            results[name] = row
+            json_path.write_text(json.dumps(results, indent=2) + "\n")
+            md_path.write_text(markdown(args.suite, results))
         curves = out_dir / "learning_curves.png"
         if curves.exists():
             shutil.copyfile(curves, stem.parent / f"{stem.name}-{name}.png")
-        stem.with_suffix(".md").write_text(markdown(args.suite, results))
     return 0
 
 
