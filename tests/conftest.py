@@ -1,7 +1,8 @@
 """Shared fixtures and helpers: the one tiny model config (``tiny_config``, the project's
 ``BertConfig.tiny``), a tiny random BERT checkpoint in Hugging Face layout (with the real
 vocabulary, so the real tokenizer works), tiny synthetic data files in the course's format, and
-the one way the tests run the driver (``driver_argv`` / ``run_driver``)."""
+the one way the tests run the driver (``driver_argv`` / ``run_driver``, and
+``kill_when_resumable`` for a run killed as soon as it can be resumed)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import dataclasses
 import json
 import random
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +59,19 @@ def run_driver(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
     import train_multitask
 
     return train_multitask.main(driver_argv(checkpoint, data, out_dir, *extra))
+
+
+def kill_when_resumable(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
+    """Start the driver on ``driver_argv`` in a fresh process and kill -9 it as soon as its
+    ``last.pt`` exists (or after 120 s); its return code (−SIGKILL when the kill came first)."""
+    cmd = [sys.executable, "train_multitask.py", *driver_argv(checkpoint, data, out_dir, *extra)]
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (out_dir / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    return proc.wait()
 
 
 def _sentence(rng: random.Random) -> str:

@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import driver_argv, run_driver
+from tests.conftest import kill_when_resumable, run_driver
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-ROOT = Path(__file__).resolve().parent.parent
 CUDA_BF16 = ("--device", "cuda", "--bf16", "--no_plots")
 
 
@@ -59,18 +55,8 @@ def test_a_killed_gpu_run_resumes(tiny_checkpoint, tiny_data, tmp_path):
     reference = tmp_path / "reference"
     assert run_driver(tiny_checkpoint, tiny_data, reference, *extra) == 0
     killed = tmp_path / "killed"
-    cmd = [
-        sys.executable,
-        "train_multitask.py",
-        *driver_argv(tiny_checkpoint, tiny_data, killed, *extra),
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not (killed / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    code = kill_when_resumable(tiny_checkpoint, tiny_data, killed, *extra)
+    assert code == -signal.SIGKILL, "the run finished before it could be killed"
     assert run_driver(tiny_checkpoint, tiny_data, killed, *CUDA_BF16, "--resume") == 0
     assert [m["step"] for m in metrics(killed)] == [m["step"] for m in metrics(reference)]
     resumed, whole = (

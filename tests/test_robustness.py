@@ -18,7 +18,7 @@ import torch
 import tasks.model
 import train_multitask
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
-from tests.conftest import driver_argv
+from tests.conftest import driver_argv, kill_when_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,18 +58,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data,
     )
 
     killed = tmp_path / "killed"
-    cmd = [
-        sys.executable,
-        "train_multitask.py",
-        *driver_argv(tiny_checkpoint, tiny_data, killed, "--no_plots", *extra),
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not (killed / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    code = kill_when_resumable(tiny_checkpoint, tiny_data, killed, "--no_plots", *extra)
+    assert code == -signal.SIGKILL, "the run finished before it could be killed"
     saved_step = load_trusted(killed / "last.pt")["step"]
     assert saved_step < 30
 
