@@ -35,3 +35,13 @@ def test_seed_groups_mean_and_sample_standard_deviation():
         for name, r in results.items()
     })  # fmt: skip
     assert "| adapter | 0.5000 ± 0.1000 (n = 3) | - | - | 0.7200 ± 0.0200 (n = 3) |" in text
+
+
+def test_a_stem_with_a_dot_keeps_its_whole_name(tmp_path):
+    """``--results DIR/layer-decay-0.8-1`` reads and writes layer-decay-0.8-1.json and .md, not
+    layer-decay-0.json (which three seeds once shared, losing two rows)."""
+    stem = tmp_path / "layer-decay-0.8-1"
+    (tmp_path / "layer-decay-0.8-1.json").write_text("{}")
+    assert multitask_runs.main(["transfer-levers", "--render", "--results", str(stem)]) == 0
+    assert (tmp_path / "layer-decay-0.8-1.md").is_file()
+    assert not (tmp_path / "layer-decay-0.md").exists()
