@@ -53,17 +53,20 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def git_commit() -> str:
+def git_commit(untracked: bool = True) -> str:
     """``git rev-parse HEAD``, plus ``-dirty`` when the working tree has uncommitted changes
-    (modified tracked files or untracked files that git does not ignore)."""
-    if "MINBERT_COMMIT" in os.environ:  # a copy of the tree (the GPU machine's) names it
+    (modified tracked files, and with ``untracked`` untracked files that git does not ignore).
+    A copy of the tree (the GPU machine's, whose .git is not the tree's: it reported the
+    session's first commit) names the commit it was copied from as MINBERT_COMMIT."""
+    if "MINBERT_COMMIT" in os.environ:
         return f"{os.environ['MINBERT_COMMIT']} (a copy of the tree)"
+    status_cmd = ["git", "status", "--porcelain"] + ([] if untracked else ["--untracked-files=no"])
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
         status = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+            status_cmd, cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
@@ -269,3 +272,37 @@ def pad_batch(batch: dict, length: int) -> dict:
         for seq in batch["inputs"]
     ]
     return padded
+
+
+def bert_outputs(model: torch.nn.Module, is_hf: bool, batch: dict) -> tuple[torch.Tensor, ...]:
+    """(last hidden state, pooler output) of minBERT's BertModel or transformers' on a
+    ``random_batch``."""
+    if is_hf:
+        out = model(**batch)
+        return out.last_hidden_state, out.pooler_output
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    return out["last_hidden_state"], out["pooler_output"]
+
+
+def set_dropout(model: torch.nn.Module, p: float) -> torch.nn.Module:
+    """Every dropout of ``model`` at probability ``p``: its nn.Dropout modules and minBERT's
+    attention-probability dropout (a ``dropout_p`` of each self-attention)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
+        if hasattr(module, "dropout_p"):
+            module.dropout_p = p
+    return model
+
+
+def random_train_batch(cfg, data: dict, name: str, tokenizer, model, generator) -> tuple:
+    """(task, batch): ``cfg.batch_size`` training examples of task ``name`` drawn with
+    ``generator``, collated as ``model`` encodes them and padded to ``cfg.model.max_length``
+    tokens, the largest batch a run of the driver can see."""
+    from tasks import get_task
+    from tasks.collate import collate
+
+    task, train = get_task(name), data[name]["train"]
+    indices = torch.randperm(len(train), generator=generator)[: cfg.batch_size].tolist()
+    batch = collate(task, [train[i] for i in indices], tokenizer, model.encodes_separately(task))
+    return task, pad_batch(batch, cfg.model.max_length)

@@ -30,7 +30,17 @@ import sys
 
 import _common
 import torch
-from _common import Report, interleaved, median, paired_ratio, random_batch, spread, table
+from _common import (
+    Report,
+    bert_outputs,
+    interleaved,
+    median,
+    paired_ratio,
+    random_batch,
+    set_dropout,
+    spread,
+    table,
+)
 
 from minbert.bert import BertConfig, BertModel
 from minbert.pretrained import default_checkpoint_dir, load_pretrained
@@ -45,16 +55,6 @@ def precision(name: str) -> contextlib.AbstractContextManager:
     if name == "bf16":
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def no_dropout(model: torch.nn.Module) -> torch.nn.Module:
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    for layer in getattr(getattr(model, "encoder", None), "layer", []):
-        if hasattr(layer.attention.self, "dropout_p"):
-            layer.attention.self.dropout_p = 0.0
-    return model
 
 
 def model_pair(base: bool) -> dict[str, tuple[torch.nn.Module, bool]]:
@@ -75,30 +75,22 @@ def model_pair(base: bool) -> dict[str, tuple[torch.nn.Module, bool]]:
     else:
         ours = load_pretrained()
         theirs = HFModel.from_pretrained(default_checkpoint_dir())
-    return {"minBERT": (no_dropout(ours).cuda(), False),
-            "transformers": (no_dropout(theirs).cuda(), True)}  # fmt: skip
-
-
-def forward(model: torch.nn.Module, is_hf: bool, batch: dict) -> tuple[torch.Tensor, ...]:
-    if is_hf:
-        out = model(**batch)
-        return out.last_hidden_state, out.pooler_output
-    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    return out["last_hidden_state"], out["pooler_output"]
+    return {"minBERT": (set_dropout(ours, 0.0).cuda(), False),
+            "transformers": (set_dropout(theirs, 0.0).cuda(), True)}  # fmt: skip
 
 
 def timed_call(model, is_hf: bool, batch: dict, mode: str, dtype: str):
     def train() -> None:
         model.zero_grad(set_to_none=True)
         with precision(dtype):
-            hidden, pooled = forward(model, is_hf, batch)
+            hidden, pooled = bert_outputs(model, is_hf, batch)
         (hidden.float().square().mean() + pooled.float().mean()).backward()
         torch.cuda.synchronize()
 
     @torch.no_grad()
     def infer() -> None:
         with precision(dtype):
-            forward(model, is_hf, batch)
+            bert_outputs(model, is_hf, batch)
         torch.cuda.synchronize()
 
     return train if mode == "train" else infer
@@ -128,8 +120,7 @@ def throughput(models: dict, shapes: list, repeats: int) -> str:
 
 def option_rows(data_dir: str, repeats: int) -> str:
     from minbert.tokenizer import Tokenizer
-    from tasks import get_task
-    from tasks.collate import batch_to, collate
+    from tasks.collate import batch_to
     from tasks.model import TrainingStep, train_step
 
     rows, device = [], torch.device("cuda")
@@ -145,10 +136,8 @@ def option_rows(data_dir: str, repeats: int) -> str:
             step, g, names = TrainingStep(model), torch.Generator().manual_seed(0), list(data)
             batches = []
             for name in names:
-                task, train = get_task(name), data[name]["train"]
-                chosen = [train[i] for i in torch.randperm(len(train), generator=g)[:32]]
-                batch = collate(task, chosen, tokenizer, model.encodes_separately(task))
-                batches.append((task, batch_to(_common.pad_batch(batch, 128), device)))
+                task, batch = _common.random_train_batch(cfg, data, name, tokenizer, model, g)
+                batches.append((task, batch_to(batch, device)))
             times = []
             for i in range(3 + repeats * len(names)):
                 task, batch = batches[i % len(names)]

@@ -38,8 +38,6 @@ def worker(option: str, steps: int, data_dir: str) -> dict:
     import torch
 
     from minbert.tokenizer import Tokenizer
-    from tasks import get_task
-    from tasks.collate import collate
     from tasks.model import TrainingStep, train_step
 
     option_flag = option if option in OPTIONS else "finetune"
@@ -57,12 +55,7 @@ def worker(option: str, steps: int, data_dir: str) -> dict:
     taken = 0
     for step in range(steps if option != BASELINE else 0):
         name = names[step % len(names)]
-        task, train = get_task(name), data[name]["train"]
-        indices = torch.randperm(len(train), generator=g)[: cfg.batch_size].tolist()
-        batch = collate(
-            task, [train[i] for i in indices], tokenizer, model.encodes_separately(task)
-        )
-        batch = _common.pad_batch(batch, cfg.model.max_length)
+        task, batch = _common.random_train_batch(cfg, data, name, tokenizer, model, g)
         train_step(step_module, task, batch, optimizer)
         taken += 1
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

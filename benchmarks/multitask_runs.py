@@ -61,6 +61,8 @@ import sys
 import time
 from pathlib import Path
 
+import _common
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The adapter study's budget: 3 epochs (so annealing has epochs to anneal over) of 150 steps,
@@ -217,22 +219,8 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
 
 
 def git_commit() -> str:
-    """HEAD, with ``-dirty`` when tracked files differ from it. A copy of the tree (the GPU
-    machine's, whose .git is not the tree's: it reported the session's first commit) names the
-    commit it was copied from in the environment as MINBERT_COMMIT."""
-    if "MINBERT_COMMIT" in os.environ:
-        return f"{os.environ['MINBERT_COMMIT']} (a copy of the tree)"
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "")
-    except OSError:
-        return "unknown"
+    """The commit the runs start from; results files being written do not make it dirty."""
+    return _common.git_commit(untracked=False)
 
 
 def machine() -> str:
@@ -290,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     stem = Path(args.results) if args.results else ROOT / "benchmarks" / "results" / args.suite
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path, md_path = (stem.parent / f"{stem.name}{ext}" for ext in (".json", ".md"))
-    results = json.loads(json_path.read_text()) if json_path.exists() else {}
     if args.render:
+        results = json.loads(json_path.read_text()) if json_path.exists() else {}
         md_path.write_text(markdown(args.suite, results))
         return 0
     for name, flags in chosen:

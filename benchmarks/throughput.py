@@ -31,7 +31,17 @@ import sys
 import _common
 import torch
 import torch.nn.functional as F
-from _common import Report, interleaved, median, paired_ratio, random_batch, spread, table
+from _common import (
+    Report,
+    bert_outputs,
+    interleaved,
+    median,
+    paired_ratio,
+    random_batch,
+    set_dropout,
+    spread,
+    table,
+)
 
 from minbert.bert import gelu
 from minbert.pretrained import default_checkpoint_dir, load_pretrained
@@ -48,12 +58,7 @@ def load_models(dropout: float) -> dict[str, tuple[torch.nn.Module, bool]]:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     directory = default_checkpoint_dir()
-    ours = load_pretrained(directory)
-    for module in ours.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = dropout
-    for layer in ours.encoder.layer:
-        layer.attention.self.dropout_p = dropout
+    ours = set_dropout(load_pretrained(directory), dropout)
     fixed = copy.deepcopy(ours)
     if ours.config.hidden_act == "gelu":
         for layer in fixed.encoder.layer:
@@ -70,23 +75,15 @@ def load_models(dropout: float) -> dict[str, tuple[torch.nn.Module, bool]]:
     }
 
 
-def outputs(model: torch.nn.Module, is_hf: bool, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    if is_hf:
-        out = model(**batch)
-        return out.last_hidden_state, out.pooler_output
-    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    return out["last_hidden_state"], out["pooler_output"]
-
-
 def train_step(model: torch.nn.Module, is_hf: bool, batch: dict) -> None:
     model.zero_grad(set_to_none=True)
-    hidden, pooled = outputs(model, is_hf, batch)
+    hidden, pooled = bert_outputs(model, is_hf, batch)
     (hidden.square().mean() + pooled.mean()).backward()
 
 
 @torch.no_grad()
 def inference_step(model: torch.nn.Module, is_hf: bool, batch: dict) -> None:
-    outputs(model, is_hf, batch)
+    bert_outputs(model, is_hf, batch)
 
 
 def measure(models: dict, mode: str, repeats: int) -> list[dict]:
