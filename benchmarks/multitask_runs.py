@@ -148,6 +148,9 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("lora", ["--option", "lora"]),
         ("pals", ["--option", "pals"]),
         ("lhuc", ["--option", "lhuc"]),
+        # Issue 18 item 1: levers for LHUC's Quora, below the pretrain floor with its defaults.
+        ("lhuc-lr-3e-3", ["--option", "lhuc", "--lr", "3e-3"]),
+        ("lhuc-layernorms", ["--option", "lhuc", "--train_layernorms"]),
     ],
     "smart": [
         ("finetune", ["--option", "finetune"]),
