@@ -30,7 +30,8 @@ the machine. Suites:
                (--train_fraction 0.1): the paper's ε 1e-5, ε = η = 1e-3, and ε = η = 1 (the
                unit per-token perturbation of mt-dnn's code); meant for --seeds 1,2,3
     batching   one epoch of finetune with length-grouping pools of 50, 10, 2 and 1 batch(es)
-               (--batch_pool; 1 is plain random batches): quality against epoch time
+               (--batch_pool; 1 is plain random batches): quality against epoch time, beside
+               the plain Hugging Face loop (benchmarks/plain_loop.py) at the same budget
     adapter-study  the PALs report's sampling table and the adapter study's ablations, each
                row one change from the first (adapters, annealed sampling) at one short budget
                (3 epochs of 150 steps): round-robin, proportional and square-root sampling;
@@ -64,6 +65,9 @@ from pathlib import Path
 import _common
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# What a configuration runs: the driver, unless its flags start with the plain loop's script.
+DRIVER, PLAIN_LOOP = "train_multitask.py", "benchmarks/plain_loop.py"
 
 # The adapter study's budget: 3 epochs (so annealing has epochs to anneal over) of 150 steps,
 # about a sixth of an epoch of the three tasks each; what these 2 cores allow for 9 runs.
@@ -203,9 +207,17 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
     ],
     # Issue 18, item 5: batching schemes at one epoch: length grouping in pools of 50 batches
     # (the default), 10 and 2, and plain random batches (a pool of one batch).
+    # Beside them the plain Hugging Face loop (benchmarks/plain_loop.py) at the same budget, its
+    # batches drawn at random every step or from shuffled passes like pool-1.
     "batching": [
-        (f"pool-{pool}", ["--option", "finetune", "--epochs", "1", "--batch_pool", str(pool)])
-        for pool in (50, 10, 2, 1)
+        *[
+            (f"pool-{pool}", ["--option", "finetune", "--epochs", "1", "--batch_pool", str(pool)])
+            for pool in (50, 10, 2, 1)
+        ],
+        *[
+            (f"plain-loop-{draw}", [PLAIN_LOOP, "--epochs", "1", "--draw", draw])
+            for draw in ("random", "passes")
+        ],
     ],
     "adapter-study": [
         ("adapter-annealed", SHORT),
@@ -287,9 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for name, flags in chosen:
         out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
+        script, flags = (flags[0], flags[1:]) if flags[0] == PLAIN_LOOP else (DRIVER, flags)
         cmd = [
             sys.executable,
-            "train_multitask.py",
+            script,
             "--data_dir",
             args.data_dir,
             "--out_dir",
