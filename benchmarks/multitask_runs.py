@@ -152,7 +152,8 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("lora", ["--option", "lora"]),
         ("pals", ["--option", "pals"]),
         ("lhuc", ["--option", "lhuc"]),
-        # Issue 18 item 1: levers for LHUC's Quora, below the pretrain floor with its defaults.
+        # Issue 18 item 1: levers for LHUC's Quora, below the pretrain floor with the scales alone
+        # (per-task LayerNorms, the better one, became --option lhuc's default after this).
         ("lhuc-lr-3e-3", ["--option", "lhuc", "--lr", "3e-3"]),
         ("lhuc-layernorms", ["--option", "lhuc", "--train_layernorms"]),
     ],

@@ -19,7 +19,8 @@ settings object into the flat ``{flag name: value}`` dict that a run's ``config.
 ``unflatten`` builds the object back from such a dict (a key it lacks keeps its default). A
 field without a comment is no flag; ``flag_name("steps")`` in a field's metadata renames its flag.
 
-Flag types come from the annotations: ``bool`` is a switch, ``int``/``float``/``str`` (optionally
+Flag types come from the annotations: ``bool`` is a switch (``bool | None``, whose default is
+decided later, also has a ``--no-`` form), ``int``/``float``/``str`` (optionally
 ``| None``) take one value, ``list[str]`` takes a comma-separated list.
 """
 
@@ -144,7 +145,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         help_text = action.help or ""
-        if "(default:" in help_text or action.default in (None, False):
+        if "(default:" in help_text or action.default in (None, False, ""):
             return help_text
         return super()._get_help_string(action)
 
@@ -158,8 +159,9 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         group = groups[flag.group]
         kind = _scalar_type(flag.type)
         default = _default(flag.field)
-        if kind is bool:
-            group.add_argument(f"--{flag.name}", action="store_true", help=flag.help)
+        if kind is bool:  # a switch; one whose default is decided later (None) also has --no-
+            action = argparse.BooleanOptionalAction if default is None else "store_true"
+            group.add_argument(f"--{flag.name}", action=action, help=flag.help)
             continue
         if typing.get_origin(kind) is list:
             kind, default = _comma_list, ",".join(default)

@@ -58,6 +58,10 @@ OPTIONS = ("pretrain", "finetune", *PLUGINS)
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
 # similarity (benchmarks/results/option-encoding.md, plugins-3-epochs.md).
 SEPARATE_BY_DEFAULT = ("pretrain", "lhuc", "pals")
+# Options that give each task its own LayerNorms unless --no-train_layernorms: LHUC's scales
+# alone left Quora below --option pretrain's; with the LayerNorms every task is above it
+# (benchmarks/results/plugins-3-epochs-defaults.md).
+LAYERNORMS_BY_DEFAULT = ("lhuc",)
 
 
 @dataclass
@@ -83,9 +87,11 @@ class ModelSettings:
     # -- data --
     max_length: int = 128  # tokens per sequence after truncation
     # -- plug-ins (with --option adapter|pals|lhuc|lora) --
-    train_layernorms: bool = False  # each task gets its own copy of every encoder layer's two
-    # LayerNorms, started from the pretrained ones (Houlsby et al. 2019; the embeddings'
-    # LayerNorm stays shared and frozen; minbert/plugins/layernorm.py)
+    train_layernorms: bool | None = None  # each task gets its own copy of every encoder layer's
+    # two LayerNorms, started from the pretrained ones (Houlsby et al. 2019; the embeddings'
+    # LayerNorm stays shared and frozen; minbert/plugins/layernorm.py) (default: on for lhuc,
+    # whose scales alone leave Quora below --option pretrain; off for the other plug-ins;
+    # --no-train_layernorms turns it off)
     train_encoder: bool = False  # also fine-tune the shared encoder together with the
     # plug-ins, as the PALs paper does (not with --add_to: earlier tasks would change)
     also: list[str] = field(default_factory=list)  # more plug-in kinds beside --option's,
@@ -96,10 +102,12 @@ class ModelSettings:
 
     def resolved(self) -> ModelSettings:
         """The option-dependent defaults filled in (the one place they are decided)."""
-        if self.pair_encoding is not None:
-            return self
-        encoding = "separate" if self.option in SEPARATE_BY_DEFAULT else "cross"
-        return dataclasses.replace(self, pair_encoding=encoding)
+        encoding = self.pair_encoding or (
+            "separate" if self.option in SEPARATE_BY_DEFAULT else "cross"
+        )
+        layernorms = self.train_layernorms
+        layernorms = self.option in LAYERNORMS_BY_DEFAULT if layernorms is None else layernorms
+        return dataclasses.replace(self, pair_encoding=encoding, train_layernorms=layernorms)
 
     def check(self, tasks: Sequence[Task]) -> Path:
         """The checkpoint folder, once the settings fit it and ``tasks``: --max_length at least

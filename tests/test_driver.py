@@ -110,6 +110,21 @@ def test_pair_encoding_default_follows_the_option(flags, expected):
     assert train_multitask.parse_args(flags).model.pair_encoding == expected
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected", "kinds"),
+    [
+        (["--option", "lhuc"], True, ["layernorm", "lhuc"]),
+        (["--option", "lhuc", "--no-train_layernorms"], False, ["lhuc"]),
+        (["--option", "adapter"], False, ["adapter"]),
+        (["--option", "adapter", "--train_layernorms"], True, ["layernorm", "adapter"]),
+        (["--option", "finetune"], False, []),
+    ],
+)
+def test_per_task_layernorms_default_follows_the_option(flags, expected, kinds):
+    model = train_multitask.parse_args(flags).model
+    assert model.train_layernorms is expected and model.plugin_kinds == kinds
+
+
 def test_frozen_encoder_with_pairs_encoded_apart(tiny_checkpoint, tiny_data, tmp_path):
     """pretrain + separate: STS's cosine head trains only its scale and shift, so its dev
     Pearson r is the frozen checkpoint's own at every evaluation (unchanged by ŷ = a·cos + b)."""
