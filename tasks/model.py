@@ -102,11 +102,12 @@ class ModelSettings:
 
     def resolved(self) -> ModelSettings:
         """The option-dependent defaults filled in (the one place they are decided)."""
-        encoding = self.pair_encoding or (
-            "separate" if self.option in SEPARATE_BY_DEFAULT else "cross"
-        )
+        encoding = self.pair_encoding
+        if encoding is None:
+            encoding = "separate" if self.option in SEPARATE_BY_DEFAULT else "cross"
         layernorms = self.train_layernorms
-        layernorms = self.option in LAYERNORMS_BY_DEFAULT if layernorms is None else layernorms
+        if layernorms is None:
+            layernorms = self.option in LAYERNORMS_BY_DEFAULT
         return dataclasses.replace(self, pair_encoding=encoding, train_layernorms=layernorms)
 
     def check(self, tasks: Sequence[Task]) -> Path:
