@@ -50,6 +50,7 @@ from tasks.model import (
     build_model,
     calibrate_similarity_heads,
     evaluate,
+    loss_weights,
     train_step_tasks,
 )
 from tasks.run import RunFolder, RunStopped, UsageError, merge_config, overlapping, run_command
@@ -78,6 +79,8 @@ class TrainConfig:
     # epoch has 1/K the steps); pcgrad: the same, conflicting gradients projected (Yu et al. 2020)
     tasks: list[str] = field(default_factory=lambda: list(OVERALL_TASKS))  # comma-separated
     # subset of the registered tasks (tasks/: cfimdb, para, sst, sts)
+    loss_weights: list[str] = field(default_factory=list)  # TASK=W,...: multiply TASK's loss by
+    # W (e.g. sst=2,sts=0.5; unnamed tasks 1); the logged training loss is the weighted one
     # -- data --
     data_dir: str = "data"  # folder with the course's data files
     limit: int | None = None  # at most N examples per task and split (default: all)
@@ -137,15 +140,8 @@ class TrainConfig:
         """The one place where defaults that depend on other settings are decided."""
         option, add_to = self.model.option, self.add_to
         lr = self.lr if self.lr is not None else (5e-5 if option == "finetune" else 1e-3)
-        out_dir = (
-            self.out_dir
-            or self.evaluate
-            or (
-                f"{add_to.rstrip('/')}+{'+'.join(self.tasks)}"
-                if add_to
-                else f"runs/{option}-{self.sampling}"
-            )
-        )
+        added = f"{add_to.rstrip('/')}+{'+'.join(self.tasks)}" if add_to else None
+        out_dir = self.out_dir or self.evaluate or added or f"runs/{option}-{self.sampling}"
         return dataclasses.replace(self, model=self.model.resolved(), lr=lr, out_dir=out_dir)
 
     def data_path(self, task: Task, split: str) -> Path:
@@ -214,6 +210,7 @@ def check(cfg: TrainConfig, explicit: list[str]) -> None:
     repeated = [t for t in tasks if t in cfg.base_tasks]
     try:
         checkpoint = m.check([get_task(t) for t in tasks if t in TASKS])
+        loss_weights(cfg.loss_weights, tasks)
     except ValueError as err:
         raise UsageError(str(err)) from None
     missing = [k for k in explicit if not Path(cfg.files[k]).is_file()]
@@ -335,7 +332,9 @@ def set_up(cfg: TrainConfig) -> Run:
     optimizer = adamw_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay)
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
     smart = Smart.for_model(cfg.smart_settings, model) if cfg.smart else None
-    step_module: torch.nn.Module = TrainingStep(model, smart)
+    step_module: torch.nn.Module = TrainingStep(
+        model, smart, loss_weights(cfg.loss_weights, cfg.tasks)
+    )
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
         step_module = torch.nn.parallel.DistributedDataParallel(
             step_module, find_unused_parameters=True

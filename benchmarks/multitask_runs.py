@@ -189,6 +189,11 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         # of the change) or combined by PCGrad.
         ("all-tasks-summed", ["--option", "finetune", "--step_gradient", "summed"]),
         ("pcgrad", ["--option", "finetune", "--step_gradient", "pcgrad"]),
+        # Per-task loss weights: STS, the task the shared model already does as well as alone,
+        # at half weight (with Adam, about the same as SST and Quora at twice), and SST alone at
+        # twice.
+        ("loss-weights-sts-0.5", ["--option", "finetune", "--loss_weights", "sts=0.5"]),
+        ("loss-weights-sst-2", ["--option", "finetune", "--loss_weights", "sst=2"]),
     ],
     # Issue 18, item 4: SMART where data are scarce: the same 10% of every training file, SMART
     # off, at the paper's ε = 1e-5, at ε = η = 1e-3, and at ε = η = 1: mt-dnn's code divides

@@ -428,17 +428,47 @@ def batch_loss(model: MultitaskModel, task: Task, batch: dict, smart: Smart | No
     return loss + config.weight * adversarial + config.bregman_weight * bregman
 
 
+def loss_weights(entries: Sequence[str], tasks: Sequence[str]) -> dict[str, float]:
+    """``["sst=2", "sts=0.5"]`` -> ``{"sst": 2.0, "sts": 0.5}``: a positive weight per named task
+    (``--loss_weights``); a task not named keeps weight 1. ValueError names a bad entry."""
+    weights: dict[str, float] = {}
+    for entry in entries:
+        name, _, text = entry.partition("=")
+        try:
+            weight = float(text)
+        except ValueError:
+            weight = float("nan")
+        if name not in tasks or name in weights or not 0 < weight < float("inf"):
+            raise ValueError(
+                f"--loss_weights {entry!r}: give TASK=WEIGHT with a task of --tasks "
+                f"({','.join(tasks)}), each at most once, and a weight > 0 (e.g. sst=2)"
+            )
+        weights[name] = weight
+    return weights
+
+
 class TrainingStep(nn.Module):
     """The loss of one batch as a module, so that DistributedDataParallel sees the whole step
-    (SMART's extra forwards included) as its forward."""
+    (SMART's extra forwards included) as its forward.
 
-    def __init__(self, model: MultitaskModel, smart: Smart | None = None) -> None:
+    With ``weights`` (``--loss_weights``), task t's loss is multiplied by w_t, so the objective
+    the steps follow is Σ_t w_t·L_t instead of Σ_t L_t: a per-task loss weight, the lever of
+    multitask weighting studies (e.g. Kendall et al. 2018 learn the w_t; here they are fixed).
+    With one task per step, Adam's second-moment estimate is shared by every task's steps, so
+    a weight changes that task's update size against the others' rather than cancelling out.
+    """
+
+    def __init__(
+        self, model: MultitaskModel, smart: Smart | None = None, weights: dict | None = None
+    ) -> None:
         super().__init__()
         self.model = model
         self.smart = smart
+        self.weights = weights or {}
 
     def forward(self, task: Task, batch: dict) -> torch.Tensor:
-        return batch_loss(self.model, task, batch, self.smart)
+        loss = batch_loss(self.model, task, batch, self.smart)
+        return loss * self.weights[task.name] if task.name in self.weights else loss
 
 
 class NonFiniteLoss(FloatingPointError):

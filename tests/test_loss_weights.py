@@ -1,0 +1,83 @@
+"""Per-task loss weights (``--loss_weights``, ``tasks.model.loss_weights`` and ``TrainingStep``):
+the parsed entries, the weighted loss and gradient of one batch, and the driver's use of them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from minbert.tokenizer import Tokenizer
+from tasks import get_task
+from tasks.collate import collate
+from tasks.model import ModelSettings, TrainingStep, build_model, loss_weights
+from tests.conftest import run_driver
+
+TASKS = ["sst", "para", "sts"]
+
+
+def test_entries_become_a_weight_per_named_task():
+    assert loss_weights([], TASKS) == {}
+    assert loss_weights(["sst=2", "sts=0.5"], TASKS) == {"sst": 2.0, "sts": 0.5}
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["nope=2", "sst", "sst=", "sst=two", "sst=0", "sst=-1", "sst=nan", "sst=inf", "=2"],
+)
+def test_a_bad_entry_is_named(entry):
+    with pytest.raises(ValueError, match=f"--loss_weights '{entry}'"):
+        loss_weights([entry], TASKS)
+
+
+def test_a_task_named_twice_is_refused():
+    with pytest.raises(ValueError, match="sst=3"):
+        loss_weights(["sst=2", "sst=3"], TASKS)
+
+
+def test_weighted_loss_and_gradient_are_the_weight_times_the_plain_ones(tiny_checkpoint, tiny_data):
+    settings = ModelSettings(option="finetune", checkpoint=str(tiny_checkpoint)).resolved()
+    torch.manual_seed(0)
+    model = build_model(settings, ["sst", "para"], dropout=0.0)
+    tokenizer = Tokenizer.from_checkpoint(str(tiny_checkpoint), max_length=32)
+    sst, para = get_task("sst"), get_task("para")
+    batches = {
+        task: collate(task, task.read(tiny_data / task.files["train"])[0][:6], tokenizer, False)
+        for task in (sst, para)
+    }
+
+    def loss_and_gradient(step: TrainingStep, task) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        loss = step(task, batches[task])
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    weighted = TrainingStep(model, weights={"sst": 2.0})  # a power of two: exact in floats
+    plain_loss, plain_grads = loss_and_gradient(TrainingStep(model), sst)
+    loss, grads = loss_and_gradient(weighted, sst)
+    assert torch.equal(loss, 2 * plain_loss)
+    assert all(torch.equal(g, 2 * p) for g, p in zip(grads, plain_grads, strict=True))
+    # A task the weights do not name keeps its loss.
+    assert torch.equal(
+        loss_and_gradient(weighted, para)[0], loss_and_gradient(TrainingStep(model), para)[0]
+    )
+
+
+def first_logged_loss(out_dir) -> float:
+    return json.loads((out_dir / "train_log.jsonl").read_text().splitlines()[0])["loss"]
+
+
+def test_driver_weights_the_task_loss(tiny_checkpoint, tiny_data, tmp_path, capsys):
+    flags = ("--option", "finetune", "--tasks", "sst", "--epochs", "1", "--steps_per_epoch", "1",
+             "--log_every", "1", "--no_plots")  # fmt: skip
+    assert run_driver(tiny_checkpoint, tiny_data, tmp_path / "plain", *flags) == 0
+    weighted = tmp_path / "weighted"
+    assert run_driver(tiny_checkpoint, tiny_data, weighted, *flags, "--loss_weights", "sst=2") == 0
+    # The first step's loss is logged before any update: same batch, same dropout, twice the loss.
+    assert first_logged_loss(weighted) == 2 * first_logged_loss(tmp_path / "plain")
+    assert json.loads((weighted / "config.json").read_text())["loss_weights"] == ["sst=2"]
+    capsys.readouterr()
+    bad = ("--loss_weights", "sts=2")  # sts is not among --tasks
+    assert run_driver(tiny_checkpoint, tiny_data, tmp_path / "bad", *flags, *bad) == 2
+    assert "--loss_weights 'sts=2'" in capsys.readouterr().err
