@@ -2,7 +2,8 @@
 ``BertConfig.tiny``), a tiny random BERT checkpoint in Hugging Face layout (with the real
 vocabulary, so the real tokenizer works), tiny synthetic data files in the course's format, and
 the one way the tests run the driver (``driver_argv`` / ``run_driver``, and
-``kill_when_resumable`` for a run killed as soon as it can be resumed)."""
+``kill_when_resumable`` for a run killed as soon as it can be resumed), and ``model_and_batch``:
+a tiny two-task model with a training batch of each task."""
 
 from __future__ import annotations
 
@@ -123,3 +124,28 @@ def tiny_data(tmp_path_factory) -> Path:
             rows,
         )
     return directory
+
+
+@pytest.fixture
+def model_and_batch(tiny_checkpoint, tiny_data):
+    """A finetune model of the tiny checkpoint for sst and para (dropout 0) and a batch of six
+    training examples of each, as [(task, batch), ...]."""
+    import torch
+
+    from minbert.tokenizer import Tokenizer
+    from tasks import get_task
+    from tasks.collate import collate
+    from tasks.model import ModelSettings, build_model
+
+    settings = ModelSettings(option="finetune", checkpoint=str(tiny_checkpoint)).resolved()
+    torch.manual_seed(0)
+    model = build_model(settings, ["sst", "para"], dropout=0.0)
+    tokenizer = Tokenizer.from_checkpoint(str(tiny_checkpoint), max_length=32)
+    sst, para = get_task("sst"), get_task("para")
+    sst_examples = sst.read(tiny_data / sst.files["train"])[0][:6]
+    para_examples = para.read(tiny_data / para.files["train"])[0][:6]
+    batches = [
+        (sst, collate(sst, sst_examples, tokenizer, separate=False)),
+        (para, collate(para, para_examples, tokenizer, separate=False)),
+    ]
+    return model, batches

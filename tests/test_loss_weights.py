@@ -8,10 +8,7 @@ import json
 import pytest
 import torch
 
-from minbert.tokenizer import Tokenizer
-from tasks import get_task
-from tasks.collate import collate
-from tasks.model import ModelSettings, TrainingStep, build_model, loss_weights
+from tasks.model import TrainingStep, loss_weights
 from tests.conftest import run_driver
 
 TASKS = ["sst", "para", "sts"]
@@ -36,32 +33,23 @@ def test_a_task_named_twice_is_refused():
         loss_weights(["sst=2", "sst=3"], TASKS)
 
 
-def test_weighted_loss_and_gradient_are_the_weight_times_the_plain_ones(tiny_checkpoint, tiny_data):
-    settings = ModelSettings(option="finetune", checkpoint=str(tiny_checkpoint)).resolved()
-    torch.manual_seed(0)
-    model = build_model(settings, ["sst", "para"], dropout=0.0)
-    tokenizer = Tokenizer.from_checkpoint(str(tiny_checkpoint), max_length=32)
-    sst, para = get_task("sst"), get_task("para")
-    batches = {
-        task: collate(task, task.read(tiny_data / task.files["train"])[0][:6], tokenizer, False)
-        for task in (sst, para)
-    }
+def test_weighted_loss_and_gradient_are_the_weight_times_the_plain_ones(model_and_batch):
+    model, [(sst, sst_batch), (para, para_batch)] = model_and_batch
 
-    def loss_and_gradient(step: TrainingStep, task) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def loss_and_gradient(step: TrainingStep, task, batch) -> tuple[torch.Tensor, list]:
         model.zero_grad(set_to_none=True)
-        loss = step(task, batches[task])
+        loss = step(task, batch)
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
     weighted = TrainingStep(model, weights={"sst": 2.0})  # a power of two: exact in floats
-    plain_loss, plain_grads = loss_and_gradient(TrainingStep(model), sst)
-    loss, grads = loss_and_gradient(weighted, sst)
+    plain_loss, plain_grads = loss_and_gradient(TrainingStep(model), sst, sst_batch)
+    loss, grads = loss_and_gradient(weighted, sst, sst_batch)
     assert torch.equal(loss, 2 * plain_loss)
     assert all(torch.equal(g, 2 * p) for g, p in zip(grads, plain_grads, strict=True))
     # A task the weights do not name keeps its loss.
-    assert torch.equal(
-        loss_and_gradient(weighted, para)[0], loss_and_gradient(TrainingStep(model), para)[0]
-    )
+    unnamed = loss_and_gradient(weighted, para, para_batch)[0]
+    assert torch.equal(unnamed, loss_and_gradient(TrainingStep(model), para, para_batch)[0])
 
 
 def first_logged_loss(out_dir) -> float:

@@ -12,10 +12,7 @@ from torch import nn
 
 from minbert.optimizer import adamw_for
 from minbert.pcgrad import project_conflicting, surgery
-from minbert.tokenizer import Tokenizer
-from tasks import get_task
-from tasks.collate import collate
-from tasks.model import ModelSettings, TrainingStep, build_model, train_step_tasks
+from tasks.model import TrainingStep, train_step_tasks
 from tests.conftest import run_driver
 
 
@@ -67,22 +64,6 @@ def test_surgery_projects_only_what_every_task_reaches():
     assert torch.equal(combined[1], own)  # one task's own parameter: its gradient as it is
     assert combined[2] is None  # no task reaches it: no gradient, so no update
     assert torch.equal(combined[3], torch.tensor([2.0]))
-
-
-@pytest.fixture
-def model_and_batch(tiny_checkpoint, tiny_data):
-    settings = ModelSettings(option="finetune", checkpoint=str(tiny_checkpoint)).resolved()
-    torch.manual_seed(0)
-    model = build_model(settings, ["sst", "para"], dropout=0.0)
-    tokenizer = Tokenizer.from_checkpoint(str(tiny_checkpoint), max_length=32)
-    sst, para = get_task("sst"), get_task("para")
-    sst_examples = sst.read(tiny_data / sst.files["train"])[0][:6]
-    para_examples = para.read(tiny_data / para.files["train"])[0][:6]
-    batches = [
-        (sst, collate(sst, sst_examples, tokenizer, separate=False)),
-        (para, collate(para, para_examples, tokenizer, separate=False)),
-    ]
-    return model, batches
 
 
 def parameters_after(model, step, batches, pcgrad=None, manual=False, sgd=False):
