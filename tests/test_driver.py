@@ -98,7 +98,7 @@ def test_separate_pair_encoding_and_pooler(tiny_checkpoint, tiny_data, tmp_path)
     [
         (["--option", "pretrain"], "separate"),
         (["--option", "finetune"], "cross"),
-        (["--option", "adapter"], "cross"),
+        (["--option", "adapter"], "separate"),
         (["--option", "lora"], "cross"),
         (["--option", "lhuc"], "separate"),
         (["--option", "pals"], "separate"),
@@ -456,8 +456,9 @@ def test_two_layer_heads(tiny_checkpoint, tiny_data, tmp_path):
     assert isinstance(get_task("sts").make_head(6, 0.1, True, 4), CosineSimilarityHead)
 
     out = tmp_path / "run"
+    # Cross-encoded, so that every task's head has the hidden layer.
     assert run(tiny_checkpoint, tiny_data, out, "--option", "adapter", "--head_hidden", "16",
-               "--no_plots") == 0  # fmt: skip
+               "--pair_encoding", "cross", "--no_plots") == 0  # fmt: skip
     cfg, _, data, tokenizer = rebuilt(out)
     for name in ("sst", "para", "sts"):
         model = build_model(cfg.model, cfg.tasks, cfg.dropout)
