@@ -4,20 +4,21 @@
 
 The epoch is the driver's first epoch with its defaults (``train_multitask.py --option finetune
 --sampling annealed``: tasks sst, para, sts, batch size 32, max_length 128, annealed sampling,
-which is proportional in epoch 1), on the real training files. The two methods:
+which is proportional in epoch 1), on the real training files. The methods:
 
-* grouped (the driver): each task's batches come from ``length_grouped_batches`` (through the
-  driver's ``BatchStream``) and each batch is padded to its longest sequence;
-* fixed: each task's batches come from ``fixed_batches`` (shuffled, consecutive) and every batch
-  is padded to max_length = 128 tokens.
+* pool-50 (the driver's default), pool-10, pool-2: each task's batches come from
+  ``length_grouped_batches`` with that pool size (``--batch_pool``, through the driver's
+  ``BatchStream``) and each batch is padded to its longest sequence;
+* pool-1: plain shuffled batches, each padded to its longest sequence (``--batch_pool 1``);
+* fixed: plain shuffled batches (``fixed_batches``), every batch padded to max_length = 128.
 
-Both follow the same task schedule (the sampler's epoch 1). The padding fraction of each method
+All follow the same task schedule (the sampler's epoch 1). The padding fraction of each method
 over the whole epoch (all steps) is computed exactly from the token lengths (truncated at 128).
 Timing: ``--steps`` steps per method, spread evenly over the epoch (step k·N/steps of the N steps),
 each a full driver step (collate = tokenize, forward, loss, backward, AdamW), measured
-interleaved in chunks of ``--chunk`` steps (grouped, fixed, fixed, grouped, ...), each method on
-its own copy of the driver's model and optimizer. One epoch's time is extrapolated as the mean
-measured step time × N. Target: grouped at least 2× faster than fixed.
+interleaved in chunks of ``--chunk`` steps (the methods' order reversed every other round), each
+method on its own copy of the driver's model and optimizer. One epoch's time is extrapolated as
+the mean measured step time × N. Target: the default at least 2× faster than fixed.
 
 Writes benchmarks/results/padding.md. Reads the data files; copies nothing.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import math
 import sys
 import time
@@ -38,9 +40,12 @@ from minbert.optimizer import adamw_for
 from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
 from tasks import get_task
-from tasks.batching import BatchStream, fixed_batches
+from tasks.batching import BatchStream, fixed_batches, length_grouped_batches
 from tasks.collate import collate, token_lengths
 from tasks.model import TrainingStep, train_step
+
+POOLS = (50, 10, 2, 1)  # --batch_pool sizes measured; the first is the driver's default
+DEFAULT, FIXED = f"pool-{POOLS[0]}", "fixed"
 
 
 def fixed_padding_batches(
@@ -48,6 +53,23 @@ def fixed_padding_batches(
 ) -> list[list[int]]:
     """Plain shuffled batches (the fixed-padding baseline), in the driver's ``BatchStream``."""
     return fixed_batches(len(lengths), batch_size, g)
+
+
+def batch_makers() -> dict:
+    """Method name -> how ``BatchStream`` cuts a task's training set into batches."""
+    makers = {
+        f"pool-{pool}": functools.partial(length_grouped_batches, pool_factor=pool)
+        for pool in POOLS
+    }
+    return {**makers, FIXED: fixed_padding_batches}
+
+
+DESCRIPTIONS = {
+    **{f"pool-{p}": f"length-grouped in pools of {p} batches + dynamic padding" for p in POOLS},
+    DEFAULT: "length-grouped in pools of 50 batches + dynamic padding (the driver's default)",
+    "pool-1": "plain shuffled batches + dynamic padding (`--batch_pool 1`)",
+    FIXED: "plain shuffled batches padded to 128",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         "Padding: length-grouped dynamic batches vs fixed max_length padding",
         "One epoch of the driver's default run (`train_multitask.py --option finetune "
         "--sampling annealed`: sst + para + sts, batch size 32, max_length 128, epoch 1) on the "
-        f"real training files. 'grouped' = the driver: `length_grouped_batches` + padding to the "
-        f"longest sequence of each batch; 'fixed' = `fixed_batches` (plain shuffled batches) "
-        f"padded to 128 tokens. Padding fractions are exact over the whole epoch; times are "
+        "real training files. pool-N = `length_grouped_batches` with pools of N batches "
+        "(`--batch_pool N`; 50 is the driver's default, 1 is plain shuffled batches), each batch "
+        "padded to its longest sequence; fixed = `fixed_batches` (plain shuffled batches) padded "
+        "to 128 tokens. Padding fractions are exact over the whole epoch; times are "
         f"{args.steps} measured steps per method (spread evenly over the epoch, interleaved in "
         f"chunks of {args.chunk}), each a full training step (tokenize, forward, backward, "
         f"AdamW) on the driver's model, extrapolated to the epoch.\n\n"
@@ -87,16 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         lengths[name] = token_lengths(
             task, splits["train"], tokenizer, model.encodes_separately(task)
         )
-    grouped = {name: BatchStream(name, lengths[name], cfg.batch_size, cfg.seed) for name in data}
-    fixed = {
-        name: BatchStream(
-            name, lengths[name], cfg.batch_size, cfg.seed, make_batches=fixed_padding_batches
-        )
-        for name in data
-    }
     plan = {
-        "grouped": [(name, grouped[name].next()) for name in schedule],
-        "fixed": [(name, fixed[name].next()) for name in schedule],
+        method: [(name, stream[name].next()) for name in schedule]
+        for method, make in batch_makers().items()
+        for stream in [
+            {n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, make) for n in data}
+        ]
     }
 
     # Exact padding over the epoch; lengths are truncated at max_length, as the tokenizer does.
@@ -107,36 +126,19 @@ def main(argv: list[str] | None = None) -> int:
         total = real = 0
         for name, batch in plan[method]:
             b = [clipped[name][i] for i in batch]
-            total += len(b) * (L if method == "fixed" else max(b))
+            total += len(b) * (L if method == FIXED else max(b))
             real += sum(b)
         return total, real
 
     pos = {m: positions(m) for m in plan}
-    total_dyn = real_dyn = 0
-    for name, batch in plan["fixed"]:  # plain batches, but padded to their longest: for context
-        b = [clipped[name][i] for i in batch]
-        total_dyn += len(b) * max(b)
-        real_dyn += sum(b)
-    dynamic_fixed = (total_dyn - real_dyn) / total_dyn
     rows = [
         [
-            "grouped (driver): length-grouped + dynamic padding",
-            f"{pos['grouped'][0]:,}",
-            f"{pos['grouped'][1]:,}",
-            f"**{(pos['grouped'][0] - pos['grouped'][1]) / pos['grouped'][0]:.1%}**",
-        ],
-        [
-            "fixed: plain batches padded to 128",
-            f"{pos['fixed'][0]:,}",
-            f"{pos['fixed'][1]:,}",
-            f"**{(pos['fixed'][0] - pos['fixed'][1]) / pos['fixed'][0]:.1%}**",
-        ],
-        [
-            "(for context) plain batches + dynamic padding",
-            f"{total_dyn:,}",
-            f"{real_dyn:,}",
-            f"{dynamic_fixed:.1%}",
-        ],
+            f"{m}: {DESCRIPTIONS[m]}",
+            f"{total:,}",
+            f"{real:,}",
+            f"**{(total - real) / total:.1%}**",
+        ]
+        for m, (total, real) in pos.items()
     ]
     per_task = []
     for name in data:
@@ -152,12 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         + table(["method", "positions computed", "real tokens", "padding fraction"], rows)
         + "\n\nTraining data: "
         + "; ".join(per_task)
-        + f". Positions ratio fixed / grouped: {pos['fixed'][0] / pos['grouped'][0]:.2f}."
+        + f". Positions ratio fixed / {DEFAULT}: {pos[FIXED][0] / pos[DEFAULT][0]:.2f}."
     )
 
-    # Timed steps: the same steps of the epoch for both methods, interleaved in chunks.
+    # Timed steps: the same steps of the epoch for every method, interleaved in chunks.
     chosen = [int((k + 0.5) * steps_per_epoch / args.steps) for k in range(args.steps)]
-    models = {"grouped": model, "fixed": copy.deepcopy(model)}
+    models = {m: model if m == DEFAULT else copy.deepcopy(model) for m in plan}
     optimizers = {
         m: adamw_for(models[m], cfg.lr, cfg.weight_decay, cfg.layer_decay) for m in models
     }
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = collate(
             task, [train[i] for i in indices], tokenizer, model.encodes_separately(task)
         )
-        if method == "fixed":
+        if method == FIXED:
             batch = _common.pad_batch(batch, L)
         train_step(step_modules[method], task, batch, optimizers[method]).item()
         return time.perf_counter() - start
@@ -179,18 +181,15 @@ def main(argv: list[str] | None = None) -> int:
         models[m].train()
         run_step(m, chosen[0])  # warm-up, not counted
     times: dict[str, list[float]] = {m: [] for m in models}
-    order = ["grouped", "fixed"]
+    order = list(models)
     for c, start in enumerate(range(0, args.steps, args.chunk)):
         for method in order if c % 2 == 0 else order[::-1]:
             for step in chosen[start : start + args.chunk]:
                 times[method].append(run_step(method, step))
-        print(
-            f"chunk {c + 1}: grouped {sum(times['grouped']) / len(times['grouped']):.3f} s/step, "
-            f"fixed {sum(times['fixed']) / len(times['fixed']):.3f} s/step",
-            flush=True,
-        )
+        means = ", ".join(f"{m} {sum(t) / len(t):.3f}" for m, t in times.items())
+        print(f"chunk {c + 1}: s/step {means}", flush=True)
     mean = {m: sum(t) / len(t) for m, t in times.items()}
-    ratio = mean["fixed"] / mean["grouped"]
+    ratio = mean[FIXED] / mean[DEFAULT]
     rows = [
         [
             m,
@@ -198,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{mean[m]:.3f}",
             f"{median(times[m]):.3f}",
             f"{mean[m] * steps_per_epoch / 60:.1f}",
+            f"{mean[m] / mean[DEFAULT]:.2f}",
         ]
         for m in order
     ]
@@ -210,13 +210,15 @@ def main(argv: list[str] | None = None) -> int:
                 "mean s / step",
                 "median s / step",
                 "epoch (min, extrap.)",
+                f"time / {DEFAULT}",
             ],
             rows,
         )
-        + f"\n\nEpoch time ratio fixed / grouped: **{ratio:.2f}×** "
+        + f"\n\nEpoch time ratio fixed / {DEFAULT}: **{ratio:.2f}×** "
         f"(target ≥ 2×: {'met' if ratio >= 2 else 'NOT met'}). The steps measured are steps "
         f"{chosen[0]}, {chosen[1]}, ..., {chosen[-1]} of the epoch's {steps_per_epoch}, the same "
-        f"for both methods (each method's own batches at those steps)."
+        f"for every method (each method's own batches at those steps). Dev scores of the pool "
+        f"sizes: gpu-batching.md (seeds 1-3) and batching.md."
     )
     report.write()
     return 0
