@@ -57,7 +57,7 @@ OPTIONS = ("pretrain", "finetune", *PLUGINS)
 # Options whose pairs are encoded apart unless --pair_encoding says otherwise: with these few
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
 # similarity (benchmarks/results/option-encoding.md, plugins-3-epochs.md), and the adapter
-# encoded apart is ahead on Quora and STS at 3 epochs (adapter-separate-3-epochs.md).
+# encoded apart is ahead on every task at 3 epochs (adapter-separate-3-epochs.md).
 SEPARATE_BY_DEFAULT = ("pretrain", "adapter", "lhuc", "pals")
 # Options that give each task its own LayerNorms unless --no-train_layernorms: LHUC's scales
 # alone left Quora below --option pretrain's; with the LayerNorms every task is above it
@@ -454,13 +454,17 @@ class TrainingStep(nn.Module):
 
     With ``weights`` (``--loss_weights``), task t's loss is multiplied by w_t, so the objective
     the steps follow is Σ_t w_t·L_t instead of Σ_t L_t: a per-task loss weight, the lever of
-    multitask weighting studies (e.g. Kendall et al. 2018 learn the w_t; here they are fixed).
+    multitask weighting studies (Kendall et al. 2018, "Multi-Task Learning Using Uncertainty to
+    Weigh Losses", learn the w_t; here they are fixed).
     With one task per step, Adam's second-moment estimate is shared by every task's steps, so
     a weight changes that task's update size against the others' rather than cancelling out.
     """
 
     def __init__(
-        self, model: MultitaskModel, smart: Smart | None = None, weights: dict | None = None
+        self,
+        model: MultitaskModel,
+        smart: Smart | None = None,
+        weights: dict[str, float] | None = None,
     ) -> None:
         super().__init__()
         self.model = model
