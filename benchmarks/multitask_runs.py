@@ -200,6 +200,8 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         # twice.
         ("loss-weights-sts-0.5", ["--option", "finetune", "--loss_weights", "sts=0.5"]),
         ("loss-weights-sst-2", ["--option", "finetune", "--loss_weights", "sst=2"]),
+        # Pairs encoded apart, with the fitted cosine head: ahead for the adapter on every task.
+        ("pairs-apart", ["--option", "finetune", "--pair_encoding", "separate"]),
     ],
     # Issue 18, item 4: SMART where data are scarce: the same 10% of every training file, SMART
     # off, at the paper's ε = 1e-5, at ε = η = 1e-3, and at ε = η = 1: mt-dnn's code divides
