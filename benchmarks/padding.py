@@ -110,13 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         lengths[name] = token_lengths(
             task, splits["train"], tokenizer, model.encodes_separately(task)
         )
-    plan = {
-        method: [(name, stream[name].next()) for name in schedule]
-        for method, make in batch_makers().items()
-        for stream in [
-            {n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, make) for n in data}
-        ]
-    }
+    plan = {}  # method -> the epoch's (task, batch) of each step, on the same task schedule
+    for method, make in batch_makers().items():
+        streams = {n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, make) for n in data}
+        plan[method] = [(name, streams[name].next()) for name in schedule]
 
     # Exact padding over the epoch; lengths are truncated at max_length, as the tokenizer does.
     L = cfg.model.max_length
