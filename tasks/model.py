@@ -472,8 +472,7 @@ class TrainingStep(nn.Module):
         self.weights = weights or {}
 
     def forward(self, task: Task, batch: dict) -> torch.Tensor:
-        loss = batch_loss(self.model, task, batch, self.smart)
-        return loss * self.weights[task.name] if task.name in self.weights else loss
+        return batch_loss(self.model, task, batch, self.smart) * self.weights.get(task.name, 1.0)
 
 
 class NonFiniteLoss(FloatingPointError):
