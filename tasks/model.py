@@ -56,9 +56,10 @@ from tasks.reader import Example
 OPTIONS = ("pretrain", "finetune", *PLUGINS)
 # Options whose pairs are encoded apart unless --pair_encoding says otherwise: with these few
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
-# similarity (benchmarks/results/option-encoding.md, plugins-3-epochs.md), and the adapter
-# encoded apart is ahead on every task at 3 epochs (adapter-separate-3-epochs.md).
-SEPARATE_BY_DEFAULT = ("pretrain", "adapter", "lhuc", "pals")
+# similarity (benchmarks/results/option-encoding.md, plugins-3-epochs.md), and the adapter and
+# LoRA encoded apart are ahead on the pair tasks at 3 epochs (adapter-separate-3-epochs.md,
+# lora-separate-3-epochs.md). Full fine-tuning alone is ahead cross-encoded (transfer-levers.md).
+SEPARATE_BY_DEFAULT = ("pretrain", "adapter", "lhuc", "lora", "pals")
 # Options that give each task its own LayerNorms unless --no-train_layernorms: LHUC's scales
 # alone left Quora below --option pretrain's; with the LayerNorms every task is above it
 # (benchmarks/results/plugins-3-epochs-defaults.md).
@@ -80,9 +81,9 @@ class ModelSettings:
     # pooler, the [CLS] state, or the mean of real tokens
     pair_encoding: Literal[PAIR_ENCODINGS] | None = None  # pair tasks: cross = one sequence
     # [CLS] a [SEP] b [SEP]; separate = encode a and b apart and combine ([u,v,|u-v|,u*v] for
-    # paraphrase, cosine for similarity) (default: separate for pretrain, adapter, lhuc and
-    # pals, which keep the checkpoint's own cosine similarity and were ahead encoded apart;
-    # cross for finetune and lora; README "Why the defaults")
+    # paraphrase, cosine for similarity) (default: separate for pretrain and the plug-ins,
+    # which keep the checkpoint's own cosine similarity and were ahead encoded apart; cross
+    # for finetune; README "Why the defaults")
     head_hidden: int = 0  # each task head gets a tanh layer of this size before its output
     # layer (the adapter study's two-layer classifier; 0: a linear head)
     # -- data --

@@ -99,7 +99,7 @@ def test_separate_pair_encoding_and_pooler(tiny_checkpoint, tiny_data, tmp_path)
         (["--option", "pretrain"], "separate"),
         (["--option", "finetune"], "cross"),
         (["--option", "adapter"], "separate"),
-        (["--option", "lora"], "cross"),
+        (["--option", "lora"], "separate"),
         (["--option", "lhuc"], "separate"),
         (["--option", "pals"], "separate"),
         (["--option", "pretrain", "--pair_encoding", "cross"], "cross"),
