@@ -58,7 +58,7 @@ OPTIONS = ("pretrain", "finetune", *PLUGINS)
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
 # similarity (benchmarks/results/option-encoding.md, plugins-3-epochs.md), and the adapter and
 # LoRA encoded apart are ahead on the pair tasks at 3 epochs (adapter-separate-3-epochs.md,
-# lora-separate-3-epochs.md). Full fine-tuning alone is ahead cross-encoded (transfer-levers.md).
+# lora-separate-3-epochs.md). Only full fine-tuning is ahead cross-encoded (transfer-levers.md).
 SEPARATE_BY_DEFAULT = ("pretrain", "adapter", "lhuc", "lora", "pals")
 # Options that give each task its own LayerNorms unless --no-train_layernorms: LHUC's scales
 # alone left Quora below --option pretrain's; with the LayerNorms every task is above it
