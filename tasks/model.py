@@ -59,7 +59,7 @@ OPTIONS = ("pretrain", "finetune", *PLUGINS)
 # similarity (benchmarks/results/option-encoding.md, plugins-3-epochs.md), and the adapter and
 # LoRA encoded apart are ahead on the pair tasks at 3 epochs (adapter-separate-3-epochs.md,
 # lora-separate-3-epochs.md). Only full fine-tuning is ahead cross-encoded (transfer-levers.md).
-SEPARATE_BY_DEFAULT = ("pretrain", "adapter", "lhuc", "lora", "pals")
+SEPARATE_BY_DEFAULT = ("pretrain", *PLUGINS)
 # Options that give each task its own LayerNorms unless --no-train_layernorms: LHUC's scales
 # alone left Quora below --option pretrain's; with the LayerNorms every task is above it
 # (benchmarks/results/plugins-3-epochs-defaults.md).
