@@ -24,8 +24,10 @@ the machine. Suites:
                --option pretrain (encoded apart), at the adapter study's budget: which pair
                encoding each option defaults to, and whether any option falls below pretrain
     error-bars  default finetune and adapter runs (annealed, 3 epochs), meant for --seeds 1,2,3
-    transfer-levers  finetune with two-layer heads, layer-wise lr decay, 5 epochs, SMART: each
-               one change from the default multitask run (issue 18 item 3), meant for --seeds
+    transfer-levers  finetune with two-layer heads, layer-wise lr decay, 5 epochs, SMART,
+               PCGrad, loss weights, pairs apart, the MLM-pretrained checkpoint (runs/mlm, from
+               pretrain_mlm.py): each one change from the default multitask run (issue 18
+               item 3), meant for --seeds
     smart-low-resource  SMART off and on on the same 10% of every training file
                (--train_fraction 0.1): the paper's ε 1e-5, ε = η = 1e-3, and ε = η = 1 (the
                unit per-token perturbation of mt-dnn's code); meant for --seeds 1,2,3
@@ -203,6 +205,10 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         # Pairs encoded apart, with the fitted cosine head: ahead for the adapter on every task
         # (for finetune it was not: Quora fell 2.6 points under seed 1).
         ("pairs-apart", ["--option", "finetune", "--pair_encoding", "separate"]),
+        # The further-pretrained checkpoint of the MLM issue: first `python pretrain_mlm.py` at
+        # its defaults (2000 steps of 32 of the tasks' training sentences, into runs/mlm, a
+        # path relative to the project root, where the runs start).
+        ("mlm-checkpoint", ["--option", "finetune", "--checkpoint", "runs/mlm"]),
     ],
     # Issue 18, item 4: SMART where data are scarce: the same 10% of every training file, SMART
     # off, at the paper's ε = 1e-5, at ε = η = 1e-3, and at ε = η = 1: mt-dnn's code divides
