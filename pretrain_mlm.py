@@ -40,10 +40,11 @@ from minbert.mlm import (
 from minbert.optimizer import adamw_for, linear_warmup_decay
 from minbert.pretrained import resolve_checkpoint_dir
 from minbert.tokenizer import Tokenizer
+from multitask.batching import BatchStream
+from multitask.data import load_data
+from multitask.errors import RunStopped, UsageError, run_command
+from multitask.run import RunFolder
 from tasks import TASKS
-from tasks.batching import BatchStream
-from tasks.data import load_data
-from tasks.run import RunFolder, RunStopped, UsageError, run_command
 
 SETTINGS = (
     "tasks",

@@ -8,7 +8,7 @@ The run: config -> data -> model -> optimizer -> task sampler -> training loop -
 Each step draws one task (round-robin, or p_i ∝ N_i^α, see minbert/sampling.py), takes that task's
 next length-grouped batch, and updates the shared encoder (or only the plug-ins and heads) on that
 task's loss (with --step_gradient: a batch of every task, minbert/pcgrad.py). The model layer
-is tasks/model.py; everything the run writes goes through its RunFolder (tasks/run.py):
+is multitask/model.py; everything the run writes goes through its RunFolder (multitask/run.py):
 config.json, metrics.jsonl, train_log.jsonl, checkpoints, prediction files and learning-curve
 plots; see README.md.
 """
@@ -34,26 +34,18 @@ from minbert.plugins import format_parameter_report, parameter_report
 from minbert.sampling import MODES, TaskSampler
 from minbert.smart import SmartConfig
 from minbert.tokenizer import Tokenizer
+from multitask.batching import BatchStream, length_grouped_batches
+from multitask.collate import batch_to, collate, swap_at_random
+from multitask.data import Data, fingerprints, load_data, train_lengths
+from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
+from multitask.errors import RunStopped, UsageError, run_command
+from multitask.evaluation import calibrate_similarity_heads, evaluate
+from multitask.model import ModelSettings, MultitaskModel, build_model
+from multitask.run import RunFolder, merge_config, overlapping
+from multitask.step import NonFiniteLoss, Smart, TrainingStep, loss_weights, train_step_tasks
 from tasks import TASKS, get_task
 from tasks.base import SPLITS, Task
-from tasks.batching import BatchStream, length_grouped_batches
-from tasks.collate import batch_to, collate, swap_at_random
-from tasks.data import Data, fingerprints, load_data, train_lengths
-from tasks.devices import Distributed, autocast, pick_device, set_up_distributed
 from tasks.metrics import OVERALL_TASKS
-from tasks.model import (
-    ModelSettings,
-    MultitaskModel,
-    NonFiniteLoss,
-    Smart,
-    TrainingStep,
-    build_model,
-    calibrate_similarity_heads,
-    evaluate,
-    loss_weights,
-    train_step_tasks,
-)
-from tasks.run import RunFolder, RunStopped, UsageError, merge_config, overlapping, run_command
 
 RUN_DIR = {"metavar": "RUN_DIR"}
 
@@ -66,7 +58,8 @@ RUN_DIR = {"metavar": "RUN_DIR"}
 @dataclass
 class TrainConfig:
     """Every knob of a run. The flags, their defaults and help come from here, from the model's
-    settings (tasks/model.py, with each plug-in's own) and from SmartConfig (minbert/smart.py)."""
+    settings (multitask/model.py, with each plug-in's own) and from SmartConfig
+    (minbert/smart.py)."""
 
     model: ModelSettings = section(ModelSettings, "")  # option, checkpoint, plug-ins, ...
     # -- what to train --
@@ -93,7 +86,7 @@ class TrainConfig:
     steps_per_epoch: int | None = None  # steps per epoch (default: training examples / batch)
     batch_size: int = 32  # examples per step
     batch_pool: int = 50  # length grouping: shuffle, sort pools of N batches by length, cut them
-    # into batches (less padding, tasks/batching.py); 1: plain random batches
+    # into batches (less padding, multitask/batching.py); 1: plain random batches
     lr: float | None = None  # peak learning rate (default: 5e-5 for finetune, else 1e-3)
     warmup: float = 0.1  # warm-up steps, as a fraction of all steps
     weight_decay: float = 0.01  # AdamW decoupled weight decay
@@ -250,7 +243,7 @@ AT_LEAST = {"epochs": 1, "batch_size": 1, "steps_per_epoch": 1, "limit": 1, "bat
 
 
 def read_data(cfg: TrainConfig) -> tuple[Data, str]:
-    """The chosen tasks' files (tasks/data.py) and the report of their skipped rows."""
+    """The chosen tasks' files (multitask/data.py) and the report of their skipped rows."""
     explicit = [key for key, path in cfg.files.items() if path]
     return load_data(cfg.tasks, cfg.data_path, cfg.strict, cfg.limit, explicit, cfg.train_fraction)
 
@@ -293,7 +286,7 @@ class Run:
     extra: dict[str, Any]
 
     def parts(self) -> dict[str, Any]:
-        """What last.pt saves and restores besides the step (tasks/run.py: save_last)."""
+        """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""
         teacher = self.smart.teacher if self.smart else None
         return dict(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                     streams=self.streams, teacher=teacher)  # fmt: skip

@@ -255,7 +255,7 @@ def driver_model(cfg):
     """The MultitaskModel exactly as ``train_multitask.py`` builds it (plug-ins, freezing, heads,
     dropout), on the CPU, and the driver's optimizer:
     ``adamw_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay)``. Train a batch with
-    ``tasks.model.train_step(TrainingStep(model), task, batch, optimizer)``."""
+    ``multitask.step.train_step(TrainingStep(model), task, batch, optimizer)``."""
     import train_multitask
     from minbert.optimizer import adamw_for
 
@@ -299,8 +299,8 @@ def random_train_batch(cfg, data: dict, name: str, tokenizer, model, generator) 
     """(task, batch): ``cfg.batch_size`` training examples of task ``name`` drawn with
     ``generator``, collated as ``model`` encodes them and padded to ``cfg.model.max_length``
     tokens, the largest batch a run of the driver can see."""
+    from multitask.collate import collate
     from tasks import get_task
-    from tasks.collate import collate
 
     task, train = get_task(name), data[name]["train"]
     indices = torch.randperm(len(train), generator=generator)[: cfg.batch_size].tolist()

@@ -26,8 +26,9 @@ from tqdm import tqdm
 
 import train_multitask
 from minbert.tokenizer import Tokenizer
-from tasks.model import MultitaskModel, evaluate
-from tasks.run import RunFolder
+from multitask.evaluation import evaluate
+from multitask.model import MultitaskModel
+from multitask.run import RunFolder
 
 NAMES = {"sst": "SST-5 accuracy", "para": "Quora accuracy", "sts": "STS-B Pearson r"}
 

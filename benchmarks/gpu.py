@@ -120,8 +120,8 @@ def throughput(models: dict, shapes: list, repeats: int) -> str:
 
 def option_rows(data_dir: str, repeats: int) -> str:
     from minbert.tokenizer import Tokenizer
-    from tasks.collate import batch_to
-    from tasks.model import TrainingStep, train_step
+    from multitask.collate import batch_to
+    from multitask.step import TrainingStep, train_step
 
     rows, device = [], torch.device("cuda")
     for option in OPTIONS:

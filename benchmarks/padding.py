@@ -39,10 +39,10 @@ from _common import Report, median, table
 from minbert.optimizer import adamw_for
 from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
+from multitask.batching import BatchStream, fixed_batches, length_grouped_batches
+from multitask.collate import collate, token_lengths
+from multitask.step import TrainingStep, train_step
 from tasks import get_task
-from tasks.batching import BatchStream, fixed_batches, length_grouped_batches
-from tasks.collate import collate, token_lengths
-from tasks.model import TrainingStep, train_step
 
 POOLS = (50, 10, 2, 1)  # --batch_pool sizes measured; the first is the driver's default
 DEFAULT, FIXED = f"pool-{POOLS[0]}", "fixed"

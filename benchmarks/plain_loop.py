@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 
 from minbert.pretrained import resolve_checkpoint_dir  # noqa: E402
 from minbert.sampling import annealed_alpha, task_probabilities  # noqa: E402
+from multitask.data import load_data  # noqa: E402
 from tasks.base import get_task  # noqa: E402
-from tasks.data import load_data  # noqa: E402
 from tasks.metrics import overall_score  # noqa: E402
 
 TASKS = ("sst", "para", "sts")
@@ -99,7 +99,7 @@ def evaluate(model: PlainModel, tokenizer, data: dict, max_length: int) -> dict[
         predictions = []
         for start in range(0, len(examples), 64):
             chunk = examples[start : start + 64]
-            predictions += task.predict(model(name, encode(tokenizer, chunk, max_length)))
+            predictions += task.outputs_to_labels(model(name, encode(tokenizer, chunk, max_length)))
         metrics[name] = task.metric(predictions, [e.label for e in examples])
     model.train()
     return metrics | {"overall": overall_score(metrics)}

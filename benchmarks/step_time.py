@@ -6,7 +6,7 @@ Each option's model and optimizer are built exactly as ``train_multitask.py --op
 builds them (its defaults: plug-in sizes, dropout 0.1, train mode; the frozen options freeze the
 encoder and train plug-ins + heads, ``pretrain`` trains the heads only) and the optimizer is the
 driver's ``adamw_for(model, lr, weight_decay, layer_decay)``, so frozen weights get neither
-gradients nor optimizer state. A step is the driver's ``tasks.model.train_step``: forward, task
+gradients nor optimizer state. A step is the driver's ``multitask.step.train_step``: forward, task
 loss, zero_grad, backward, AdamW step.
 
 All options train on the same real batches (two length-grouped batches of 32 from each of sst,
@@ -28,10 +28,10 @@ import sys
 import _common
 from _common import Report, interleaved, median, paired_ratio, spread, table
 
+from multitask.batching import BatchStream
+from multitask.collate import collate, token_lengths
+from multitask.step import TrainingStep, train_step
 from tasks import get_task
-from tasks.batching import BatchStream
-from tasks.collate import collate, token_lengths
-from tasks.model import TrainingStep, train_step
 
 OPTIONS = ("finetune", "pretrain", "adapter", "pals", "lhuc", "lora")
 BATCHES_PER_TASK = 2

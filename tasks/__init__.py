@@ -1,33 +1,25 @@
-"""Tasks: one file per task, a small base class (``tasks.base``), and the registry.
+"""Tasks: what a task is (``tasks.base``: its files, reader, batching kind, head, loss, metric and
+prediction format), one small file per task, and the registry.
 
     from tasks import TASKS, get_task
     task = get_task("sst")
     examples, skipped = task.read(task.path("train", "data"), require_label=True)
 
 Registered names: "sst", "para", "sts", "cfimdb". A task file registers its one instance with
-``tasks.base.register``; every module of this package that is not part of the machinery below is
-a task file and is imported here, so adding a task is adding one file.
+``tasks.base.register``; adding a task is adding one file and naming it in ``TASK_FILES`` below.
+How a run is built, trained and served is the package above this one, ``multitask/``.
 """
 
-import importlib
-import pkgutil
-
+from tasks import cfimdb, quora, sst, sts
 from tasks.base import TASKS, Task, get_task, register
 from tasks.reader import DataError, Example, SkippedRow, format_skip_report, read_examples
 
-# The machinery of the package; every other module is a task file.
-MACHINERY = {
-    "base", "reader", "collate", "metrics", "batching", "heads", "model", "run", "data", "devices",
-    "trained",
-}  # fmt: skip
-
-# The registry's order is the order of the files' names (cfimdb, quora, sst, sts).
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if _module not in MACHINERY:
-        importlib.import_module(f"tasks.{_module}")
+# The task files, imported by name; the registry's order is this order (cfimdb, para, sst, sts).
+TASK_FILES = (cfimdb, quora, sst, sts)
 
 __all__ = [
     "TASKS",
+    "TASK_FILES",
     "DataError",
     "Example",
     "SkippedRow",

@@ -141,13 +141,13 @@ class Task(ABC):
         """Mean loss of a batch; ``outputs`` (B, num_outputs), ``labels`` (B,)."""
 
     @abstractmethod
-    def predict(self, outputs: Tensor) -> list[int | float]:
+    def outputs_to_labels(self, outputs: Tensor) -> list[int | float]:
         """One prediction per row of ``outputs`` (B, num_outputs), as Python numbers."""
 
     @abstractmethod
     def describe(self, outputs: Tensor, probabilities: bool = False) -> list[dict[str, Any]]:
         """What a user reads for each row of (N, C) head outputs, as named fields
-        (``python -m minbert.predict``); ``probabilities`` adds a classifier's class
+        (``python -m multitask.predict``); ``probabilities`` adds a classifier's class
         probabilities."""
 
     def metric(self, predictions: Sequence[int | float], labels: Sequence[int | float]) -> float:
@@ -214,13 +214,13 @@ class MultiClassTask(Task):
         self._check_outputs(outputs)
         return F.cross_entropy(outputs.float(), labels)
 
-    def predict(self, outputs: Tensor) -> list[int]:
+    def outputs_to_labels(self, outputs: Tensor) -> list[int]:
         self._check_outputs(outputs)
         return outputs.detach().argmax(dim=-1).tolist()
 
     def describe(self, outputs: Tensor, probabilities: bool = False) -> list[dict[str, Any]]:
         """{"class": argmax_c o_c} and, with ``probabilities``, softmax(o) over the C classes."""
-        rows = [{"class": c} for c in self.predict(outputs)]
+        rows = [{"class": c} for c in self.outputs_to_labels(outputs)]
         if probabilities:
             for row, p in zip(rows, outputs.float().softmax(dim=-1).tolist()):
                 row["probabilities"] = p
@@ -249,7 +249,7 @@ class BinaryTask(Task):
         self._check_outputs(outputs)
         return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), labels.float())
 
-    def predict(self, outputs: Tensor) -> list[int]:
+    def outputs_to_labels(self, outputs: Tensor) -> list[int]:
         self._check_outputs(outputs)
         return (outputs.detach()[:, 0] > 0).long().tolist()
 
@@ -290,13 +290,13 @@ class RegressionTask(Task):
         self._check_outputs(outputs)
         return F.mse_loss(outputs[:, 0].float(), labels.float())
 
-    def predict(self, outputs: Tensor) -> list[float]:
+    def outputs_to_labels(self, outputs: Tensor) -> list[float]:
         self._check_outputs(outputs)
         return outputs.detach()[:, 0].float().clamp(self.low, self.high).tolist()
 
     def describe(self, outputs: Tensor, probabilities: bool = False) -> list[dict[str, Any]]:
         """{"score": the prediction}, the score clipped to [low, high]."""
-        return [{"score": score} for score in self.predict(outputs)]
+        return [{"score": score} for score in self.outputs_to_labels(outputs)]
 
     def metric(self, predictions: Sequence[float], labels: Sequence[float]) -> float:
         return pearson(predictions, labels)

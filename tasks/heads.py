@@ -1,4 +1,4 @@
-"""The task heads, and the sentence vector they read (used by ``tasks.model.MultitaskModel``).
+"""The task heads, and the sentence vector they read (used by ``multitask.model.MultitaskModel``).
 
 Shape legend: B batch, T tokens, D hidden, C head outputs (task.num_outputs).
 

@@ -133,9 +133,9 @@ def model_and_batch(tiny_checkpoint, tiny_data):
     import torch
 
     from minbert.tokenizer import Tokenizer
+    from multitask.collate import collate
+    from multitask.model import ModelSettings, build_model
     from tasks import get_task
-    from tasks.collate import collate
-    from tasks.model import ModelSettings, build_model
 
     settings = ModelSettings(option="finetune", checkpoint=str(tiny_checkpoint)).resolved()
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from minbert.tokenizer import Tokenizer
-from tasks.model import evaluate
+from multitask.evaluation import evaluate
 from tests.conftest import run_driver
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))

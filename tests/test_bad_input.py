@@ -325,12 +325,12 @@ def test_a_full_disk_ends_in_one_line_with_the_state_on_disk(
 ):
     import errno
 
-    import tasks.run
+    import multitask.run
 
     def no_space(state, path):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(tasks.run, "atomic_save", no_space)
+    monkeypatch.setattr(multitask.run, "atomic_save", no_space)
     out = tmp_path / "run"
     assert run_driver(tiny_checkpoint, tiny_data, out, *SHORT) == 1
     err = capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tasks.batching import fixed_batches, length_grouped_batches, padding_fraction
+from multitask.batching import fixed_batches, length_grouped_batches, padding_fraction
 
 
 def skewed_lengths(n: int, seed: int = 0) -> list[int]:

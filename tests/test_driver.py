@@ -12,9 +12,10 @@ import torch
 
 import train_multitask
 from minbert.tokenizer import Tokenizer
+from multitask.evaluation import predictions
+from multitask.model import build_model
+from multitask.run import RunFolder
 from tasks import get_task
-from tasks.model import build_model, predict
-from tasks.run import RunFolder
 from tests.conftest import run_driver
 
 PREDICTION_FILES = [
@@ -40,10 +41,10 @@ def rebuilt(run_dir: Path):
 
 def dev_predictions(model, name: str, data, tokenizer, cfg) -> dict[str, float]:
     examples = data[name]["dev"]
-    predictions = predict(
+    found = predictions(
         model, get_task(name), examples, tokenizer, 2 * cfg.batch_size, torch.device("cpu")
     )
-    return {e.id: float(p) for e, p in zip(examples, predictions)}
+    return {e.id: float(p) for e, p in zip(examples, found)}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -408,7 +409,7 @@ def test_train_encoder_with_plugins(tiny_checkpoint, tiny_data, tmp_path, capsys
 
 
 def test_dropout_reaches_every_attention_including_pals(tiny_checkpoint):
-    from tasks.model import ModelSettings
+    from multitask.model import ModelSettings
 
     settings = ModelSettings(option="pals", checkpoint=str(tiny_checkpoint))
     model = build_model(settings, ["sst"], dropout=0.3)
@@ -425,7 +426,7 @@ def test_dropout_reaches_every_attention_including_pals(tiny_checkpoint):
 def test_train_fraction_subsamples_the_training_files_only(tiny_checkpoint, tiny_data, tmp_path,
                                                            capsys):  # fmt: skip
     """The same rows whatever the seed, in file order; dev and test stay whole."""
-    from tasks.data import subsample
+    from multitask.data import subsample
 
     rows = list(range(40))
     assert subsample(rows, 0.25) == subsample(rows, 0.25) == sorted(subsample(rows, 0.25))
@@ -471,7 +472,8 @@ def test_two_layer_heads(tiny_checkpoint, tiny_data, tmp_path):
 def test_a_fresh_run_fits_the_cosine_head_to_the_training_labels(tiny_checkpoint, tiny_data):
     """With labels that are exactly 3·cos + 1 of the model's own cosines, the fitted head is
     ŷ = 3·cos + 1 (float32 cosines, 1e-4), and its predictions then equal the labels."""
-    from tasks.model import ModelSettings, calibrate_similarity_heads, head_outputs
+    from multitask.evaluation import calibrate_similarity_heads, head_outputs
+    from multitask.model import ModelSettings
     from tasks.reader import Example
 
     settings = ModelSettings(option="adapter", checkpoint=str(tiny_checkpoint),

@@ -8,8 +8,8 @@ import torch
 from minbert.bert import BertConfig, BertModel
 from minbert.optimizer import AdamW, layer_depths, param_groups
 from minbert.plugins import add_plugin
+from multitask.model import MultitaskModel
 from tasks import get_task
-from tasks.model import MultitaskModel
 
 L = 3
 

@@ -1,4 +1,4 @@
-"""Per-task loss weights (``--loss_weights``, ``tasks.model.loss_weights`` and ``TrainingStep``):
+"""Per-task loss weights (``--loss_weights``, ``multitask.step.loss_weights`` and ``TrainingStep``):
 the parsed entries, the weighted loss and gradient of one batch, and the driver's use of them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from tasks.model import TrainingStep, loss_weights
+from multitask.step import TrainingStep, loss_weights
 from tests.conftest import run_driver
 
 TASKS = ["sst", "para", "sts"]

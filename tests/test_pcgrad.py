@@ -12,7 +12,7 @@ from torch import nn
 
 from minbert.optimizer import adamw_for
 from minbert.pcgrad import project_conflicting, surgery
-from tasks.model import TrainingStep, train_step_tasks
+from multitask.step import TrainingStep, train_step_tasks
 from tests.conftest import run_driver
 
 

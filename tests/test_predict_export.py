@@ -1,6 +1,6 @@
-"""Using a trained run outside the driver: ``python -m minbert.predict`` reproduces the run's own
+"""Using a trained run outside the driver: ``python -m multitask.predict`` reproduces the run's own
 prediction files bit for bit from every input format, keeps order and line count around bad
-lines; ``python -m minbert.export`` writes directories that Hugging Face ``transformers`` loads
+lines; ``python -m multitask.export`` writes directories that Hugging Face ``transformers`` loads
 into the same encoder (within 1e-5) and tokenizes identically, and refuses what it cannot hold."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from minbert import export as export_command
-from minbert import predict as predict_command
 from minbert.tokenizer import Tokenizer
+from multitask import export as export_command
+from multitask import predict as predict_command
+from multitask.trained import TrainedRun
 from tasks import get_task
 from tasks.base import read_predictions
-from tasks.trained import TrainedRun
 from tests.conftest import run_driver
 
 TASKS = ("sst", "para", "sts")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import tasks.model
+import multitask.step
 import train_multitask
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
 from tests.conftest import driver_argv, kill_when_resumable
@@ -129,7 +129,7 @@ def test_existing_run_is_not_overwritten(tiny_checkpoint, tiny_data, tmp_path, c
 
 @pytest.fixture
 def nan_on_third_step(monkeypatch):
-    real = tasks.model.batch_loss
+    real = multitask.step.batch_loss
     calls = {"n": 0}
 
     def loss_with_a_nan(model, task, batch, smart):
@@ -137,7 +137,7 @@ def nan_on_third_step(monkeypatch):
         loss = real(model, task, batch, smart)
         return loss * float("nan") if calls["n"] == 3 else loss
 
-    monkeypatch.setattr(tasks.model, "batch_loss", loss_with_a_nan)
+    monkeypatch.setattr(multitask.step, "batch_loss", loss_with_a_nan)
 
 
 def test_nan_loss_stops_and_names_step_and_task(

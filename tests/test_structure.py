@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("minbert", "tasks")
+PACKAGES = ("minbert", "tasks", "multitask")
 ENTRY_POINTS = ("train_multitask", "sanity_check", "pretrain_mlm")
-# Commands inside the minbert package (``python -m minbert.predict``): entry points too, above
-# tasks like the scripts; no module imports them.
-COMMANDS = ("minbert.predict", "minbert.export")
+# The layers, bottom first: a module may import its own layer and those below it, never above.
+LAYERS = ("minbert", "tasks", "multitask")
 
 
 def module_name(path: Path) -> str:
@@ -67,12 +66,15 @@ def test_no_import_circle(graph):
 
 
 def test_layering(graph):
-    """Arrows run one way: entry scripts -> tasks -> minbert; the model knows only the site
-    protocol, never the plug-ins; the protocol imports no plug-in."""
+    """Arrows run one way: entry scripts -> multitask -> tasks -> minbert; the model knows only
+    the site protocol, never the plug-ins. No exemption: every module of a layer obeys it."""
     for name, imported in graph.items():
-        if name.startswith("minbert") and name not in COMMANDS:
-            assert not {m for m in imported if m.startswith("tasks")}, name
-        assert not imported & {*ENTRY_POINTS, *COMMANDS}, name
+        assert not imported & set(ENTRY_POINTS), name
+        if name in ENTRY_POINTS:
+            continue
+        layer = LAYERS.index(name.split(".")[0])
+        above = {m for m in imported if LAYERS.index(m.split(".")[0]) > layer}
+        assert not above, f"{name} imports {sorted(above)}, a layer above it"
     for name in ("minbert.bert", "minbert.sites"):
         assert not {m for m in graph[name] if m.startswith("minbert.plugins")}, name
 
@@ -133,7 +135,8 @@ def test_config_round_trips_through_its_flat_form(tmp_path):
 def test_merge_rule():
     """Inherited keys take the saved run's value (or, missing there, the default); the rest come
     from the command line; a flag given to change an inherited value is refused."""
-    from tasks.run import UsageError, merge_config
+    from multitask.errors import UsageError
+    from multitask.run import merge_config
 
     defaults = {"a": 0, "b": 0, "c": 0}
     command_line = {"a": 0, "b": 2, "c": 0}
@@ -146,14 +149,20 @@ def test_merge_rule():
 
 
 def test_every_task_file_registers_a_task():
-    """A task is one file: every module of tasks/ outside its machinery registers one task."""
-    import importlib
-
+    """A task is one file: tasks/ holds the parts of a task (what tasks/base.py builds on) and
+    the task files tasks/__init__.py names, each registering exactly one task."""
     import tasks
 
+    parts = {m.split(".")[1] for m in graph_of_tasks_base()}
     files = {p.stem for p in (ROOT / "tasks").glob("*.py") if p.stem != "__init__"}
-    task_files = files - tasks.MACHINERY
-    for name in task_files:
-        module = vars(importlib.import_module(f"tasks.{name}")).values()
-        assert any(isinstance(v, tasks.Task) and tasks.TASKS[v.name] is v for v in module), name
+    task_files = {module.__name__.split(".")[1] for module in tasks.TASK_FILES}
+    assert files == parts | task_files | {"base"}
+    for module in tasks.TASK_FILES:
+        registered = [v for v in vars(module).values() if isinstance(v, tasks.Task)]
+        assert len(registered) == 1 and tasks.TASKS[registered[0].name] is registered[0]
     assert len(tasks.TASKS) == len(task_files)
+
+
+def graph_of_tasks_base() -> set[str]:
+    """The project modules tasks/base.py imports: the parts a task is made of."""
+    return imports_of(ROOT / "tasks" / "base.py", project_modules())

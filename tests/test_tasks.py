@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from multitask.collate import swap_at_random
 from tasks import TASKS, get_task
 from tasks.base import MultiClassTask, read_predictions, register
-from tasks.collate import swap_at_random
 from tasks.heads import CosineSimilarityHead
 from tasks.metrics import accuracy, overall_score, pearson
 from tasks.reader import Example
@@ -127,7 +127,7 @@ def test_multiclass_loss_and_predict():
     # Hand value: mean of −log softmax(o_b)[y_b].
     expected = -(torch.log_softmax(outputs[0], -1)[2] + torch.log_softmax(outputs[1], -1)[4]) / 2
     assert torch.allclose(sst.loss(outputs, labels), expected)
-    assert sst.predict(outputs) == [2, 0]
+    assert sst.outputs_to_labels(outputs) == [2, 0]
 
 
 def test_binary_loss_and_predict():
@@ -137,8 +137,8 @@ def test_binary_loss_and_predict():
     z, y = outputs[:, 0], labels
     expected = -(y * torch.log(torch.sigmoid(z)) + (1 - y) * torch.log(1 - torch.sigmoid(z))).mean()
     assert torch.allclose(para.loss(outputs, labels), expected)
-    assert para.predict(outputs) == [1, 0, 1]
-    assert para.predict(torch.tensor([[0.0]])) == [0]  # σ(0) = 0.5 is not > 0.5
+    assert para.outputs_to_labels(outputs) == [1, 0, 1]
+    assert para.outputs_to_labels(torch.tensor([[0.0]])) == [0]  # σ(0) = 0.5 is not > 0.5
 
 
 def test_regression_loss_and_predict():
@@ -146,7 +146,7 @@ def test_regression_loss_and_predict():
     outputs = torch.tensor([[1.0], [6.0], [-2.0]])
     labels = sts.label_tensor([2.0, 5.0, 0.0])
     assert torch.allclose(sts.loss(outputs, labels), torch.tensor((1.0 + 1.0 + 4.0) / 3))
-    assert sts.predict(outputs) == [1.0, 5.0, 0.0]
+    assert sts.outputs_to_labels(outputs) == [1.0, 5.0, 0.0]
 
 
 def test_loss_checks_the_output_width():

@@ -1,5 +1,5 @@
 """One task's plug-in tensors: which they are, and loading them back. The files that hold them are
-written and read by the run folder (``tasks/run.py``) through ``minbert/checkpoint.py``.
+written and read by the run folder (``multitask/run.py``) through ``minbert/checkpoint.py``.
 
 Keys are those of ``model.state_dict()`` (``plugins.<kind>.by_task.<task>....``), so the driver can
 add its head's tensors under their own prefix and write one safetensors file.

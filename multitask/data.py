@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
+from multitask.collate import token_lengths
+from multitask.errors import UsageError
 from tasks.base import SPLITS, Task, get_task
-from tasks.collate import token_lengths
 from tasks.reader import Example, format_skip_report
-from tasks.run import UsageError
 
 Data = dict[str, dict[str, list[Example]]]  # task -> split -> examples
 

@@ -1,6 +1,6 @@
 """Export a trained run to the Hugging Face layout, for tools that load a plain BERT.
 
-    python -m minbert.export RUN_DIR OUT_DIR [--overwrite]
+    python -m multitask.export RUN_DIR OUT_DIR [--overwrite]
 
 What is written, by the run's option:
 
@@ -16,7 +16,7 @@ Each encoder directory holds ``config.json``, ``model.safetensors``, ``vocab.txt
 ``head-<task>.json``: which sentence vector the head reads, the head's equation, its tensors and
 what its outputs mean. Adapters, PALs and LHUC add computations that a plain BERT has no place
 for: those runs are refused, and their per-task files (``RUN_DIR/task-<task>.safetensors``) are
-what to use, through ``python -m minbert.predict`` or ``tasks.trained.TrainedRun``.
+what to use, through ``python -m multitask.predict`` or ``multitask.trained.TrainedRun``.
 
 OUT_DIR is written in a temporary folder beside it and renamed when complete; an existing,
 non-empty OUT_DIR is replaced only with ``--overwrite``.
@@ -35,10 +35,10 @@ import torch
 
 from minbert.checkpoint import atomic_write_text, save_tensors
 from minbert.pretrained import resolve_checkpoint_dir, save_checkpoint_dir
+from multitask.errors import UsageError, run_command
+from multitask.model import MultitaskModel
+from multitask.trained import TrainedRun
 from tasks.base import BinaryTask, MultiClassTask, Task, get_task
-from tasks.model import MultitaskModel
-from tasks.run import UsageError, run_command
-from tasks.trained import TrainedRun
 
 MERGEABLE = {"lora", "layernorm"}  # plug-in kinds whose effect fits in a plain BERT's weights
 
@@ -125,8 +125,8 @@ def export(run_dir: str, out_dir: str, overwrite: bool = False) -> list[Path]:
         raise UsageError(
             f"{run.path} was trained with {' and '.join(refused)} plug-ins, which add computations "
             "a plain BERT has no place for; use its per-task files "
-            f"({run.path}/task-<task>.safetensors) with python -m minbert.predict, or "
-            "tasks.trained.TrainedRun in Python"
+            f"({run.path}/task-<task>.safetensors) with python -m multitask.predict, or "
+            "multitask.trained.TrainedRun in Python"
         )
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} is a file; export to a folder")
@@ -161,7 +161,7 @@ def export(run_dir: str, out_dir: str, overwrite: bool = False) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m minbert.export",
+        prog="python -m multitask.export",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,

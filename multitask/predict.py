@@ -1,10 +1,10 @@
 """Predictions of a trained run on your own sentences.
 
-    python -m minbert.predict RUN_DIR --task sts --input pairs.txt [--output FILE]
-    echo "a gorgeous, witty film" | python -m minbert.predict RUN_DIR --task sst --input -
+    python -m multitask.predict RUN_DIR --task sts --input pairs.txt [--output FILE]
+    echo "a gorgeous, witty film" | python -m multitask.predict RUN_DIR --task sst --input -
 
 RUN_DIR is a finished ``train_multitask.py`` run of any option (``--add_to`` runs included); the
-task's model is rebuilt from it as ``tasks/trained.py`` describes (a plug-in run loads only the
+task's model is rebuilt from it as ``multitask/trained.py`` describes (a plug-in run loads only the
 task's small file on top of the base checkpoint).
 
 Input (``--format``; by default from the file's suffix: .csv is csv, .jsonl and .json are jsonl,
@@ -55,12 +55,12 @@ from typing import Any
 import torch
 
 from minbert.checkpoint import atomic_write_text
+from multitask.devices import pick_device
+from multitask.errors import UsageError, run_command
+from multitask.evaluation import head_outputs
+from multitask.trained import TrainedRun
 from tasks.base import TASKS, Task, get_task
-from tasks.devices import pick_device
-from tasks.model import head_outputs
 from tasks.reader import Example, SkippedRow, has_visible_text
-from tasks.run import UsageError, run_command
-from tasks.trained import TrainedRun
 
 FORMATS = ("text", "csv", "jsonl")
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -189,7 +189,7 @@ def format_output(
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m minbert.predict",
+        prog="python -m multitask.predict",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.run import UsageError
+from multitask.errors import UsageError
 
 
 def pick_device(name: str) -> torch.device:

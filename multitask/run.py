@@ -13,7 +13,7 @@
 Every file is written through ``minbert.checkpoint``'s one atomic writer (fsync + rename), except
 the two logs, which grow a line at a time and are cut back atomically on resume; every checkpoint
 is read through its one safe loader. A mistake of the user's (a missing run, a run that does not
-fit the model) is a ``UsageError``: one line, no traceback.
+fit the model) is a ``UsageError`` (``multitask/errors.py``): one line, no traceback.
 
 ``merge_config`` is the one rule by which a command takes settings from a saved run: ``--resume``
 (all but where it runs), ``--evaluate`` (the model and its tasks) and ``--add_to`` (the model).
@@ -24,25 +24,23 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from minbert.checkpoint import (
-    UnsafeCheckpointError,
     atomic_save,
     atomic_write_text,
     load_tensors,
     load_trusted,
     save_tensors,
 )
-from minbert.pretrained import CheckpointError
+from multitask.errors import RunStopped, UsageError
+from multitask.evaluation import predictions
+from multitask.model import MultitaskModel
 from tasks.base import get_task
-from tasks.model import MultitaskModel, predict
-from tasks.reader import DataError
 
 LOGS = ("metrics.jsonl", "train_log.jsonl")
 # Files that make a folder hold a run: refused without --resume or --overwrite.
@@ -50,36 +48,6 @@ STATE = ("config.json", "last.pt", "best.safetensors", "summary.json", *LOGS)
 # Everything else a run writes (an --overwrite removes these too, so nothing stale stays).
 OUTPUTS = ("parameters.json", "skipped_rows.txt", "learning_curves.png", "*-output.csv",
            "task-*.safetensors")  # fmt: skip
-
-
-class UsageError(Exception):
-    """A mistake in the command line or the files it names: reported in one line, no traceback."""
-
-
-class RunStopped(Exception):
-    """The run stopped early (Ctrl-C, a full disk, non-finite weights): the message says what
-    state is on disk and how to resume; ``exit_code`` is the process's."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def run_command(body: Callable[[], object]) -> int:
-    """A command's exit code: ``body()`` gives 0; a user error, a bad data file or checkpoint is
-    one line ``error: ...`` on stderr and 2; a stopped run its own line and code. No traceback."""
-    try:
-        body()
-    except (UsageError, DataError, UnsafeCheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except CheckpointError as err:
-        print(f"error: --checkpoint: {err}", file=sys.stderr)
-        return 2
-    except RunStopped as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
-    return 0
 
 
 def overlapping(a: Path, b: Path) -> bool:
@@ -367,7 +335,7 @@ class RunFolder:
 
     def write_predictions(self, model, data, tokenizer, batch_size: int, device, autocast) -> None:
         """<task>-<split>-output.csv for the dev and test files (task -> split -> examples) in
-        the course's format, predicted as ``tasks.model.predict`` does."""
+        the course's format, predicted as ``multitask.evaluation.predictions`` does."""
         if not self.writes:
             return
         self.path.mkdir(parents=True, exist_ok=True)
@@ -375,7 +343,9 @@ class RunFolder:
             for split in ("dev", "test"):
                 if split in splits:
                     task, examples = get_task(name), splits[split]
-                    found = predict(model, task, examples, tokenizer, batch_size, device, autocast)
+                    found = predictions(
+                        model, task, examples, tokenizer, batch_size, device, autocast
+                    )
                     path = self.file(f"{name}-{split}-output.csv")
                     task.write_predictions(path, [e.id for e in examples], found)
         print(f"predictions written to {self.path}")

@@ -1,6 +1,6 @@
 """A finished run opened outside the driver: its settings, its tokenizer and one task's model.
 
-``python -m minbert.predict`` and ``python -m minbert.export`` use this; so can your own code::
+``python -m multitask.predict`` and ``python -m multitask.export`` use this; so can your own code::
 
     run = TrainedRun("runs/adapter-annealed")
     model = run.task_model("sts")          # eval mode, on the CPU
@@ -30,9 +30,10 @@ from minbert.checkpoint import UnsafeCheckpointError, load_tensors
 from minbert.flags import unflatten
 from minbert.pretrained import CheckpointError
 from minbert.tokenizer import Tokenizer
+from multitask.errors import UsageError
+from multitask.model import ModelSettings, MultitaskModel, build_model
+from multitask.run import RunFolder
 from tasks.base import TASKS
-from tasks.model import ModelSettings, MultitaskModel, build_model
-from tasks.run import RunFolder, UsageError
 
 
 class TrainedRun:

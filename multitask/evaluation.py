@@ -1,0 +1,116 @@
+"""Evaluation and prediction with a multitask model: each head's outputs over a list of examples,
+the task's predictions from them, the dev metrics, and the fit of the cosine-similarity heads
+before training.
+
+    outputs = head_outputs(model, task, examples, tokenizer, batch_size=64, device=device)
+    labels = predictions(model, task, examples, tokenizer, 64, device)   # classes, 0/1, scores
+    metrics = evaluate(model, {"sst": dev}, tokenizer, 64, device)     # {"sst": ..., "overall"}
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+from tqdm import tqdm
+
+from minbert.tokenizer import Tokenizer
+from multitask.batching import length_grouped_batches
+from multitask.collate import batch_to, collate, token_lengths
+from multitask.model import MultitaskModel
+from tasks.base import Task, get_task
+from tasks.heads import CosineSimilarityHead
+from tasks.metrics import OVERALL_TASKS, overall_score
+from tasks.reader import Example
+
+
+@torch.no_grad()
+def head_outputs(
+    model: MultitaskModel,
+    task: Task,
+    examples: Sequence[Example],
+    tokenizer: Tokenizer,
+    batch_size: int,
+    device: torch.device,
+    autocast: contextlib.AbstractContextManager | None = None,
+    progress: bool = False,
+) -> torch.Tensor:
+    """The head's (N, C) outputs for the examples, in their order, in eval mode (float32, CPU);
+    batches grouped by length for speed (the longest first). An output depends on its batch's
+    padding in the last float bits, so the same batch size gives the same outputs bit for bit.
+    ``progress`` shows a bar (standard error) when there are at least 10 batches."""
+    model.eval()
+    separate = model.encodes_separately(task)
+    lengths = token_lengths(task, examples, tokenizer, separate)
+    batches = length_grouped_batches(lengths, batch_size, None)
+    outputs = torch.empty(len(examples), task.num_outputs)
+    bar = tqdm(batches, desc=task.name, unit="batch", disable=not progress or len(batches) < 10)
+    for indices in bar:
+        batch = batch_to(collate(task, [examples[i] for i in indices], tokenizer, separate), device)
+        with autocast or contextlib.nullcontext():
+            outputs[indices] = model(task.name, batch).float().cpu()
+    return outputs
+
+
+def predictions(
+    model: MultitaskModel,
+    task: Task,
+    examples: Sequence[Example],
+    tokenizer: Tokenizer,
+    batch_size: int,
+    device: torch.device,
+    autocast: contextlib.AbstractContextManager | None = None,
+) -> list:
+    """The task's predictions (class, 0/1, score) of ``head_outputs``, in the examples' order."""
+    return task.outputs_to_labels(
+        head_outputs(model, task, examples, tokenizer, batch_size, device, autocast)
+    )
+
+
+def evaluate(
+    model: MultitaskModel,
+    dev: dict[str, Sequence[Example]],
+    tokenizer: Tokenizer,
+    batch_size: int,
+    device: torch.device,
+    autocast: contextlib.AbstractContextManager | None = None,
+) -> dict[str, float]:
+    """Each task's dev metric (task -> dev examples) and the overall score: the course's
+    (tasks/metrics.py), or for tasks outside it alone (``--tasks cfimdb``) the mean metric."""
+    metrics = {}
+    for name, examples in dev.items():
+        task = get_task(name)
+        found = predictions(model, task, examples, tokenizer, batch_size, device, autocast)
+        metrics[name] = task.metric(found, [e.label for e in examples])
+    scored = any(name in OVERALL_TASKS for name in metrics)
+    metrics["overall"] = overall_score(metrics) if scored else sum(metrics.values()) / len(metrics)
+    return metrics
+
+
+def calibrate_similarity_heads(
+    model: MultitaskModel,
+    train: dict[str, Sequence[Example]],
+    tokenizer: Tokenizer,
+    batch_size: int,
+    device: torch.device,
+    examples: int = 2048,
+) -> dict[str, tuple[float, float]]:
+    """Fit the a and b of every cosine-similarity head (``CosineSimilarityHead.calibrate``) to
+    ``examples`` training pairs of its task spread evenly over its file (task -> training
+    examples), with the model as it is before the first step, and say so; returns task -> (a, b)
+    for the heads it set. The model is left in training mode."""
+    fitted = {}
+    for name, task_examples in train.items():
+        head = model.heads[name]
+        if not isinstance(head, CosineSimilarityHead) or not task_examples:
+            continue
+        sample = list(task_examples[:: -(-len(task_examples) // examples)])
+        outputs = head_outputs(model, model.tasks[name], sample, tokenizer, batch_size, device)
+        cosine = (outputs.squeeze(-1) - head.shift.detach().cpu()) / head.scale.detach().cpu()
+        if head.calibrate(cosine, torch.tensor([float(e.label) for e in sample])):
+            fitted[name] = (head.scale.item(), head.shift.item())
+            print(f"[{name}] cosine head fitted to {len(sample)} training pairs: "
+                  f"ŷ = {fitted[name][0]:.3f}·cos + {fitted[name][1]:.3f}")  # fmt: skip
+    model.train()
+    return fitted
