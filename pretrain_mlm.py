@@ -13,23 +13,29 @@ held-out sentences (with fixed masks, so figures compare) go to mlm_log.jsonl. T
 is a checkpoint directory (config.json, model.safetensors with the MLM head, vocab.txt) that
 train_multitask.py --checkpoint loads like the packaged one, plus last.pt (to resume),
 mlm_config.json, mlm_log.jsonl and mlm_loss.png.
+
+Built on the driver's parts: settings as a dataclass whose fields carry their help and range
+(minbert/flags.py), ``merge_config`` for --resume (a flag that contradicts the run's setting is
+refused), and a ``RunFolder`` (multitask/run.py) for the lock, last.pt and the log; set-up, loop
+and finish as in train_multitask.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from minbert.checkpoint import atomic_save, atomic_write_text, load_trusted
-from minbert.flags import HelpFormatter
+from minbert.flags import HelpFormatter, add_flags, flatten, setting, unflatten
 from minbert.mlm import (
+    BertForMaskedLM,
     evaluate_mlm,
     load_mlm,
     mask_tokens,
@@ -38,66 +44,103 @@ from minbert.mlm import (
     word_continuations,
 )
 from minbert.optimizer import adamw_for, linear_warmup_decay
-from minbert.pretrained import resolve_checkpoint_dir
+from minbert.pretrained import load_config, resolve_checkpoint_dir
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream
 from multitask.data import load_data
 from multitask.errors import RunStopped, UsageError, run_command
-from multitask.run import RunFolder
+from multitask.run import Layout, RunFolder, merge_config, overlapping
 from tasks import TASKS
 
-SETTINGS = (
-    "tasks",
-    "text",
-    "data_dir",
-    "checkpoint",
-    "steps",
-    "batch_size",
-    "lr",
-    "warmup",
-    "max_length",
-    "whole_word",
-    "held_out",
-    "seed",
+# The MLM run folder: a checkpoint directory once finished, plus the run's own files.
+MLM_FOLDER = Layout(
+    command="pretrain_mlm.py",
+    state=("mlm_config.json", "last.pt", "mlm_log.jsonl", "model.safetensors"),
+    outputs=("mlm_loss.png", "config.json", "vocab.txt"),
+    logs=("mlm_log.jsonl",),
 )
+# Settings a resumed run may change: where and how it runs, not what it computes.
+WHERE_IT_RUNS = ("out_dir", "resume", "overwrite", "threads")
+
+
+@dataclass
+class MLMConfig:
+    """Every knob of a further-pretraining run; the flags and their help come from here."""
+
+    tasks: list[str] = setting(
+        help="tasks whose sentences to use, comma-separated (ignored with --text)",
+        factory=lambda: ["sst", "para", "sts"],
+        group="data",
+    )
+    text: str | None = setting(None, "a UTF-8 text file, one sentence a line")
+    data_dir: str = setting("data", "folder with the course's data files")
+    held_out: int = setting(2000, "held-out sentences (at most)", within="[1, inf)")
+    checkpoint: str = setting(
+        "default", "BERT to start from ('default': the packaged all-MiniLM-L6-v2)", group="model"
+    )
+    max_length: int = setting(128, "tokens per sentence", within="[3, inf)")
+    whole_word: bool = setting(False, "mask whole words, not pieces")
+    steps: int = setting(2000, "optimizer steps", within="[1, inf)", group="optimisation")
+    batch_size: int = setting(32, "sentences per step", within="[1, inf)")
+    lr: float = setting(5e-5, "peak learning rate (AdamW)", within="(0, 10]")
+    warmup: float = setting(0.1, "warm-up, a fraction of the steps", within="[0, 1)")
+    eval_every: int = setting(200, "evaluate and save every N steps", within="[1, inf)")
+    seed: int = setting(11711, "random seed (order, masks, dropout)", within="[0, inf)")
+    out_dir: str = setting("runs/mlm", "output checkpoint directory", group="run")
+    resume: bool = setting(False, "continue the run in --out_dir")
+    overwrite: bool = setting(False, "replace an earlier run of this command in --out_dir")
+    threads: int | None = setting(None, "CPU threads for torch", within="[1, inf)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter, allow_abbrev=False
     )
-    p.add_argument(
-        "--tasks",
-        default="sst,para,sts",
-        help=f"tasks whose sentences to use, of {sorted(TASKS)} (ignored with --text)",
-    )
-    p.add_argument("--text", default=None, help="a UTF-8 text file, one sentence a line")
-    p.add_argument("--data_dir", default="data", help="folder with the course's data files")
-    p.add_argument(
-        "--checkpoint",
-        default="default",
-        help="BERT to start from ('default': the packaged all-MiniLM-L6-v2)",
-    )
-    p.add_argument("--out_dir", default="runs/mlm", help="output checkpoint directory")
-    p.add_argument("--steps", type=int, default=2000, help="optimizer steps")
-    p.add_argument("--batch_size", type=int, default=32, help="sentences per step")
-    p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (AdamW)")
-    p.add_argument("--warmup", type=float, default=0.1, help="warm-up, a fraction of the steps")
-    p.add_argument("--max_length", type=int, default=128, help="tokens per sentence")
-    p.add_argument("--whole_word", action="store_true", help="mask whole words, not pieces")
-    p.add_argument("--held_out", type=int, default=2000, help="held-out sentences (at most)")
-    p.add_argument("--eval_every", type=int, default=200, help="evaluate every N steps")
-    p.add_argument("--seed", type=int, default=11711, help="random seed (order, masks, dropout)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out_dir")
-    p.add_argument("--overwrite", action="store_true", help="replace a run in --out_dir")
-    return p
+    add_flags(parser, MLMConfig)
+    return parser
 
 
-def sentences_of(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+def parse_args(argv: list[str] | None = None) -> MLMConfig:
+    """The command line as a config; with --resume, the run's own settings (a flag that would
+    change one is refused, as the driver's --resume does); every value checked."""
+    flat = vars(build_parser().parse_args(argv))
+    defaults = vars(build_parser().parse_args([]))
+    if flat["resume"]:
+        folder = RunFolder(flat["out_dir"], layout=MLM_FOLDER)
+        if not folder.file("last.pt").is_file():
+            raise UsageError(f"--resume: {folder.file('last.pt')} not found; nothing to resume")
+        saved = folder.read_json("mlm_config.json", "--resume")
+        inherited = [k for k in defaults if k not in WHERE_IT_RUNS]
+        flat = merge_config(flat, saved, inherited, defaults, "--resume", flat["out_dir"])
+    try:
+        cfg = unflatten(MLMConfig, flat)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    check(cfg)
+    return cfg
+
+
+def check(cfg: MLMConfig) -> None:
+    """What no single flag's range catches, before anything is written."""
+    unknown = [t for t in cfg.tasks if t not in TASKS]
+    if not cfg.text and (unknown or not cfg.tasks or len(set(cfg.tasks)) < len(cfg.tasks)):
+        raise UsageError(
+            f"--tasks: unknown or repeated task(s) {cfg.tasks}; known: {sorted(TASKS)}"
+        )
+    if not cfg.out_dir:
+        raise UsageError("--out_dir: give a folder")
+    checkpoint = resolve_checkpoint_dir(cfg.checkpoint)
+    if overlapping(Path(cfg.out_dir), checkpoint):
+        raise UsageError(f"--out_dir {cfg.out_dir} and the --checkpoint folder must not overlap")
+    positions = load_config(checkpoint).max_position_embeddings
+    if cfg.max_length > positions:
+        raise UsageError(f"--max_length {cfg.max_length}: the checkpoint has {positions} positions")
+
+
+def sentences_of(cfg: MLMConfig) -> tuple[list[str], list[str]]:
     """(training sentences, held-out sentences); every unreadable line is reported."""
-    if args.text:
-        path = Path(args.text)
+    if cfg.text:
+        path = Path(cfg.text)
         if not path.is_file():
             raise UsageError(f"--text: {path} not found")
         try:
@@ -107,161 +150,177 @@ def sentences_of(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         kept = [line.strip() for line in lines if line.strip()]
         if len(kept) < len(lines):
             print(f"{path}: {len(lines) - len(kept)} blank lines skipped")
-        held = min(args.held_out, len(kept) // 10)
+        held = min(cfg.held_out, len(kept) // 10)
         if len(kept) - held < 1:
             raise UsageError(f"--text: {path} has no sentences")
         return kept[: len(kept) - held], kept[len(kept) - held :]
-    names = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = [t for t in names if t not in TASKS]
-    if unknown or not names:
-        raise UsageError(f"--tasks: unknown task(s) {unknown}; known: {sorted(TASKS)}")
-    data, _ = load_data(names, lambda t, s: Path(args.data_dir) / t.files[s], False, None)
-    texts = {s: [t for n in names for e in data[n][s] for t in e.texts] for s in ("train", "dev")}
-    return texts["train"], texts["dev"][: args.held_out]
+    data, _ = load_data(cfg.tasks, lambda t, s: Path(cfg.data_dir) / t.files[s], False, None)
+    texts = {
+        split: [text for name in cfg.tasks for e in data[name][split] for text in e.texts]
+        for split in ("train", "dev")
+    }
+    return texts["train"], texts["dev"][: cfg.held_out]
 
 
-def check(args: argparse.Namespace) -> None:
-    for bad, message in [
-        (args.steps < 1, f"--steps {args.steps}: must be at least 1"),
-        (args.batch_size < 1, f"--batch_size {args.batch_size}: must be at least 1"),
-        (not 0 < args.lr <= 10, f"--lr {args.lr}: must be a number in (0, 10]"),
-        (not 0 <= args.warmup < 1, f"--warmup {args.warmup}: a fraction in [0, 1)"),
-        (not 3 <= args.max_length, f"--max_length {args.max_length}: must be at least 3"),
-        (args.eval_every < 1, f"--eval_every {args.eval_every}: must be at least 1"),
-        (args.held_out < 1, f"--held_out {args.held_out}: must be at least 1"),
-    ]:
-        if bad:
-            raise UsageError(message)
+# --------------------------------------------------------------------------------------------
+# The run: set-up, the loop, finish
+# --------------------------------------------------------------------------------------------
 
 
-def pretrain(args: argparse.Namespace) -> dict:
-    out = Path(args.out_dir)
-    if args.resume:  # the run's own settings; where it runs may change
-        if not (out / "last.pt").is_file():
-            raise UsageError(f"--resume: {out / 'last.pt'} not found; nothing to resume")
-        saved = RunFolder(out).read_json("mlm_config.json", "--resume")
-        args = argparse.Namespace(**{**vars(args), **saved})
-    check(args)
-    if not args.resume and any((out / n).exists() for n in ("mlm_config.json", "last.pt")):
-        if not args.overwrite:
-            raise UsageError(f"--out_dir {out} already holds a run; pass --resume or --overwrite")
-    if out.resolve() == resolve_checkpoint_dir(args.checkpoint).resolve():
-        raise UsageError(f"--out_dir {out} is the --checkpoint folder; choose another")
-    train, held = sentences_of(args)
-    tokenizer = Tokenizer.from_checkpoint(args.checkpoint, max_length=args.max_length)
-    torch.manual_seed(args.seed)
-    model, had_head = load_mlm(args.checkpoint)
-    print(
-        f"{len(train)} training sentences, {len(held)} held out; MLM head "
-        f"{'from the checkpoint' if had_head else 'newly initialised'}"
-    )
-    folder = RunFolder(out)
-    folder.start(resume=True)  # the lock and stale temporary files; nothing of a run removed
-    if not args.resume:
-        for name in ("mlm_log.jsonl", "last.pt", "model.safetensors"):
-            (out / name).unlink(missing_ok=True)
-        settings = {k: vars(args)[k] for k in SETTINGS}
-        atomic_write_text(out / "mlm_config.json", json.dumps(settings, indent=2) + "\n")
-    vocab = tokenizer.backend.get_vocab()
-    optimizer = adamw_for(model, args.lr, 0.01)
-    scheduler = linear_warmup_decay(optimizer, int(args.warmup * args.steps), args.steps)
-    stream = BatchStream("mlm", tokenizer.count_tokens(train), args.batch_size, args.seed)
-    continuation = word_continuations(vocab) if args.whole_word else None
-    step = 0
-    if args.resume:
-        state = load_trusted(out / "last.pt")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        stream.load_state_dict(state["stream"])
-        torch.set_rng_state(state["rng"])
-        step = state["step"]
-        print(f"resumed {out} at step {step}")
+@dataclass
+class MLMRun:
+    """What the loop works with, built by ``set_up``."""
+
+    cfg: MLMConfig
+    folder: RunFolder
+    tokenizer: Tokenizer
+    model: BertForMaskedLM
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    stream: BatchStream
+    train: list[str]
+    held: list[str]
+    step: int = 0
+    seconds: float = 0.0
+
+    def state(self) -> dict[str, Any]:
+        """What last.pt saves: everything a resume at ``step`` needs."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "stream": self.stream.state_dict(),
+            "rng": torch.get_rng_state(),
+            "step": self.step,
+            "seconds": self.seconds,
+        }
+
+    def restore(self) -> None:
+        """Put last.pt back into the parts built as at the start."""
+        state = self.folder.load_state()
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.stream.load_state_dict(state["stream"])
+            torch.set_rng_state(state["rng"])
+            self.step, self.seconds = int(state["step"]), float(state.get("seconds", 0.0))
+        except (KeyError, ValueError, RuntimeError, TypeError) as err:
+            raise UsageError(
+                f"{self.folder.file('last.pt')} does not belong to the run configured in "
+                f"{self.folder.file('mlm_config.json')} ({str(err).splitlines()[0]})"
+            ) from None
+        self.folder.saved_step = self.step
+        self.folder.truncate_logs(self.step)
+        print(f"resumed {self.folder.path} at step {self.step}")
+
+
+def set_up(cfg: MLMConfig) -> MLMRun:
+    """Everything is read and built before the folder is touched; then the folder, and on a
+    resume the saved state."""
+    folder = RunFolder(cfg.out_dir, layout=MLM_FOLDER)
+    folder.check_can_start(cfg.resume, cfg.overwrite)
+    foreign = folder.file("config.json").exists() and not folder.file("mlm_config.json").exists()
+    if foreign:
+        raise UsageError(
+            f"--out_dir {cfg.out_dir} holds a checkpoint that pretrain_mlm.py did not write; "
+            "choose another --out_dir"
+        )
+    train, held = sentences_of(cfg)
+    tokenizer = Tokenizer.from_checkpoint(cfg.checkpoint, max_length=cfg.max_length)
+    torch.manual_seed(cfg.seed)
+    model, had_head = load_mlm(cfg.checkpoint)
+    head = "from the checkpoint" if had_head else "newly initialised"
+    print(f"{len(train)} training sentences, {len(held)} held out; MLM head {head}")
+    folder.start(cfg.resume)
+    optimizer = adamw_for(model, cfg.lr, 0.01)
+    scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * cfg.steps), cfg.steps)
+    stream = BatchStream("mlm", tokenizer.count_tokens(train), cfg.batch_size, cfg.seed)
+    run = MLMRun(cfg, folder, tokenizer, model, optimizer, scheduler, stream, train, held)
+    if cfg.resume:
+        run.restore()
     else:
-        record(out, 0, evaluate_mlm(model, tokenizer, held))
+        settings = {k: v for k, v in flatten(cfg).items() if k not in WHERE_IT_RUNS}
+        folder.write_json("mlm_config.json", settings)
+        record(run, evaluate_mlm(model, tokenizer, held))
+    return run
+
+
+def train_steps(run: MLMRun) -> None:
+    """The loop: a masked batch a step, the held-out evaluation and last.pt every --eval_every."""
+    cfg, vocab = run.cfg, run.tokenizer.backend.get_vocab()
+    continuation = word_continuations(vocab) if cfg.whole_word else None
     bar = tqdm(
-        total=args.steps,
-        initial=step,
+        total=cfg.steps,
+        initial=run.step,
         desc="MLM",
         file=sys.stderr,
         dynamic_ncols=True,
         mininterval=0.1 if sys.stderr.isatty() else 60,
     )
     recent: list[float] = []
-    started = time.time() - (state.get("seconds", 0.0) if args.resume else 0.0)
-    seconds = lambda: round(time.time() - started, 1)  # noqa: E731 -- training time so far
-    model.train()
-    try:
-        while step < args.steps:
-            batch = tokenizer([train[i] for i in stream.next()])
-            generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
-            masked, labels = mask_tokens(
-                batch["input_ids"],
-                batch["attention_mask"],
-                special_ids(vocab),
-                vocab["[MASK]"],
-                len(vocab),
-                generator,
-                continuation=continuation,
-            )
-            logits, targets = model.masked_logits(
-                masked, batch["attention_mask"], labels, batch["token_type_ids"]
-            )
-            loss = mlm_loss(logits, targets)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            recent = [*recent[-49:], loss.item()]
-            bar.update(1)
-            bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
-            if not math.isfinite(loss.item()):
-                raise RunStopped(f"non-finite loss at step {step}; {folder.on_disk()}", 3)
-            if step % args.eval_every == 0 or step == args.steps:
-                metrics = evaluate_mlm(model, tokenizer, held)
-                train_loss = sum(recent) / len(recent)
-                record(out, step, {**metrics, "train_loss": train_loss, "seconds": seconds()})
-                state = {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "stream": stream.state_dict(),
-                    "rng": torch.get_rng_state(),
-                    "step": step,
-                    "seconds": seconds(),
-                }
-                atomic_save(state, out / "last.pt")
-                folder.saved_step = step
-    except KeyboardInterrupt:
-        raise RunStopped(
-            f"interrupted at step {step}; resume with: python pretrain_mlm.py "
-            f"--out_dir {out} --resume",
-            130,
-        ) from None
+    started = time.time() - run.seconds
+    run.model.train()
+    while run.step < cfg.steps:
+        batch = run.tokenizer([run.train[i] for i in run.stream.next()])
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + run.step)
+        masked, labels = mask_tokens(
+            batch["input_ids"],
+            batch["attention_mask"],
+            special_ids(vocab),
+            vocab["[MASK]"],
+            len(vocab),
+            generator,
+            continuation=continuation,
+        )
+        logits, targets = run.model.masked_logits(
+            masked, batch["attention_mask"], labels, batch["token_type_ids"]
+        )
+        loss = mlm_loss(logits, targets)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        run.optimizer.step()
+        run.scheduler.step()
+        run.step += 1
+        recent = [*recent[-49:], loss.item()]
+        bar.update(1)
+        bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
+        if not math.isfinite(recent[-1]):
+            raise RunStopped(f"non-finite loss at step {run.step}; {run.folder.on_disk()}", 3)
+        if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
+            run.seconds = round(time.time() - started, 1)
+            metrics = evaluate_mlm(run.model, run.tokenizer, run.held)
+            train_loss = sum(recent) / len(recent)
+            record(run, {**metrics, "train_loss": train_loss, "seconds": run.seconds})
+            run.folder.save_state(run.state(), run.step)
     bar.close()
-    model.save_pretrained(out, resolve_checkpoint_dir(args.checkpoint) / "vocab.txt")
-    plot(out)
-    print(f"done: checkpoint directory {out} (train_multitask.py --checkpoint {out})")
-    return folder.read_log("mlm_log.jsonl")[-1]
 
 
-def record(out: Path, step: int, metrics: dict) -> None:
-    line = {"step": step}
+def record(run: MLMRun, metrics: dict[str, Any]) -> None:
+    """One line of mlm_log.jsonl at the run's step, echoed above the progress bar."""
+    line = {"step": run.step}
     line |= {k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}
-    with open(out / "mlm_log.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
-    tqdm.write(f"step {step}: " + ", ".join(f"{k} {v}" for k, v in line.items() if k != "step"))
+    run.folder.append_log("mlm_log.jsonl", [line])
+    tqdm.write(f"step {run.step}: " + ", ".join(f"{k} {v}" for k, v in line.items() if k != "step"))
 
 
-def plot(out: Path) -> None:
+def finish(run: MLMRun) -> dict[str, Any]:
+    """The checkpoint directory and the loss plot; the last log line."""
+    out = run.folder.path
+    run.model.save_pretrained(out, resolve_checkpoint_dir(run.cfg.checkpoint) / "vocab.txt")
+    plot(run.folder)
+    print(f"done: checkpoint directory {out} (train_multitask.py --checkpoint {out})")
+    return run.folder.read_log("mlm_log.jsonl")[-1]
+
+
+def plot(folder: RunFolder) -> None:
     """mlm_loss.png: training and held-out loss, and held-out accuracy, against the step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = RunFolder(out).read_log("mlm_log.jsonl")
+    rows = folder.read_log("mlm_log.jsonl")
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     ax_loss.plot([r["step"] for r in rows], [r["loss"] for r in rows], marker="o", label="held out")
     train = [r for r in rows if "train_loss" in r]
@@ -271,15 +330,27 @@ def plot(out: Path) -> None:
     ax_acc.plot([r["step"] for r in rows], [r["accuracy"] for r in rows], marker="o")
     ax_acc.set(xlabel="step", ylabel="masked-token accuracy", title="Held-out accuracy")
     fig.tight_layout()
-    fig.savefig(out / "mlm_loss.png", dpi=100)
+    fig.savefig(folder.file("mlm_loss.png"), dpi=100)
     plt.close(fig)
 
 
+def pretrain(cfg: MLMConfig) -> dict[str, Any]:
+    run = set_up(cfg)
+    try:
+        train_steps(run)
+    except KeyboardInterrupt:
+        raise RunStopped(f"interrupted at step {run.step}; {run.folder.on_disk()}", 130) from None
+    return finish(run)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    return run_command(lambda: pretrain(args))
+    def body() -> None:
+        cfg = parse_args(argv)
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
+        pretrain(cfg)
+
+    return run_command(body)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
-"""Command-line flags generated from dataclasses, so every setting has one owner for its default.
+"""Command-line flags generated from dataclasses, so every setting has one owner for its default,
+its help and its range.
 
-A settings dataclass declares each knob once, on one commented line; the comment is its help,
-comment lines right below it continue the help, a ``Literal`` type gives its choices, and a
-comment line ``# -- title --`` starts a group of ``--help``::
+A settings dataclass declares each knob once, with ``setting``: its default, its help (the text
+``--help`` prints), optionally its range and the ``--help`` group it opens. A ``Literal`` type
+gives its choices (the model is PEFT's ``field(default=..., metadata={"help": ...})``)::
 
     @dataclass
     class AdapterSettings:
-        # -- plug-ins --
-        size: int = 64  # adapter bottleneck m
-        placement: Literal["houlsby", "pfeiffer"] = "houlsby"  # where the adapters sit
+        size: int = setting(64, "adapter bottleneck m", within="[1, inf)", group="plug-ins")
+        placement: Literal["houlsby", "pfeiffer"] = setting("houlsby", "where the adapters sit")
 
 and a dataclass that holds it names it as a section with a flag prefix::
 
@@ -16,27 +16,50 @@ and a dataclass that holds it names it as a section with a flag prefix::
 
 ``add_flags`` turns the whole tree into argparse flags (``--adapter_size``), ``flatten`` turns a
 settings object into the flat ``{flag name: value}`` dict that a run's ``config.json`` holds, and
-``unflatten`` builds the object back from such a dict (a key it lacks keeps its default). A
-field without a comment is no flag; ``flag_name("steps")`` in a field's metadata renames its flag.
+``unflatten`` builds the object back from such a dict (a key it lacks keeps its default),
+refusing a value outside its range with a ValueError that names the flag. A field made with
+plain ``dataclasses.field`` (no help) is no flag; ``setting(..., flag="steps")`` renames a flag.
 
 Flag types come from the annotations: ``bool`` is a switch (``bool | None``, whose default is
 decided later, also has a ``--no-`` form), ``int``/``float``/``str`` (optionally
 ``| None``) take one value, ``list[str]`` takes a comma-separated list.
+
+Ranges are intervals written as in mathematics, ``"(0, 10]"``, ``"[0, 1)"``, ``"[1, inf)"``;
+``None`` (an unset optional value) is always in range.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import inspect
-import io
+import math
 import re
-import textwrap
-import tokenize
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+MISSING = dataclasses.MISSING
+
+
+def setting(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    factory: Callable[[], Any] | None = None,
+    within: str | None = None,
+    group: str | None = None,
+    flag: str | None = None,
+    metavar: str | None = None,
+) -> Any:
+    """A settings field that is a flag: ``default`` (or ``factory`` for a list), its ``help``,
+    its range ``within`` (an interval, see the module docstring), the ``--help`` group it opens,
+    a flag name other than the field's, and the value's name in ``--help``."""
+    if within is not None:
+        Interval.parse(within)  # a malformed range fails where it is declared
+    metadata = {"help": help, "within": within, "group": group, "flag": flag, "metavar": metavar}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def section(cls: type, prefix: str) -> Any:
@@ -44,9 +67,50 @@ def section(cls: type, prefix: str) -> Any:
     return dataclasses.field(default_factory=cls, metadata={"prefix": prefix})
 
 
-def flag_name(name: str) -> Any:
-    """Field metadata giving a flag a name other than its field's (``field(metadata=...)``)."""
-    return {"flag": name}
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """A range such as ``(0, 10]``: its bounds and which of them it includes."""
+
+    low: float
+    high: float
+    closed_low: bool
+    closed_high: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Interval:
+        match = re.fullmatch(r"([\[(])\s*(\S+)\s*,\s*(\S+)\s*([\])])", text)
+        if match is None:
+            raise ValueError(f"range {text!r}: write an interval such as '(0, 10]' or '[1, inf)'")
+        return cls(float(match[2]), float(match[3]), match[1] == "[", match[4] == "]")
+
+    def holds(self, value: float) -> bool:
+        above = value >= self.low if self.closed_low else value > self.low
+        below = value <= self.high if self.closed_high else value < self.high
+        return above and below  # False for NaN
+
+    def describe(self, text: str) -> str:
+        if math.isinf(self.high):
+            low = int(self.low) if self.low.is_integer() else self.low
+            return f"must be at least {low}" if self.closed_low else f"must be greater than {low}"
+        return f"must be in {text}"
+
+
+def out_of_range(value: Any, within: str | None) -> str | None:
+    """What is wrong with ``value`` against the range ``within`` ("must be in [0, 1)"), or None
+    when it is in range (or unset). The one place a setting's range is checked."""
+    if within is None or value is None:
+        return None
+    interval = Interval.parse(within)
+    return None if interval.holds(value) else interval.describe(within)
+
+
+def check_ranges(settings: Any) -> None:
+    """ValueError for the first field of ``settings`` (sections excluded) outside its range,
+    named ``Class.field``: for settings built in Python rather than from flags."""
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if problem := out_of_range(value, f.metadata.get("within")):
+            raise ValueError(f"{type(settings).__name__}.{f.name} = {value}: {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,58 +126,20 @@ class Flag:
     group: str
 
 
-GROUP = re.compile(r"--\s*(.+?)\s*--")
-
-
-def comments_of(cls: type) -> dict[str, tuple[str, str]]:
-    """field name -> (help, group), read from the comments of the class's source (see the
-    module docstring)."""
-    source = textwrap.dedent(inspect.getsource(cls))
-    lines = source.splitlines()
-    comments = {
-        token.start[0]: token.string.lstrip("#").strip()
-        for token in tokenize.generate_tokens(io.StringIO(source).readline)
-        if token.type == tokenize.COMMENT
-    }
-
-    def comment_only(number: int) -> bool:
-        return number in comments and lines[number - 1].lstrip().startswith("#")
-
-    headers = [
-        (number, match.group(1))
-        for number, text in comments.items()
-        if comment_only(number) and (match := GROUP.fullmatch(text))
-    ]
-    found = {}
-    for node in ast.parse(source).body[0].body:
-        if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
-            continue
-        last = node.end_lineno or node.lineno
-        if last not in comments or comment_only(last):
-            continue  # no comment of its own: not a flag
-        text, number = [comments[last]], last + 1
-        while comment_only(number) and not GROUP.fullmatch(comments[number]):
-            text, number = [*text, comments[number]], number + 1
-        group = next((g for line, g in reversed(headers) if line < node.lineno), "")
-        found[node.target.id] = (" ".join(text), group)
-    return found
-
-
 def flags_of(
     cls: type, prefix: str = "", path: tuple[str, ...] = (), group: str = ""
 ) -> Iterator[Flag]:
-    """Every flag of the settings dataclass ``cls``, sections included, in declaration order."""
+    """Every flag of the settings dataclass ``cls``, sections included, in declaration order;
+    a flag's group is the last one opened before it."""
     hints = typing.get_type_hints(cls)
-    comments = comments_of(cls)
     for f in dataclasses.fields(cls):
         if "prefix" in f.metadata:
             inner = f"{prefix}{f.metadata['prefix']}"
             yield from flags_of(hints[f.name], inner, (*path, f.name), group)
-        elif f.name in comments:
-            help_text, own_group = comments[f.name]
-            group = own_group or group
-            name = prefix + f.metadata.get("flag", f.name)
-            yield Flag(name, (*path, f.name), f, hints[f.name], help_text, group)
+        elif f.metadata.get("help"):
+            group = f.metadata.get("group") or group
+            name = prefix + (f.metadata.get("flag") or f.name)
+            yield Flag(name, (*path, f.name), f, hints[f.name], f.metadata["help"], group)
 
 
 def _scalar_type(annotation: Any) -> Any:
@@ -193,13 +219,15 @@ def flatten(settings: Any) -> dict[str, Any]:
 def unflatten(cls: type, flat: dict[str, Any]) -> Any:
     """The settings object of type ``cls`` whose flags take their values from ``flat``; a flag
     missing from ``flat`` keeps its default. A ``list[str]`` flag also accepts a comma-separated
-    string."""
+    string. A value outside its flag's range is a ValueError naming the flag."""
     values: dict[tuple[str, ...], Any] = {}
     for flag in flags_of(cls):
         if flag.name in flat:
             value = flat[flag.name]
             if typing.get_origin(_scalar_type(flag.type)) is list and isinstance(value, str):
                 value = _comma_list(value)
+            if problem := out_of_range(value, flag.field.metadata.get("within")):
+                raise ValueError(f"--{flag.name} {value}: {problem}")
             values[flag.path] = value
     return _build(cls, values, ())
 

@@ -233,9 +233,13 @@ def evaluate_mlm(
     for start in range(0, len(sentences), batch_size):
         batch = tokenizer(sentences[start : start + batch_size])
         masked, labels = mask_tokens(
-            batch["input_ids"], batch["attention_mask"], special_ids(vocab), vocab["[MASK]"],
-            len(vocab), generator,
-        )  # fmt: skip
+            batch["input_ids"],
+            batch["attention_mask"],
+            special_ids(vocab),
+            vocab["[MASK]"],
+            len(vocab),
+            generator,
+        )
         logits, targets = model.masked_logits(
             masked, batch["attention_mask"], labels, batch["token_type_ids"]
         )

@@ -82,9 +82,14 @@ class SiteHandler:
         return h
 
     def norm(
-        self, layer: int, task: str, name: str, module: nn.LayerNorm, h: torch.Tensor,
+        self,
+        layer: int,
+        task: str,
+        name: str,
+        module: nn.LayerNorm,
+        h: torch.Tensor,
         y: torch.Tensor,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         """``y`` is the output so far of the LayerNorm ``name`` on the sum ``h``: ``module(h)``,
         or what an earlier handler made of it; returns the (possibly changed) output."""
         return y

@@ -89,14 +89,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minbert.flags import flag_name
+from minbert.flags import check_ranges, setting
 
 KINDS = ("multiclass", "binary", "regression")
 NORMS = ("linf", "l2")
@@ -107,34 +107,29 @@ class SmartConfig:
     """Hyperparameters of SMART; the defaults are the paper's (see the module docstring). Each
     field is also a driver flag (``--smart_<name>``)."""
 
-    sigma: float = 1e-5  # σ: std of the random start ν ~ N(0, σ²I)
-    epsilon: float = 1e-5  # ε: radius of the per-token perturbation ball
-    step_size: float = 1e-3  # η: step of the normalised gradient ascent on δ
-    ascent_steps: int = field(default=1, metadata=flag_name("steps"))  # K: ascent steps
-    weight: float = 1.0  # λ_s: weight of the adversarial term R_s in the loss
-    bregman_weight: float = field(default=1.0, metadata=flag_name("bregman"))  # μ: weight of
-    # the Bregman term D_Breg
-    momentum: float = 0.99  # β: EMA coefficient of the teacher θ̃
-    norm: Literal["linf", "l2"] = "linf"  # per-token norm of the ε-ball and of the ascent's
-    # gradient normalisation
+    sigma: float = setting(1e-5, "σ: std of the random start ν ~ N(0, σ²I)", within="[0, inf)")
+    epsilon: float = setting(
+        1e-5, "ε: radius of the per-token perturbation ball", within="[0, inf)"
+    )
+    step_size: float = setting(
+        1e-3, "η: step of the normalised gradient ascent on δ", within="[0, inf)"
+    )
+    ascent_steps: int = setting(1, "K: ascent steps", flag="steps", within="[0, inf)")
+    weight: float = setting(
+        1.0, "λ_s: weight of the adversarial term R_s in the loss", within="[0, inf)"
+    )
+    bregman_weight: float = setting(
+        1.0, "μ: weight of the Bregman term D_Breg", flag="bregman", within="[0, inf)"
+    )
+    momentum: float = setting(0.99, "β: EMA coefficient of the teacher θ̃", within="[0, 1]")
+    norm: Literal["linf", "l2"] = setting(
+        "linf", "per-token norm of the ε-ball and of the ascent's gradient normalisation"
+    )
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
             raise ValueError(f"unknown SMART norm {self.norm!r}; choose one of {NORMS}")
-        for name in ("sigma", "epsilon", "step_size", "weight", "bregman_weight"):
-            if getattr(self, name) < 0:
-                flag = {"bregman_weight": "bregman"}.get(name, name)
-                raise ValueError(
-                    f"SmartConfig.{name} (--smart_{flag}) must be >= 0, got {getattr(self, name)}"
-                )
-        if self.ascent_steps < 0:
-            raise ValueError(
-                f"SmartConfig.ascent_steps (--smart_steps) must be >= 0, got {self.ascent_steps}"
-            )
-        if not 0.0 <= self.momentum <= 1.0:
-            raise ValueError(
-                f"SmartConfig.momentum (--smart_momentum) must be in [0, 1], got {self.momentum}"
-            )
+        check_ranges(self)
 
 
 # --------------------------------------------------------------------------------------------

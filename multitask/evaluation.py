@@ -110,7 +110,9 @@ def calibrate_similarity_heads(
         cosine = (outputs.squeeze(-1) - head.shift.detach().cpu()) / head.scale.detach().cpu()
         if head.calibrate(cosine, torch.tensor([float(e.label) for e in sample])):
             fitted[name] = (head.scale.item(), head.shift.item())
-            print(f"[{name}] cosine head fitted to {len(sample)} training pairs: "
-                  f"ŷ = {fitted[name][0]:.3f}·cos + {fitted[name][1]:.3f}")  # fmt: skip
+            print(
+                f"[{name}] cosine head fitted to {len(sample)} training pairs: "
+                f"ŷ = {fitted[name][0]:.3f}·cos + {fitted[name][1]:.3f}"
+            )
     model.train()
     return fitted

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from minbert.bert import BertModel
-from minbert.flags import section
+from minbert.flags import section, setting
 from minbert.plugins import (
     PLUGINS,
     add_plugin,
@@ -57,33 +57,72 @@ class ModelSettings:
     """Everything that decides the model's shape besides its task list: ``--evaluate`` and
     ``--add_to`` take these from the run they read, so the model is rebuilt as it was trained."""
 
-    # -- what to train --
-    option: Literal[OPTIONS] = "finetune"  # pretrain: frozen encoder, only the task heads
-    # train; finetune: every weight trains; adapter/pals/lhuc/lora: frozen encoder plus one
-    # parameter-efficient plug-in per task
-    checkpoint: str = "default"  # pretrained BERT directory (config.json + model.safetensors
-    # or pytorch_model.bin); 'default' is the packaged all-MiniLM-L6-v2
-    representation: Literal[REPRESENTATIONS] = "mean"  # sentence vector the heads read: BERT's
-    # pooler, the [CLS] state, or the mean of real tokens
-    pair_encoding: Literal[PAIR_ENCODINGS] | None = None  # pair tasks: cross = one sequence
-    # [CLS] a [SEP] b [SEP]; separate = encode a and b apart and combine ([u,v,|u-v|,u*v] for
-    # paraphrase, cosine for similarity) (default: separate for pretrain and the plug-ins,
-    # which keep the checkpoint's own cosine similarity and were ahead encoded apart; cross
-    # for finetune; README "Why the defaults")
-    head_hidden: int = 0  # each task head gets a tanh layer of this size before its output
-    # layer (the adapter study's two-layer classifier; 0: a linear head)
-    # -- data --
-    max_length: int = 128  # tokens per sequence after truncation
-    # -- plug-ins (with --option adapter|pals|lhuc|lora) --
-    train_layernorms: bool | None = None  # each task gets its own copy of every encoder layer's
-    # two LayerNorms, started from the pretrained ones (Houlsby et al. 2019; the embeddings'
-    # LayerNorm stays shared and frozen; minbert/plugins/layernorm.py) (default: on for lhuc,
-    # whose scales alone leave Quora below --option pretrain; off for the other plug-ins;
-    # --no-train_layernorms turns it off)
-    train_encoder: bool = False  # also fine-tune the shared encoder together with the
-    # plug-ins, as the PALs paper does (not with --add_to: earlier tasks would change)
-    also: list[str] = field(default_factory=list)  # more plug-in kinds beside --option's,
-    # comma-separated, each with its own flags (e.g. --option adapter --also lhuc)
+    option: Literal[OPTIONS] = setting(
+        "finetune",
+        (
+            "pretrain: frozen encoder, only the task heads train; finetune: every weight trains; "
+            "adapter/pals/lhuc/lora: frozen encoder plus one parameter-efficient plug-in per task"
+        ),
+        group="what to train",
+    )
+    checkpoint: str = setting(
+        "default",
+        (
+            "pretrained BERT directory (config.json + model.safetensors or pytorch_model.bin); "
+            "'default' is the packaged all-MiniLM-L6-v2"
+        ),
+    )
+    representation: Literal[REPRESENTATIONS] = setting(
+        "mean",
+        (
+            "sentence vector the heads read: BERT's pooler, the [CLS] state, or the mean of real "
+            "tokens"
+        ),
+    )
+    pair_encoding: Literal[PAIR_ENCODINGS] | None = setting(
+        None,
+        (
+            "pair tasks: cross = one sequence [CLS] a [SEP] b [SEP]; separate = encode a and b "
+            "apart and combine ([u,v,|u-v|,u*v] for paraphrase, cosine for similarity) (default: "
+            "separate for pretrain and the plug-ins, which keep the checkpoint's own cosine "
+            'similarity and were ahead encoded apart; cross for finetune; README "Why the '
+            'defaults")'
+        ),
+    )
+    head_hidden: int = setting(
+        0,
+        (
+            "each task head gets a tanh layer of this size before its output layer (the adapter "
+            "study's two-layer classifier; 0: a linear head)"
+        ),
+        within="[0, inf)",
+    )
+    max_length: int = setting(128, "tokens per sequence after truncation", group="data")
+    train_layernorms: bool | None = setting(
+        None,
+        (
+            "each task gets its own copy of every encoder layer's two LayerNorms, started from the "
+            "pretrained ones (Houlsby et al. 2019; the embeddings' LayerNorm stays shared and "
+            "frozen; minbert/plugins/layernorm.py) (default: on for lhuc, whose scales alone leave "
+            "Quora below --option pretrain; off for the other plug-ins; --no-train_layernorms "
+            "turns it off)"
+        ),
+        group="plug-ins (with --option adapter|pals|lhuc|lora)",
+    )
+    train_encoder: bool = setting(
+        False,
+        (
+            "also fine-tune the shared encoder together with the plug-ins, as the PALs paper does "
+            "(not with --add_to: earlier tasks would change)"
+        ),
+    )
+    also: list[str] = setting(
+        help=(
+            "more plug-in kinds beside --option's, comma-separated, each with its own flags (e.g. "
+            "--option adapter --also lhuc)"
+        ),
+        factory=list,
+    )
     adapter: AdapterSettings = section(AdapterSettings, "adapter_")
     pals: PALSettings = section(PALSettings, "pal_")
     lora: LoRASettings = section(LoRASettings, "lora_")
@@ -110,8 +149,12 @@ class ModelSettings:
                 f"--option {self.option} already decides whether the encoder trains"
             )
         extra = self.also
-        if extra and (self.plugin is None or self.option in extra or len(set(extra)) < len(extra)
-                      or any(kind not in PLUGINS for kind in extra)):  # fmt: skip
+        if extra and (
+            self.plugin is None
+            or self.option in extra
+            or len(set(extra)) < len(extra)
+            or any(kind not in PLUGINS for kind in extra)
+        ):
             raise ValueError(
                 f"--also {','.join(extra)}: name other plug-in kinds than --option's, once each, "
                 f"of {', '.join(PLUGINS)}, beside a plug-in --option"

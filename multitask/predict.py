@@ -199,17 +199,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, metavar="FILE", help="input file, or - for stdin")
     p.add_argument("--output", metavar="FILE", help="output file (default: standard output)")
     p.add_argument(
-        "--format", choices=FORMATS, help="input (and output) format (default: from the suffix: "
+        "--format",
+        choices=FORMATS,
+        help="input (and output) format (default: from the suffix: "
         ".csv csv, .jsonl/.json jsonl, else text; standard input: text)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--probabilities", action="store_true", help="classifiers: also each class's probability"
     )
     p.add_argument(
-        "--batch_size", type=int, default=None,
+        "--batch_size",
+        type=int,
+        default=None,
         help="examples per batch (default: the run's evaluation batch size, twice its "
         "--batch_size, which reproduces its prediction files bit for bit)",
-    )  # fmt: skip
+    )
     p.add_argument("--strict", action="store_true", help="a line that cannot be read is an error")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")

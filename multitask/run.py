@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,39 @@ from multitask.evaluation import predictions
 from multitask.model import MultitaskModel
 from tasks.base import get_task
 
-LOGS = ("metrics.jsonl", "train_log.jsonl")
-# Files that make a folder hold a run: refused without --resume or --overwrite.
-STATE = ("config.json", "last.pt", "best.safetensors", "summary.json", *LOGS)
-# Everything else a run writes (an --overwrite removes these too, so nothing stale stays).
-OUTPUTS = ("parameters.json", "skipped_rows.txt", "learning_curves.png", "*-output.csv",
-           "task-*.safetensors")  # fmt: skip
+
+@dataclass(frozen=True)
+class Layout:
+    """What a command keeps in its run folder: its own name (for messages), the files that make
+    a folder hold one of its runs (refused without --resume or --overwrite), the other files it
+    writes (an --overwrite removes these too, so nothing stale stays), and its logs (JSON lines,
+    cut back to the step of last.pt on resume)."""
+
+    command: str
+    state: tuple[str, ...]
+    outputs: tuple[str, ...]
+    logs: tuple[str, ...]
+
+
+DRIVER = Layout(
+    command="train_multitask.py",
+    state=(
+        "config.json",
+        "last.pt",
+        "best.safetensors",
+        "summary.json",
+        "metrics.jsonl",
+        "train_log.jsonl",
+    ),
+    outputs=(
+        "parameters.json",
+        "skipped_rows.txt",
+        "learning_curves.png",
+        "*-output.csv",
+        "task-*.safetensors",
+    ),
+    logs=("metrics.jsonl", "train_log.jsonl"),
+)
 
 
 def overlapping(a: Path, b: Path) -> bool:
@@ -89,9 +117,10 @@ class RunFolder:
     """One run's folder. ``writes`` is False in every process but the first of a distributed run:
     then the writing methods do nothing, and reading still works."""
 
-    def __init__(self, path: str | Path, writes: bool = True) -> None:
+    def __init__(self, path: str | Path, writes: bool = True, layout: Layout = DRIVER) -> None:
         self.path = Path(path)
         self.writes = writes
+        self.layout = layout
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -105,7 +134,7 @@ class RunFolder:
             if not self.file("last.pt").is_file():
                 raise UsageError(f"--resume: {self.file('last.pt')} not found; nothing to resume")
             return
-        held = [name for name in STATE if self.file(name).exists()]
+        held = [name for name in self.layout.state if self.file(name).exists()]
         if held and not overwrite:
             raise UsageError(
                 f"--out_dir {self.path} already holds a run ({', '.join(held)}); pass --resume to "
@@ -134,7 +163,11 @@ class RunFolder:
         self._lock.flush()
         stale = list(self.path.glob(".*.tmp"))
         if not resume:
-            stale += [p for pattern in (*STATE, *OUTPUTS) for p in self.path.glob(pattern)]
+            stale += [
+                p
+                for pattern in (*self.layout.state, *self.layout.outputs)
+                for p in self.path.glob(pattern)
+            ]
         for path in stale:
             path.unlink(missing_ok=True)
 
@@ -145,11 +178,11 @@ class RunFolder:
         step = "?" if self.saved_step is None else self.saved_step
         return (
             f"{self.file('last.pt')} (step {step}) is on disk; resume with: python "
-            f"train_multitask.py --out_dir {self.path} --resume"
+            f"{self.layout.command} --out_dir {self.path} --resume"
         )
 
     def write_config(self, flat: dict[str, Any]) -> None:
-        self._write_json("config.json", flat)
+        self.write_json("config.json", flat)
 
     def read_config(self, flag: str) -> dict[str, Any]:
         """The run's config.json; ``flag`` names the option that pointed here, for messages."""
@@ -179,10 +212,10 @@ class RunFolder:
         ]
         for losses in running.values():
             losses.clear()
-        self._append("train_log.jsonl", records)
+        self.append_log("train_log.jsonl", records)
 
     def log_metrics(self, step: int, epoch: int, metrics: dict[str, float]) -> None:
-        self._append("metrics.jsonl", [{"step": step, "epoch": epoch, **metrics}])
+        self.append_log("metrics.jsonl", [{"step": step, "epoch": epoch, **metrics}])
 
     def read_log(self, name: str) -> list[dict[str, Any]]:
         path = self.file(name)
@@ -199,7 +232,7 @@ class RunFolder:
 
     def truncate_logs(self, step: int) -> None:
         """After a resume, drop the log lines written after the checkpoint it continues from."""
-        for name in LOGS:
+        for name in self.layout.logs:
             if self.writes and self.file(name).exists():
                 kept = [r for r in self.read_log(name) if r["step"] <= step]
                 atomic_write_text(self.file(name), "".join(json.dumps(r) + "\n" for r in kept))
@@ -229,15 +262,24 @@ class RunFolder:
         }
         if parts["teacher"] is not None:
             state["teacher"] = parts["teacher"].state_dict()
-        atomic_save(state, self.file("last.pt"))
-        self.saved_step = step
+        self.save_state(state, step)
+
+    def save_state(self, state: dict[str, Any], step: int) -> None:
+        """last.pt, written atomically: what a resume at ``step`` continues from."""
+        if self.writes:
+            atomic_save(state, self.file("last.pt"))
+            self.saved_step = step
+
+    def load_state(self) -> dict[str, Any]:
+        """last.pt as ``save_state`` wrote it (through the one safe loader)."""
+        return load_trusted(self.file("last.pt"))
 
     def resume(self, parts: dict[str, Any], extra: dict[str, Any]) -> tuple[int, float]:
         """Put last.pt back into the parts built as at the start, and its ``extra`` into the
         given one (whose ``train_files`` fingerprints must match the saved ones: a training file
         that changed would make the resumed run another run); returns (step, best)."""
         path = self.file("last.pt")
-        state = load_trusted(path)
+        state = self.load_state()
         try:
             parts["model"].load_state_dict(state["model"], strict=False)
             parts["optimizer"].load_state_dict(state["optimizer"])
@@ -351,10 +393,10 @@ class RunFolder:
         print(f"predictions written to {self.path}")
 
     def write_parameters(self, report: dict[str, Any]) -> None:
-        self._write_json("parameters.json", report)
+        self.write_json("parameters.json", report)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        self._write_json("summary.json", summary)
+        self.write_json("summary.json", summary)
 
     def write_skipped_rows(self, report: str) -> Path:
         if self.writes:
@@ -390,11 +432,12 @@ class RunFolder:
         fig.savefig(self.file("learning_curves.png"), dpi=100)
         plt.close(fig)
 
-    def _write_json(self, name: str, value: Any) -> None:
+    def write_json(self, name: str, value: Any) -> None:
         if self.writes:
             atomic_write_text(self.file(name), json.dumps(value, indent=2) + "\n")
 
-    def _append(self, name: str, records: list[dict[str, Any]]) -> None:
+    def append_log(self, name: str, records: list[dict[str, Any]]) -> None:
+        """Add JSON lines to the log ``name`` (one of the layout's logs)."""
         if self.writes and records:
             with open(self.file(name), "a", encoding="utf-8") as f:
                 f.write("".join(json.dumps(r) + "\n" for r in records))

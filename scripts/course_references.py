@@ -373,8 +373,17 @@ def perturbation(forward, embeddings, clean, kind, config, seed, mistake=None):
 # mlm.py
 
 
-def mask_tokens(input_ids, attention_mask, special_ids, mask_id, vocab_size, seed, probability,
-                continuation=None, mistake=None):  # fmt: skip
+def mask_tokens(
+    input_ids,
+    attention_mask,
+    special_ids,
+    mask_id,
+    vocab_size,
+    seed,
+    probability,
+    continuation=None,
+    mistake=None,
+):
     """BERT's masking, token by token: the three draws of ``mask_tokens``' docstring (u, a, r from
     a generator seeded with ``seed``), then for each position: candidate = real and not special;
     chosen = candidate and u < p (u of the word's first token for a "##" piece); a chosen token

@@ -593,9 +593,16 @@ def mlm_data() -> dict:
         out = {}
         for label, seed, p, whole_word in MASKING_CASES:
             masked, labels = ref.mask_tokens(
-                input_ids, attention_mask, v["special"], v["mask"], v["size"], seed, p,
-                continuation if whole_word else None, mistake,
-            )  # fmt: skip
+                input_ids,
+                attention_mask,
+                v["special"],
+                v["mask"],
+                v["size"],
+                seed,
+                p,
+                continuation if whole_word else None,
+                mistake,
+            )
             out[f"masked inputs ({label})"] = masked
             out[f"labels ({label})"] = labels
         return out

@@ -51,8 +51,19 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
 def driver_argv(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> list[str]:
     """The driver's command line for a tiny run: the tiny checkpoint and data, batches of 4,
     sequences of at most 32 tokens, then ``extra``."""
-    return ["--checkpoint", str(checkpoint), "--data_dir", str(data), "--out_dir", str(out_dir),
-            "--batch_size", "4", "--max_length", "32", *extra]  # fmt: skip
+    return [
+        "--checkpoint",
+        str(checkpoint),
+        "--data_dir",
+        str(data),
+        "--out_dir",
+        str(out_dir),
+        "--batch_size",
+        "4",
+        "--max_length",
+        "32",
+        *extra,
+    ]
 
 
 def run_driver(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:

@@ -171,20 +171,20 @@ CASES = [
         "train-file-cr-only",
         write("c.csv", HEADER.replace(b"\n", b"\r") + b"0\ta\tgood\t1\r", "sst_train"),
         "CR alone",
-    ),  # fmt: skip
+    ),
     Case("train-file-a-folder", lambda ctx: ["--sst_train", str(ctx["tmp"])], "--sst_train"),
     Case("checkpoint-missing", flags("--checkpoint", "/nonexistent/bert"), "--checkpoint"),
     Case("checkpoint-no-vocab", checkpoint_without("vocab.txt"), "vocab.txt"),
     Case("checkpoint-bad-config", checkpoint_without("config.json", b'{"hidden'), "JSON"),
     Case(
         "checkpoint-bad-weights", checkpoint_without("model.safetensors", b"\x00" * 99), "corrupted"
-    ),  # fmt: skip
+    ),
     Case("out-dir-is-checkpoint", lambda ctx: ["--out_dir", str(ctx["checkpoint"])], "--out_dir"),
     Case(
         "out-dir-in-checkpoint",
         lambda ctx: ["--out_dir", str(ctx["checkpoint"] / "r")],
         "--out_dir",
-    ),  # fmt: skip
+    ),
     # -- an existing run is never destroyed --
     Case("run-exists", flags(), "already holds a run", run_copy="finished"),
     Case(
@@ -192,7 +192,7 @@ CASES = [
         flags("--overwrite", "--sst_dev", "/nonexistent/dev.csv"),
         "--sst_dev",
         run_copy="finished",
-    ),  # fmt: skip
+    ),
     Case("overwrite-bad-flag", flags("--overwrite", "--lr", "-1"), "--lr", run_copy="finished"),
     Case(
         "stopped-before-evaluation",
@@ -204,45 +204,45 @@ CASES = [
         ),
         "already holds a run",
         run_copy="finished",
-    ),  # fmt: skip
+    ),
     Case(
         "resume-config-cut",
         in_run(cut_in_half("config.json"), "--resume"),
         "corrupted",
         run_copy="finished",
-    ),  # fmt: skip
+    ),
     Case(
         "resume-last-cut",
         in_run(cut_in_half("last.pt"), "--resume"),
         "corrupted",
         run_copy="finished",
-    ),  # fmt: skip
+    ),
     Case(
         "resume-metrics-cut",
         in_run(cut_in_half("metrics.jsonl"), "--resume"),
         "corrupted",
         run_copy="finished",
-    ),  # fmt: skip
+    ),
     Case(
         "resume-other-runs-last",
         in_run(other_runs_last_pt, "--resume"),
         "does not belong",
         run_copy="finished",
-    ),  # fmt: skip
+    ),
     Case("resume-changes-lr", flags("--resume", "--lr", "1e-2"), "--lr", run_copy="finished"),
     Case(
         "resume-changes-option",
         flags("--resume", "--option", "lora"),
         "--option",
         run_copy="finished",
-    ),  # fmt: skip
+    ),
     Case("evaluate-missing", flags("--evaluate", "/nonexistent/run"), "--evaluate"),
     Case(
         "evaluate-no-best",
         in_run(lambda r: (r / "best.safetensors").unlink(), "--evaluate", "{out}"),
         "best.safetensors",
         run_copy="finished",
-    ),  # fmt: skip
+    ),
     Case(
         "add-to-finetune-run",
         lambda ctx: [
@@ -255,13 +255,14 @@ CASES = [
         ],
         "--add_to",
         run_copy="finished",
-    ),  # fmt: skip
+    ),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_invocation(case, tiny_checkpoint, tiny_data, finished_run, adapter_run, tmp_path,
-                        capsys):  # fmt: skip
+def test_bad_invocation(
+    case, tiny_checkpoint, tiny_data, finished_run, adapter_run, tmp_path, capsys
+):
     ADAPTER_RUN[:] = [adapter_run]
     out = tmp_path / "run"
     if case.run_copy:

@@ -23,17 +23,44 @@ def read_jsonl(path: Path) -> list[dict]:
 @pytest.mark.parametrize("option", ["finetune", "adapter"])
 def test_two_processes_match_one(option, tiny_checkpoint, tiny_data, tmp_path):
     common = [
-        "train_multitask.py", "--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data),
-        "--batch_size", "8", "--max_length", "32", "--epochs", "1", "--steps_per_epoch", "6",
-        "--dropout", "0", "--log_every", "1", "--no_plots", "--option", option,
-    ]  # fmt: skip
+        "train_multitask.py",
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data_dir",
+        str(tiny_data),
+        "--batch_size",
+        "8",
+        "--max_length",
+        "32",
+        "--epochs",
+        "1",
+        "--steps_per_epoch",
+        "6",
+        "--dropout",
+        "0",
+        "--log_every",
+        "1",
+        "--no_plots",
+        "--option",
+        option,
+    ]
     single, double = tmp_path / "one", tmp_path / "two"
-    subprocess.run([sys.executable, *common, "--out_dir", str(single)], cwd=ROOT, check=True,
-                   capture_output=True)  # fmt: skip
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                "--master_port=29517"]  # fmt: skip
-    result = subprocess.run([*torchrun, *common, "--out_dir", str(double)], cwd=ROOT,
-                            capture_output=True, text=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, *common, "--out_dir", str(single)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port=29517",
+    ]
+    result = subprocess.run(
+        [*torchrun, *common, "--out_dir", str(double)], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
     losses_1 = read_jsonl(single / "train_log.jsonl")

@@ -163,8 +163,16 @@ def test_evaluate_only_reproduces_dev_metrics(tiny_checkpoint, tiny_data, tmp_pa
     best = max(read_jsonl(out / "metrics.jsonl"), key=lambda m: m["overall"])
     eval_dir = tmp_path / "eval"
     # The run's batch size: other batch sizes pad differently, which may change the last bits.
-    argv = ["--evaluate", str(out), "--data_dir", str(tiny_data), "--out_dir", str(eval_dir),
-            "--batch_size", "4"]  # fmt: skip
+    argv = [
+        "--evaluate",
+        str(out),
+        "--data_dir",
+        str(tiny_data),
+        "--out_dir",
+        str(eval_dir),
+        "--batch_size",
+        "4",
+    ]
     capsys.readouterr()
     assert train_multitask.main(argv) == 0
     printed = capsys.readouterr().out
@@ -229,9 +237,23 @@ def test_task_checkpoint_reproduces_predictions(option, tiny_checkpoint, tiny_da
 
 
 def test_long_inputs_are_truncated_and_counted(tiny_checkpoint, tiny_data, tmp_path, capsys):
-    argv = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data), "--out_dir",
-            str(tmp_path), "--epochs", "1", "--steps_per_epoch", "1", "--max_length", "8",
-            "--option", "pretrain", "--no_plots"]  # fmt: skip
+    argv = [
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data_dir",
+        str(tiny_data),
+        "--out_dir",
+        str(tmp_path),
+        "--epochs",
+        "1",
+        "--steps_per_epoch",
+        "1",
+        "--max_length",
+        "8",
+        "--option",
+        "pretrain",
+        "--no_plots",
+    ]
     assert train_multitask.main(argv) == 0
     out = capsys.readouterr().out
     assert "train inputs are longer than 8 tokens and are truncated" in out
@@ -254,9 +276,14 @@ def test_evaluate_refuses_a_checkpoint_that_does_not_match(
 
 @pytest.mark.parametrize(
     "option, extra",
-    [("adapter", ()), ("adapter", ("--train_layernorms",)), ("lora", ()), ("pals", ()),
-     ("lhuc", ())],
-)  # fmt: skip
+    [
+        ("adapter", ()),
+        ("adapter", ("--train_layernorms",)),
+        ("lora", ()),
+        ("pals", ()),
+        ("lhuc", ()),
+    ],
+)
 def test_task_added_later_leaves_earlier_tasks_bit_identical(
     option, extra, tiny_checkpoint, tiny_data, tmp_path
 ):
@@ -268,15 +295,33 @@ def test_task_added_later_leaves_earlier_tasks_bit_identical(
     from tasks.base import read_predictions
 
     base, added = tmp_path / "base", tmp_path / "added"
-    assert run(tiny_checkpoint, tiny_data, base, "--option", option, "--tasks", "sst,para",
-               "--no_plots", *extra) == 0  # fmt: skip
-    assert run(tiny_checkpoint, tiny_data, added, "--add_to", str(base), "--tasks", "sts",
-               "--no_plots") == 0  # fmt: skip
+    assert (
+        run(
+            tiny_checkpoint,
+            tiny_data,
+            base,
+            "--option",
+            option,
+            "--tasks",
+            "sst,para",
+            "--no_plots",
+            *extra,
+        )
+        == 0
+    )
+    assert (
+        run(
+            tiny_checkpoint, tiny_data, added, "--add_to", str(base), "--tasks", "sts", "--no_plots"
+        )
+        == 0
+    )
 
     config = json.loads((added / "config.json").read_text())
     assert (config["option"], config["tasks"], config["base_tasks"]) == (
-        option, ["sts"], ["sst", "para"]
-    )  # fmt: skip
+        option,
+        ["sts"],
+        ["sst", "para"],
+    )
     assert [set(m) for m in read_jsonl(added / "metrics.jsonl")] == [
         {"step", "epoch", "sts", "overall"}
     ] * 2
@@ -303,8 +348,16 @@ def test_task_added_later_leaves_earlier_tasks_bit_identical(
     # as the run did.
     eval_dir = tmp_path / "e"
     # (with the run's batch size, as in test_evaluate_only_reproduces_dev_metrics)
-    argv = ["--evaluate", str(added), "--data_dir", str(tiny_data), "--out_dir", str(eval_dir),
-            "--batch_size", "4"]  # fmt: skip
+    argv = [
+        "--evaluate",
+        str(added),
+        "--data_dir",
+        str(tiny_data),
+        "--out_dir",
+        str(eval_dir),
+        "--batch_size",
+        "4",
+    ]
     assert train_multitask.main(argv) == 0
     for split in ("dev", "test"):
         name = f"sts-{split}-output.csv"
@@ -317,16 +370,24 @@ def test_add_to_refuses_what_would_change_earlier_tasks(
     finetuned = tmp_path / "finetuned"
     assert run(tiny_checkpoint, tiny_data, finetuned, "--tasks", "sst", "--no_plots") == 0
     capsys.readouterr()
-    assert run(tiny_checkpoint, tiny_data, tmp_path / "x", "--add_to", str(finetuned),
-               "--tasks", "sts") == 2  # fmt: skip
+    assert (
+        run(
+            tiny_checkpoint, tiny_data, tmp_path / "x", "--add_to", str(finetuned), "--tasks", "sts"
+        )
+        == 2
+    )
     assert "tasks can be added only to a plug-in run" in capsys.readouterr().err
 
     base = tmp_path / "base"
-    assert run(tiny_checkpoint, tiny_data, base, "--option", "lora", "--tasks", "sst",
-               "--no_plots") == 0  # fmt: skip
+    assert (
+        run(tiny_checkpoint, tiny_data, base, "--option", "lora", "--tasks", "sst", "--no_plots")
+        == 0
+    )
     capsys.readouterr()
-    assert run(tiny_checkpoint, tiny_data, tmp_path / "y", "--add_to", str(base),
-               "--tasks", "sst,sts") == 2  # fmt: skip
+    assert (
+        run(tiny_checkpoint, tiny_data, tmp_path / "y", "--add_to", str(base), "--tasks", "sst,sts")
+        == 2
+    )
     assert "['sst'] already trained" in capsys.readouterr().err
     assert run(tiny_checkpoint, tiny_data, base, "--add_to", str(base), "--tasks", "sts") == 2
     assert "--out_dir must differ from --add_to" in capsys.readouterr().err
@@ -337,12 +398,36 @@ def test_tasks_added_one_after_another(tiny_checkpoint, tiny_data, tmp_path):
     from safetensors.torch import load_file
 
     first, second, third = tmp_path / "sst", tmp_path / "sst+para", tmp_path / "sst+para+sts"
-    assert run(tiny_checkpoint, tiny_data, first, "--option", "lora", "--tasks", "sst",
-               "--no_plots") == 0  # fmt: skip
-    assert run(tiny_checkpoint, tiny_data, second, "--add_to", str(first), "--tasks", "para",
-               "--no_plots") == 0  # fmt: skip
-    assert run(tiny_checkpoint, tiny_data, third, "--add_to", str(second), "--tasks", "sts",
-               "--no_plots") == 0  # fmt: skip
+    assert (
+        run(tiny_checkpoint, tiny_data, first, "--option", "lora", "--tasks", "sst", "--no_plots")
+        == 0
+    )
+    assert (
+        run(
+            tiny_checkpoint,
+            tiny_data,
+            second,
+            "--add_to",
+            str(first),
+            "--tasks",
+            "para",
+            "--no_plots",
+        )
+        == 0
+    )
+    assert (
+        run(
+            tiny_checkpoint,
+            tiny_data,
+            third,
+            "--add_to",
+            str(second),
+            "--tasks",
+            "sts",
+            "--no_plots",
+        )
+        == 0
+    )
     assert json.loads((third / "config.json").read_text())["base_tasks"] == ["sst", "para"]
     for name, trained_in in (("sst", first), ("para", second)):
         before = load_file(str(trained_in / f"task-{name}.safetensors"))
@@ -359,8 +444,10 @@ def test_two_plugins_from_the_command_line(tiny_checkpoint, tiny_data, tmp_path,
     from tasks.base import read_predictions
 
     out = tmp_path / "run"
-    assert run(tiny_checkpoint, tiny_data, out, "--option", "adapter", "--also", "lhuc",
-               "--no_plots") == 0  # fmt: skip
+    assert (
+        run(tiny_checkpoint, tiny_data, out, "--option", "adapter", "--also", "lhuc", "--no_plots")
+        == 0
+    )
     state = load_file(str(out / "task-sst.safetensors"))
     assert any(".adapter." in k for k in state) and any(".lhuc." in k for k in state)
     cfg, _, data, tokenizer = rebuilt(out)
@@ -401,8 +488,9 @@ def test_train_encoder_with_plugins(tiny_checkpoint, tiny_data, tmp_path, capsys
     assert dev_predictions(model, "sts", data, tokenizer, cfg) == {i: float(v) for i, v in rows}
 
     capsys.readouterr()
-    assert run(tiny_checkpoint, tiny_data, tmp_path / "x", "--add_to", str(out),
-               "--tasks", "sst") == 2  # fmt: skip
+    assert (
+        run(tiny_checkpoint, tiny_data, tmp_path / "x", "--add_to", str(out), "--tasks", "sst") == 2
+    )
     assert "was trained with --train_encoder" in capsys.readouterr().err
     assert run(tiny_checkpoint, tiny_data, tmp_path / "y", "--train_encoder") == 2
     assert "--train_encoder goes with a plug-in" in capsys.readouterr().err
@@ -423,8 +511,9 @@ def test_dropout_reaches_every_attention_including_pals(tiny_checkpoint):
     assert {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {0.3}
 
 
-def test_train_fraction_subsamples_the_training_files_only(tiny_checkpoint, tiny_data, tmp_path,
-                                                           capsys):  # fmt: skip
+def test_train_fraction_subsamples_the_training_files_only(
+    tiny_checkpoint, tiny_data, tmp_path, capsys
+):
     """The same rows whatever the seed, in file order; dev and test stay whole."""
     from multitask.data import subsample
 
@@ -433,8 +522,21 @@ def test_train_fraction_subsamples_the_training_files_only(tiny_checkpoint, tiny
     assert len(subsample(rows, 0.25)) == 10 and len(subsample(rows, 0.001)) == 1
     whole = len(get_task("sst").read(tiny_data / "ids-sst-train.csv")[0])
     dev = len(get_task("sst").read(tiny_data / "ids-sst-dev.csv")[0])
-    assert run(tiny_checkpoint, tiny_data, tmp_path / "run", "--tasks", "sst", "--no_plots",
-               "--train_fraction", "0.5", "--batch_pool", "1") == 0  # fmt: skip
+    assert (
+        run(
+            tiny_checkpoint,
+            tiny_data,
+            tmp_path / "run",
+            "--tasks",
+            "sst",
+            "--no_plots",
+            "--train_fraction",
+            "0.5",
+            "--batch_pool",
+            "1",
+        )
+        == 0
+    )
     assert f"train {round(whole / 2)}, dev {dev}" in capsys.readouterr().out
 
 
@@ -458,8 +560,21 @@ def test_two_layer_heads(tiny_checkpoint, tiny_data, tmp_path):
 
     out = tmp_path / "run"
     # Cross-encoded, so that every task's head has the hidden layer.
-    assert run(tiny_checkpoint, tiny_data, out, "--option", "adapter", "--head_hidden", "16",
-               "--pair_encoding", "cross", "--no_plots") == 0  # fmt: skip
+    assert (
+        run(
+            tiny_checkpoint,
+            tiny_data,
+            out,
+            "--option",
+            "adapter",
+            "--head_hidden",
+            "16",
+            "--pair_encoding",
+            "cross",
+            "--no_plots",
+        )
+        == 0
+    )
     cfg, _, data, tokenizer = rebuilt(out)
     for name in ("sst", "para", "sts"):
         model = build_model(cfg.model, cfg.tasks, cfg.dropout)
@@ -476,8 +591,9 @@ def test_a_fresh_run_fits_the_cosine_head_to_the_training_labels(tiny_checkpoint
     from multitask.model import ModelSettings
     from tasks.reader import Example
 
-    settings = ModelSettings(option="adapter", checkpoint=str(tiny_checkpoint),
-                             pair_encoding="separate")  # fmt: skip
+    settings = ModelSettings(
+        option="adapter", checkpoint=str(tiny_checkpoint), pair_encoding="separate"
+    )
     model = build_model(settings, ["sst", "sts"])
     tokenizer = Tokenizer.from_checkpoint(str(tiny_checkpoint), max_length=32)
     examples, _ = get_task("sts").read(tiny_data / "sts-train.csv")

@@ -50,8 +50,19 @@ def test_a_killed_gpu_run_resumes(tiny_checkpoint, tiny_data, tmp_path):
     """Kill -9 a GPU run once it has a resumable checkpoint, resume it, and compare with a run
     never interrupted: the same evaluation steps, and weights that agree to bf16's precision
     (GPU kernels such as the embedding backward add in a nondeterministic order)."""
-    extra = ["--epochs", "2", "--steps_per_epoch", "6", "--eval_every", "3", "--save_every", "1",
-             "--option", "finetune", *CUDA_BF16]  # fmt: skip
+    extra = [
+        "--epochs",
+        "2",
+        "--steps_per_epoch",
+        "6",
+        "--eval_every",
+        "3",
+        "--save_every",
+        "1",
+        "--option",
+        "finetune",
+        *CUDA_BF16,
+    ]
     reference = tmp_path / "reference"
     assert run_driver(tiny_checkpoint, tiny_data, reference, *extra) == 0
     killed = tmp_path / "killed"

@@ -57,8 +57,19 @@ def first_logged_loss(out_dir) -> float:
 
 
 def test_driver_weights_the_task_loss(tiny_checkpoint, tiny_data, tmp_path, capsys):
-    flags = ("--option", "finetune", "--tasks", "sst", "--epochs", "1", "--steps_per_epoch", "1",
-             "--log_every", "1", "--no_plots")  # fmt: skip
+    flags = (
+        "--option",
+        "finetune",
+        "--tasks",
+        "sst",
+        "--epochs",
+        "1",
+        "--steps_per_epoch",
+        "1",
+        "--log_every",
+        "1",
+        "--no_plots",
+    )
     assert run_driver(tiny_checkpoint, tiny_data, tmp_path / "plain", *flags) == 0
     weighted = tmp_path / "weighted"
     assert run_driver(tiny_checkpoint, tiny_data, weighted, *flags, "--loss_weights", "sst=2") == 0

@@ -93,9 +93,13 @@ def test_logits_and_loss_equal_transformers(tmp_path):
     logits agree within 1e-5 and its loss on the same masked batch is the same."""
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(
-        vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=64,
-    )  # fmt: skip
+        vocab_size=200,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     reference = transformers.BertForMaskedLM(config).eval()
     with torch.no_grad():  # a head that is not at its initialisation
@@ -144,9 +148,22 @@ def test_command_writes_a_checkpoint_the_driver_loads(tiny_checkpoint, tiny_data
     does) and gives exactly the encoder outputs of the model that wrote it; --resume after the
     end changes nothing; bad input is one line."""
     out = tmp_path / "mlm"
-    argv = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data), "--out_dir",
-            str(out), "--steps", "4", "--eval_every", "2", "--batch_size", "8", "--max_length",
-            "32"]  # fmt: skip
+    argv = [
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data_dir",
+        str(tiny_data),
+        "--out_dir",
+        str(out),
+        "--steps",
+        "4",
+        "--eval_every",
+        "2",
+        "--batch_size",
+        "8",
+        "--max_length",
+        "32",
+    ]
     assert pretrain_mlm.main(argv) == 0
     written, _ = load_mlm(out)
     encoder = load_pretrained(out).eval()
@@ -183,3 +200,29 @@ def test_logits_at_the_chosen_positions_give_the_same_loss():
         logits, targets = model.masked_logits(masked, mask, labels)
     assert logits.shape == (int((labels != IGNORE).sum()), V)
     assert abs(mlm_loss(logits, targets).item() - full.item()) < 1e-5
+
+
+def test_resume_refuses_a_flag_that_contradicts_the_run(
+    tiny_checkpoint, tiny_data, tmp_path, capsys
+):
+    """--resume takes the run's own settings, as the driver's does: a flag given to change one is
+    refused in one line (exit 2) and nothing in the folder changes; the same value is accepted."""
+    out = tmp_path / "mlm"
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data), "--out_dir"]
+    argv += [str(out), "--steps", "2", "--eval_every", "1", "--batch_size", "4"]
+    assert pretrain_mlm.main(argv) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert pretrain_mlm.main(["--out_dir", str(out), "--resume", "--lr", "1e-3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --lr 0.001: the run in")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert pretrain_mlm.main(["--out_dir", str(out), "--resume", "--lr", "5e-5"]) == 0
+
+
+def test_flags_out_of_range_are_refused_with_the_flag_named(tmp_path, capsys):
+    for flag, value in [("--steps", "0"), ("--lr", "nan"), ("--warmup", "1"), ("--seed", "-1")]:
+        assert pretrain_mlm.main([flag, value, "--out_dir", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {flag} "), err
+    assert not (tmp_path / "o").exists()

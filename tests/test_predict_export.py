@@ -34,10 +34,13 @@ def tiny_run(checkpoint: Path, data: Path, out: Path, *extra: str) -> Path:
 def runs(tiny_checkpoint, tiny_data, tmp_path_factory) -> dict[str, Path]:
     """Tiny finished runs of every option, and sts added to an adapter run of sst,para."""
     root = tmp_path_factory.mktemp("runs")
-    made = {o: tiny_run(tiny_checkpoint, tiny_data, root / o, "--option", o)
-            for o in ("finetune", "pretrain", "lora", "adapter", "pals", "lhuc")}  # fmt: skip
-    base = tiny_run(tiny_checkpoint, tiny_data, root / "base", "--option", "adapter", "--tasks",
-                    "sst,para")  # fmt: skip
+    made = {
+        o: tiny_run(tiny_checkpoint, tiny_data, root / o, "--option", o)
+        for o in ("finetune", "pretrain", "lora", "adapter", "pals", "lhuc")
+    }
+    base = tiny_run(
+        tiny_checkpoint, tiny_data, root / "base", "--option", "adapter", "--tasks", "sst,para"
+    )
     made["base"] = base
     made["add_to"] = tiny_run(
         tiny_checkpoint, tiny_data, root / "added", "--add_to", str(base), "--tasks", "sts"
@@ -51,8 +54,9 @@ def dev_examples(data: Path, task: str):
     return examples
 
 
-def predict_lines(tmp_path: Path, run_dir: Path, task: str, text: str | bytes, *extra: str,
-                  suffix: str = ".txt") -> tuple[int, list[str]]:  # fmt: skip
+def predict_lines(
+    tmp_path: Path, run_dir: Path, task: str, text: str | bytes, *extra: str, suffix: str = ".txt"
+) -> tuple[int, list[str]]:
     """Run the command on ``text`` written to a file; (exit code, output lines)."""
     source, output = tmp_path / f"input{suffix}", tmp_path / f"output{suffix}"
     source.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
@@ -77,8 +81,9 @@ def assert_same_as_run(task: str, lines: list[str], run_dir: Path, examples) -> 
             assert float(line) == float(expected[example.id])
 
 
-@pytest.mark.parametrize("option", ["finetune", "pretrain", "lora", "adapter", "pals", "lhuc",
-                                    "add_to"])  # fmt: skip
+@pytest.mark.parametrize(
+    "option", ["finetune", "pretrain", "lora", "adapter", "pals", "lhuc", "add_to"]
+)
 def test_predict_reproduces_the_runs_dev_predictions(option, runs, tiny_data, tmp_path):
     """From RUN_DIR alone; an --add_to run answers for the earlier run's tasks too (whose
     prediction files are in that run's folder: the tasks stayed bit-identical)."""
@@ -143,8 +148,13 @@ def test_probabilities(runs, tiny_data, tmp_path):
 def test_bad_lines_keep_order_and_count(runs, tiny_data, tmp_path, capsys):
     examples = dev_examples(tiny_data, "sts")
     good = [("\t".join(e.texts) + "\n").encode() for e in examples]
-    bad = {3: b"\n", 5: "a film\t\u200b\n".encode(), 6: b"only one sentence\n",
-           9: b"\xff\xfe broken\ttext\n", 11: b"a\tb\tc\n"}  # fmt: skip
+    bad = {
+        3: b"\n",
+        5: "a film\t\u200b\n".encode(),
+        6: b"only one sentence\n",
+        9: b"\xff\xfe broken\ttext\n",
+        11: b"a\tb\tc\n",
+    }
     lines = list(good)
     for number in sorted(bad):
         lines.insert(number - 1, bad[number])
@@ -154,9 +164,13 @@ def test_bad_lines_keep_order_and_count(runs, tiny_data, tmp_path, capsys):
     assert [line for n, line in enumerate(out, 1) if n not in bad] == alone
     assert all(out[n - 1] == "" for n in bad)
     err = capsys.readouterr().err
-    for number, reason in [(3, "empty line"), (5, "empty sentence2"),
-                           (6, "found 1 tab-separated"),
-                           (9, "not valid UTF-8"), (11, "found 3 tab-separated")]:  # fmt: skip
+    for number, reason in [
+        (3, "empty line"),
+        (5, "empty sentence2"),
+        (6, "found 1 tab-separated"),
+        (9, "not valid UTF-8"),
+        (11, "found 3 tab-separated"),
+    ]:
         line = next(x for x in err.splitlines() if f"input.txt:{number}: " in x)
         assert reason in line
     assert f"5 of {len(lines)} lines could not be read" in err
@@ -202,8 +216,12 @@ def test_predict_a_folder_that_is_no_run(tmp_path, capsys):
 # -- export ----------------------------------------------------------------------------------
 
 
-SENTENCES = ["Café déjà vu: a naïve résumé!", "Hello,world...(test) — “quoted” 'text'",
-             "xqzzyt blorfing unknownword ☃ 東京", "The cat sat on the mat."]  # fmt: skip
+SENTENCES = [
+    "Café déjà vu: a naïve résumé!",
+    "Hello,world...(test) — “quoted” 'text'",
+    "xqzzyt blorfing unknownword ☃ 東京",
+    "The cat sat on the mat.",
+]
 
 
 def hf_hidden(directory: Path, batch: dict) -> torch.Tensor:

@@ -28,12 +28,22 @@ def test_seed_groups_mean_and_sample_standard_deviation():
         "sst": "0.5000 ± 0.1000 (n = 3)",
         "overall": "0.7200 ± 0.0200 (n = 3)",
     }
-    text = multitask_runs.markdown("adapter-study", {
-        name: {**r, "parameters": {"trainable": 1}, "summary": {"wall_clock_s": 1,
-               "train_examples_per_s": 1}, "task_checkpoint_bytes": {}, "command": "c",
-               "commit": "x", "machine": "m", "date": "d"}
-        for name, r in results.items()
-    })  # fmt: skip
+    text = multitask_runs.markdown(
+        "adapter-study",
+        {
+            name: {
+                **r,
+                "parameters": {"trainable": 1},
+                "summary": {"wall_clock_s": 1, "train_examples_per_s": 1},
+                "task_checkpoint_bytes": {},
+                "command": "c",
+                "commit": "x",
+                "machine": "m",
+                "date": "d",
+            }
+            for name, r in results.items()
+        },
+    )
     assert "| adapter | 0.5000 ± 0.1000 (n = 3) | - | - | 0.7200 ± 0.0200 (n = 3) |" in text
 
 

@@ -46,9 +46,23 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_checkpoint, tiny_data,
     """Kill -9 a run as soon as it has written a resumable checkpoint, resume, and compare every
     evaluation with a run that was never interrupted (same seed, same machine)."""
     threads = str(torch.get_num_threads())  # float sums depend on it; pin it for both processes
-    extra = ["--epochs", "3", "--steps_per_epoch", "10", "--eval_every", "5", "--save_every", "2",
-             "--option", "finetune", "--layer_decay", "0.9", "--swap_pairs",
-             "--threads", threads]  # fmt: skip
+    extra = [
+        "--epochs",
+        "3",
+        "--steps_per_epoch",
+        "10",
+        "--eval_every",
+        "5",
+        "--save_every",
+        "2",
+        "--option",
+        "finetune",
+        "--layer_decay",
+        "0.9",
+        "--swap_pairs",
+        "--threads",
+        threads,
+    ]
     reference = tmp_path / "reference"
     assert (
         train_multitask.main(
@@ -241,13 +255,17 @@ def test_resume_refuses_a_changed_training_file(tiny_checkpoint, tiny_data, tmp_
 def test_ctrl_c_leaves_a_resumable_run_and_says_how_to_resume(tiny_checkpoint, tiny_data, tmp_path):
     out = tmp_path / "run"
     extra = ["--epochs", "50", "--steps_per_epoch", "10", "--save_every", "1", "--no_plots"]
-    cmd = [sys.executable, "train_multitask.py", *driver_argv(tiny_checkpoint, tiny_data, out,
-                                                              *extra)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "train_multitask.py",
+        *driver_argv(tiny_checkpoint, tiny_data, out, *extra),
+    ]
     # A shell without job control starts background commands with SIGINT ignored, and Python
     # keeps an ignored SIGINT; the child gets the default back, as a terminal's Ctrl-C finds it.
     default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=default_sigint)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_sigint
+    )
     deadline = time.time() + 120
     while not (out / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)

@@ -54,6 +54,7 @@ import torch
 from torch import nn
 
 from minbert.bert import BertConfig, gelu
+from minbert.flags import check_ranges, setting
 from minbert.plugins.base import Plugin
 
 PLACEMENTS = {
@@ -68,16 +69,32 @@ NEAR_IDENTITY_STD = 1e-3
 class AdapterSettings:
     """Options of ``HoulsbyAdapter`` (driver flags ``--adapter_<name>``)."""
 
-    size: int = 64  # adapter bottleneck m
-    placement: Literal[tuple(PLACEMENTS)] = "houlsby"  # houlsby: after attention and
-    # feed-forward, before each add & norm (Houlsby et al. 2019); pfeiffer: after feed-forward
-    # only (Pfeiffer et al. 2021); after_layernorm: after each add & norm's LayerNorm
-    init: Literal["identity", "near_identity"] = "identity"  # identity: W_up = 0, exactly the
-    # identity at start; near_identity: both projections ~ truncated N(0, 1e-3²), as Houlsby
-    # et al.'s code
-    share: int = 1  # share one adapter per position across k consecutive layers
-    share_sites: bool = False  # one adapter serves both positions of a layer (or block of k
-    # layers): "shared in each layer" (with --adapter_share 3: the study's "3-shared")
+    size: int = setting(64, "adapter bottleneck m", within="[1, inf)")
+    placement: Literal[tuple(PLACEMENTS)] = setting(
+        "houlsby",
+        (
+            "houlsby: after attention and feed-forward, before each add & norm (Houlsby et al. "
+            "2019); pfeiffer: after feed-forward only (Pfeiffer et al. 2021); after_layernorm: "
+            "after each add & norm's LayerNorm"
+        ),
+    )
+    init: Literal["identity", "near_identity"] = setting(
+        "identity",
+        (
+            "identity: W_up = 0, exactly the identity at start; near_identity: both projections ~ "
+            "truncated N(0, 1e-3²), as Houlsby et al.'s code"
+        ),
+    )
+    share: int = setting(
+        1, "share one adapter per position across k consecutive layers", within="[1, inf)"
+    )
+    share_sites: bool = setting(
+        False,
+        (
+            'one adapter serves both positions of a layer (or block of k layers): "shared in each '
+            'layer" (with --adapter_share 3: the study\'s "3-shared")'
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -86,12 +103,7 @@ class AdapterSettings:
             )
         if self.init not in ("identity", "near_identity"):
             raise ValueError(f"adapter init {self.init!r}: use 'identity' or 'near_identity'")
-        if self.size < 1:
-            raise ValueError(f"adapter size (--adapter_size) must be at least 1, got {self.size}")
-        if self.share < 1:
-            raise ValueError(
-                f"adapter share (--adapter_share) must be at least 1 layer, got {self.share}"
-            )
+        check_ranges(self)
 
 
 class Bottleneck(nn.Module):
@@ -192,9 +204,14 @@ class HoulsbyAdapter(Plugin):
         return self._adapt("feed_forward", layer, task, h)
 
     def norm(
-        self, layer: int, task: str, name: str, module: nn.LayerNorm, h: torch.Tensor,
+        self,
+        layer: int,
+        task: str,
+        name: str,
+        module: nn.LayerNorm,
+        h: torch.Tensor,
         y: torch.Tensor,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         if self.placement != "after_layernorm":
             return y
         return self._adapt(name, layer, task, y)

@@ -97,9 +97,14 @@ class TaskLayerNorms(Plugin):
         return config.num_hidden_layers * len(POSITIONS) * 2 * config.hidden_size
 
     def norm(
-        self, layer: int, task: str, name: str, module: nn.LayerNorm, h: torch.Tensor,
+        self,
+        layer: int,
+        task: str,
+        name: str,
+        module: nn.LayerNorm,
+        h: torch.Tensor,
         y: torch.Tensor,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         """The task's LayerNorm on h, in place of the pretrained one's output y."""
         own = self.by_task[task][name][layer]
         return F.layer_norm(h, own.normalized_shape, own.weight, own.bias, own.eps)

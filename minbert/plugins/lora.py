@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from minbert.bert import BertConfig
+from minbert.flags import check_ranges, setting
 from minbert.plugins.base import Plugin
 
 TARGETS = ("query", "key", "value", "attention_output", "intermediate", "output")
@@ -48,11 +49,16 @@ TARGETS = ("query", "key", "value", "attention_output", "intermediate", "output"
 class LoRASettings:
     """Options of ``LoRA`` (driver flags ``--lora_<name>``)."""
 
-    rank: int = 8  # LoRA rank r
-    alpha: float = 16.0  # LoRA scale α (the update is scaled by α/r)
-    targets: str = "query,value"  # linear maps LoRA adapts, comma-separated (a list also
-    # works in Python): query, key, value, attention_output, intermediate, output
-    dropout: float = 0.0  # dropout on the input of the LoRA update
+    rank: int = setting(8, "LoRA rank r", within="[1, inf)")
+    alpha: float = setting(16.0, "LoRA scale α (the update is scaled by α/r)", within="(0, inf)")
+    targets: str = setting(
+        "query,value",
+        (
+            "linear maps LoRA adapts, comma-separated (a list also works in Python): query, key, "
+            "value, attention_output, intermediate, output"
+        ),
+    )
+    dropout: float = setting(0.0, "dropout on the input of the LoRA update", within="[0, 1)")
 
     def __post_init__(self) -> None:
         targets = self.targets
@@ -64,8 +70,7 @@ class LoRASettings:
                 f"LoRA targets (--lora_targets) {list(targets)}: give distinct names from "
                 f"{list(TARGETS)}"
             )
-        if self.rank < 1:
-            raise ValueError(f"LoRA rank (--lora_rank) must be at least 1, got {self.rank}")
+        check_ranges(self)
         self.target_names = tuple(targets)
 
 

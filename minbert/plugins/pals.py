@@ -48,6 +48,7 @@ import torch
 from torch import nn
 
 from minbert.bert import BertConfig, BertSelfAttention, gelu
+from minbert.flags import check_ranges, setting
 from minbert.plugins.base import Plugin
 
 
@@ -55,10 +56,22 @@ from minbert.plugins.base import Plugin
 class PALSettings:
     """Options of ``PAL`` (driver flags ``--pal_<name>``)."""
 
-    size: int | None = None  # PAL projection size s (default: sized to D, see pals.py)
-    heads: int | None = None  # attention heads inside a PAL (default: the encoder's)
-    gelu: bool = False  # a GELU after the decoder V_D, as the PALs authors' code has (the
-    # paper's equation has none)
+    size: int | None = setting(
+        None, "PAL projection size s (default: sized to D, see pals.py)", within="[1, inf)"
+    )
+    heads: int | None = setting(
+        None, "attention heads inside a PAL (default: the encoder's)", within="[1, inf)"
+    )
+    gelu: bool = setting(
+        False,
+        (
+            "a GELU after the decoder V_D, as the PALs authors' code has (the paper's equation has "
+            "none)"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
 
     def resolved(self, config: BertConfig) -> tuple[int, int]:
         """(s, nh) for ``config``: the defaults of the module docstring where unset."""

@@ -1,0 +1,293 @@
+"""The settings of a multitask run: ``TrainConfig`` (every flag, its default, help and range as
+field metadata, ``minbert/flags.py``), the parser generated from it, and ``parse_args``, which
+merges a saved run's settings (``--resume``, ``--evaluate``, ``--add_to``) and checks them all
+before anything is written.
+
+    cfg = parse_args(["--option", "adapter", "--sampling", "annealed"])
+    cfg.model.option, cfg.lr, cfg.out_dir     # 'adapter', 0.001, 'runs/adapter-annealed'
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from minbert.flags import HelpFormatter, add_flags, flatten, section, setting, unflatten
+from minbert.sampling import MODES
+from minbert.smart import SmartConfig
+from multitask.devices import pick_device
+from multitask.errors import UsageError
+from multitask.model import ModelSettings
+from multitask.run import RunFolder, merge_config, overlapping
+from multitask.step import loss_weights
+from tasks import TASKS, get_task
+from tasks.base import SPLITS, Task
+from tasks.metrics import OVERALL_TASKS
+
+DESCRIPTION = (
+    "Multitask fine-tuning of one BERT on SST-5 sentiment, Quora paraphrase and STS-B similarity."
+)
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a run. The flags, their defaults and help come from here, from the model's
+    settings (multitask/model.py, with each plug-in's own) and from SmartConfig
+    (minbert/smart.py)."""
+
+    model: ModelSettings = section(ModelSettings, "")  # option, checkpoint, plug-ins, ...
+    sampling: Literal[MODES] = setting(
+        "annealed",
+        (
+            "which task each step trains: round-robin cycles the tasks; proportional draws task i "
+            "with p_i ∝ N_i (training-set size); square-root with p_i ∝ √N_i; annealed with p_i ∝ "
+            "N_i^α, α = 1 − 0.8·(e − 1)/(E − 1) in epoch e of E (Stickland & Murray 2019)"
+        ),
+        group="what to train",
+    )
+    step_gradient: Literal["one-task", "summed", "pcgrad"] = setting(
+        "one-task",
+        (
+            "one-task: a step trains the task --sampling draws; summed: a batch of every task, "
+            "gradients added (no sampling; an epoch has 1/K the steps); pcgrad: the same, "
+            "conflicting gradients projected (Yu et al. 2020)"
+        ),
+    )
+    tasks: list[str] = setting(
+        help="comma-separated subset of the registered tasks (tasks/: cfimdb, para, sst, sts)",
+        factory=lambda: list(OVERALL_TASKS),
+    )
+    loss_weights: list[str] = setting(
+        help=(
+            "TASK=W,...: multiply TASK's loss by W (e.g. sst=2,sts=0.5; unnamed tasks 1); the "
+            "logged training loss is the weighted one"
+        ),
+        factory=list,
+    )
+    data_dir: str = setting("data", "folder with the course's data files", group="data")
+    limit: int | None = setting(
+        None, "at most N examples per task and split (default: all)", within="[1, inf)"
+    )
+    train_fraction: float = setting(
+        1.0,
+        (
+            "train on this fraction of each training file: a random subsample drawn with a fixed "
+            "generator, so every run (any --seed) sees the same rows; for low-resource experiments "
+            "(dev and test stay whole)"
+        ),
+        within="(0, 1]",
+    )
+    strict: bool = setting(False, "a malformed data row is an error, not a skip")
+    epochs: int = setting(3, "training epochs", within="[1, inf)", group="optimisation")
+    steps_per_epoch: int | None = setting(
+        None, "steps per epoch (default: training examples / batch)", within="[1, inf)"
+    )
+    batch_size: int = setting(32, "examples per step", within="[1, inf)")
+    batch_pool: int = setting(
+        50,
+        (
+            "length grouping: shuffle, sort pools of N batches by length, cut them into batches "
+            "(less padding, multitask/batching.py); 1: plain random batches"
+        ),
+        within="[1, inf)",
+    )
+    lr: float | None = setting(
+        None, "peak learning rate (default: 5e-5 for finetune, else 1e-3)", within="(0, 10]"
+    )
+    warmup: float = setting(0.1, "warm-up steps, as a fraction of all steps", within="[0, 1)")
+    weight_decay: float = setting(0.01, "AdamW decoupled weight decay", within="[0, inf)")
+    dropout: float = setting(0.1, "dropout in the encoder and heads", within="[0, 1)")
+    layer_decay: float = setting(
+        1.0,
+        (
+            "layer-wise learning-rate decay γ: encoder layer l of L trains at lr·γ^(L+1−l), the "
+            "embeddings at lr·γ^(L+1), heads at lr, each plug-in at its layer's rate (1: one rate "
+            "for all; see minbert/optimizer.py)"
+        ),
+        within="(0, 1]",
+    )
+    swap_pairs: bool = setting(
+        False,
+        (
+            "train symmetric pair tasks (para, sts) on each pair in a random order, (a, b) or (b, "
+            "a), so that the model cannot rely on which sentence comes first"
+        ),
+    )
+    seed: int = setting(11711, "random seed (data order, dropout, sampler)", within="[0, inf)")
+    eval_every: int = setting(
+        0, "also evaluate every N steps (0: only at epoch ends)", within="[0, inf)"
+    )
+    log_every: int = setting(50, "write the mean training loss every N steps", within="[1, inf)")
+    save_every: int = setting(
+        0,
+        "also write the resumable last.pt every N steps (it is always written at evaluations)",
+        within="[0, inf)",
+    )
+    nonfinite: Literal["stop", "skip"] = setting(
+        "stop", "on a NaN or infinite loss: stop the run (naming step and task) or skip that batch"
+    )
+    smart: bool = setting(
+        False,
+        "add SMART's adversarial and Bregman terms",
+        group="SMART regularization (Jiang et al. 2020)",
+    )
+    smart_settings: SmartConfig = section(SmartConfig, "smart_")
+    out_dir: str | None = setting(
+        None,
+        "run folder (default: runs/<option>-<sampling>; with --add_to: RUN_DIR+<tasks>)",
+        group="run",
+    )
+    resume: bool = setting(False, "continue the run in --out_dir from last.pt")
+    overwrite: bool = setting(False, "reuse a non-empty --out_dir, starting over")
+    evaluate: str | None = setting(
+        None,
+        (
+            "evaluate only: load RUN_DIR's best checkpoint, print dev metrics, write predictions "
+            "(with the run's --batch_size they match the run's bit for bit; another batch size "
+            "pads differently and may change the last float bits)"
+        ),
+        metavar="RUN_DIR",
+    )
+    add_to: str | None = setting(
+        None,
+        (
+            "add tasks to RUN_DIR, a finished plug-in run: train only the plug-ins and heads of "
+            "the --tasks named here (new tasks only) while RUN_DIR's tasks stay bit-identical; the "
+            "model settings (option, sizes, encoding) come from RUN_DIR's config.json"
+        ),
+        metavar="RUN_DIR",
+    )
+    device: str = setting("auto", "auto (CUDA when present), cpu, cuda or cuda:N")
+    bf16: bool = setting(False, "bfloat16 autocast (CUDA only)")
+    threads: int | None = setting(
+        None,
+        (
+            "CPU threads for torch (default: torch's choice, one per core); on a machine shared "
+            "with other jobs, fewer threads than cores avoids over-subscription"
+        ),
+        within="[1, inf)",
+    )
+    no_plots: bool = setting(False, "skip the PNG learning curves")
+    # Not flags; saved in config.json. With --add_to, the earlier runs' tasks (frozen):
+    base_tasks: list[str] = field(default_factory=list)
+    # Each task file given explicitly (--<task>_<split>, generated from the task registry):
+    files: dict[str, str | None] = field(default_factory=dict)
+
+    def resolved(self) -> TrainConfig:
+        """The one place where defaults that depend on other settings are decided."""
+        option, add_to = self.model.option, self.add_to
+        lr = self.lr if self.lr is not None else (5e-5 if option == "finetune" else 1e-3)
+        added = f"{add_to.rstrip('/')}+{'+'.join(self.tasks)}" if add_to else None
+        out_dir = self.out_dir or self.evaluate or added or f"runs/{option}-{self.sampling}"
+        return dataclasses.replace(self, model=self.model.resolved(), lr=lr, out_dir=out_dir)
+
+    def data_path(self, task: Task, split: str) -> Path:
+        given = self.files.get(f"{task.name}_{split}")
+        return Path(given) if given else Path(self.data_dir) / task.files[split]
+
+    def to_flat(self) -> dict[str, Any]:
+        """config.json: {flag name: value}, as the run was configured."""
+        return {**flatten(self), **self.files, "base_tasks": self.base_tasks}
+
+    @classmethod
+    def from_flat(cls, flat: dict[str, Any]) -> TrainConfig:
+        files = {k: flat.get(k) for k in FILE_FLAGS}
+        try:
+            config = unflatten(cls, flat)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        return dataclasses.replace(config, files=files, base_tasks=flat.get("base_tasks", []))
+
+
+FILE_FLAGS = [f"{name}_{split}" for name in TASKS for split in SPLITS]
+MODEL_KEYS = list(flatten(ModelSettings()))  # what --evaluate and --add_to take from a run
+WHERE_IT_RUNS = ("resume", "device", "bf16", "out_dir", "no_plots", "threads")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=DESCRIPTION, formatter_class=HelpFormatter, allow_abbrev=False
+    )
+    add_flags(parser, TrainConfig)
+    files = parser.add_argument_group("data files (default: <data_dir>/<the course's file name>)")
+    for flag in FILE_FLAGS:
+        files.add_argument(f"--{flag}", default=None, metavar="FILE")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    """The command line as a config: a saved run's settings merged in (--resume, --evaluate,
+    --add_to), defaults resolved, every value checked."""
+    flat = vars(build_parser().parse_args(argv))
+    defaults = vars(build_parser().parse_args([]))
+    source, flag, inherited = None, "", []
+    if flat["resume"]:
+        source, flag = flat["out_dir"] or TrainConfig.from_flat(flat).resolved().out_dir, "--resume"
+        inherited = [k for k in [*defaults, "base_tasks"] if k not in WHERE_IT_RUNS]
+    elif flat["evaluate"]:
+        source, flag = flat["evaluate"], "--evaluate"
+        inherited = [*MODEL_KEYS, "tasks", "add_to", "base_tasks"]
+    elif flat["add_to"]:
+        source, flag, inherited = flat["add_to"], "--add_to", MODEL_KEYS
+    if source is not None:
+        saved = RunFolder(source).read_config(flag)
+        flat = merge_config(flat, saved, inherited, defaults | {"base_tasks": []}, flag, source)
+        if flag == "--add_to":
+            flat["base_tasks"] = [*saved.get("base_tasks", []), *saved["tasks"]]
+    config = TrainConfig.from_flat(flat).resolved()
+    check(config, explicit=[k for k in FILE_FLAGS if flat.get(k)])
+    return config
+
+
+def check(cfg: TrainConfig, explicit: list[str]) -> None:
+    """Every named file present and the settings consistent with each other and with the
+    checkpoint, or a UsageError naming the flag and the fix, before anything is written. (Each
+    flag's own range is checked where the config is read: ``minbert.flags.unflatten``.)"""
+    try:
+        checkpoint = cfg.model.check([get_task(t) for t in cfg.tasks if t in TASKS])
+        loss_weights(cfg.loss_weights, cfg.tasks)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    for message in problems(cfg, explicit, checkpoint):
+        raise UsageError(message)
+    pick_device(cfg.device)
+
+
+def problems(cfg: TrainConfig, explicit: list[str], checkpoint: Path) -> Iterator[str]:
+    """What is wrong with a combination of settings, first things first."""
+    tasks, m, add_to = cfg.tasks, cfg.model, cfg.add_to
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        yield f"--tasks: unknown task(s) {unknown}; known: {sorted(TASKS)}"
+    if len(set(tasks)) < len(tasks):
+        yield f"--tasks {','.join(tasks)}: a task is named twice"
+    for key in explicit:
+        if not Path(cfg.files[key]).is_file():
+            yield f"--{key}: file not found; give an existing file"
+    if add_to and overlapping(Path(cfg.out_dir), Path(add_to)):
+        yield "--out_dir must differ from --add_to and lie outside it: the earlier run stays"
+    if overlapping(Path(cfg.out_dir), checkpoint):
+        yield (
+            f"--out_dir {cfg.out_dir} and the checkpoint folder {checkpoint} must not be the same "
+            "or inside each other"
+        )
+    if add_to and m.plugin is None:
+        yield (
+            f"--add_to: {add_to} was trained with --option {m.option}, which changes weights "
+            "every task shares; tasks can be added only to a plug-in run (adapter, pals, lhuc, "
+            "lora)"
+        )
+    if add_to and m.train_encoder:
+        yield (
+            f"--add_to: {add_to} was trained with --train_encoder, which changes the encoder "
+            "every task shares; tasks can be added only to a run whose encoder stayed frozen"
+        )
+    if add_to and (repeated := [t for t in tasks if t in cfg.base_tasks]):
+        yield (
+            f"--tasks: {repeated} already trained in {add_to} (tasks {cfg.base_tasks}); with "
+            "--add_to, name only the new tasks"
+        )
