@@ -20,7 +20,8 @@ import functools
 import math
 import sys
 import time
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,8 +31,7 @@ from minbert.optimizer import adamw_for, linear_warmup_decay
 from minbert.plugins import format_parameter_report, parameter_report
 from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
-from multitask.batching import BatchStream, length_grouped_batches
-from multitask.collate import batch_to, collate, swap_at_random
+from multitask.batching import BatchStream, length_grouped_batches, make_batch
 from multitask.config import TrainConfig, build_parser, parse_args
 from multitask.data import Data, fingerprints, load_data, train_lengths
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
@@ -87,6 +87,8 @@ class Run:
     smart: Smart | None
     steps_per_epoch: int
     extra: dict[str, Any]
+    # Each task's losses since the last read, still on the device (see read_losses).
+    pending: dict[str, list[torch.Tensor]] = field(default_factory=lambda: defaultdict(list))
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""
@@ -175,16 +177,17 @@ def one_step(run: Run, names: list[str], step: int) -> list[torch.Tensor] | None
     cfg, batches = run.cfg, []
     for name in names:
         task, indices = get_task(name), run.dist.shard(run.streams[name].next())
-        chosen = [run.data[name]["train"][i] for i in indices]
-        chosen = swap_at_random(chosen) if cfg.swap_pairs and task.symmetric else chosen
-        batch = collate(task, chosen, run.tokenizer, run.model.encodes_separately(task))
-        batches.append((task, batch_to(batch, run.device)))
+        separate = run.model.encodes_separately(task)
+        examples = run.data[name]["train"]
+        batch = make_batch(
+            task, examples, indices, run.tokenizer, separate, run.device, cfg.swap_pairs
+        )
+        batches.append((task, batch))
     bf16, skip = autocast(cfg.bf16, run.device), cfg.nonfinite == "skip"
-    teacher = run.smart.teacher if run.smart else None
     pcgrad = cfg.seed * 1_000_003 + step if cfg.step_gradient == "pcgrad" else None  # its order
     try:
         losses = train_step_tasks(
-            run.step_module, batches, run.optimizer, run.scheduler, bf16, skip, teacher, pcgrad
+            run.step_module, batches, run.optimizer, run.scheduler, bf16, skip, pcgrad
         )
     except NonFiniteLoss as err:
         raise RunStopped(
@@ -245,18 +248,41 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
                 )
                 continue
             for name, loss in zip(names, losses):
-                running[name].append(run.dist.mean(loss))
-            recent = running[names[0]][-50:]
-            bar.set_postfix(task=names[0], loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
+                run.pending[name].append(loss)  # stays on the device until the next read
             if step % cfg.log_every == 0 or step == total:
+                read_losses(run)
+                bar.set_postfix(
+                    loss=", ".join(f"{k} {v:.3f}" for k, v in means(running)), refresh=False
+                )
                 run.folder.log_training(step, epoch, running)
             run.extra["seconds"] = time.time() - start
             if step % spe == 0 or (cfg.eval_every and step % cfg.eval_every == 0):
                 best = evaluate_and_save(run, step, epoch, best)
             elif cfg.save_every and step % cfg.save_every == 0:
-                run.folder.save_last(step, best, run.parts(), run.extra)
+                save_last(run, step, best)
         bar.close()
     return step, best
+
+
+def read_losses(run: Run) -> None:
+    """Move the losses kept on the device since the last read into ``extra["running"]`` (their
+    means over the processes, as Python numbers): one read of the device, a CPU-GPU sync point,
+    made only at --log_every and before last.pt is written, never in every step."""
+    for name, losses in run.pending.items():
+        if losses:
+            run.extra["running"][name] += run.dist.means(losses)
+            losses.clear()
+
+
+def means(running: dict[str, list[float]]) -> list[tuple[str, float]]:
+    return [(name, sum(losses) / len(losses)) for name, losses in running.items() if losses]
+
+
+def save_last(run: Run, step: int, best: float) -> None:
+    """last.pt, with every loss read from the device first so that a resume logs as the
+    uninterrupted run does."""
+    read_losses(run)
+    run.folder.save_last(step, best, run.parts(), run.extra)
 
 
 def evaluate_and_save(run: Run, step: int, epoch: int, best: float) -> float:
@@ -272,7 +298,7 @@ def evaluate_and_save(run: Run, step: int, epoch: int, best: float) -> float:
     if metrics["overall"] > best:
         best = metrics["overall"]
         run.folder.save_best(run.model, step)
-    run.folder.save_last(step, best, run.parts(), run.extra)
+    save_last(run, step, best)
     return best
 
 

@@ -20,7 +20,9 @@ shows at once, not at the end of an evaluation).
 
 ``padding_fraction`` measures the effect: padded positions / all positions.
 
-``BatchStream`` turns one task's training set into an endless, resumable stream of such batches.
+``BatchStream`` turns one task's training set into an endless, resumable stream of such batches,
+and ``make_batch`` turns a batch of indices into the tensors a step or an evaluation runs on
+(the one place a batch is assembled: the driver, evaluation and the benchmarks use it).
 """
 
 from __future__ import annotations
@@ -29,7 +31,36 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["BatchStream", "fixed_batches", "length_grouped_batches", "padding_fraction"]
+from minbert.tokenizer import Tokenizer
+from multitask.collate import batch_to, collate, swap_at_random
+from tasks.base import Task
+from tasks.reader import Example
+
+__all__ = [
+    "BatchStream",
+    "fixed_batches",
+    "length_grouped_batches",
+    "make_batch",
+    "padding_fraction",
+]
+
+
+def make_batch(
+    task: Task,
+    examples: Sequence[Example],
+    indices: Sequence[int],
+    tokenizer: Tokenizer,
+    separate: bool,
+    device: torch.device,
+    swap_pairs: bool = False,
+) -> dict:
+    """The examples at ``indices``, tokenized as the task batches them (a pair encoded apart
+    when ``separate``) and on ``device``; with ``swap_pairs``, a symmetric pair task's pairs in
+    a random order (``swap_at_random``)."""
+    chosen = [examples[i] for i in indices]
+    if swap_pairs and task.symmetric:
+        chosen = swap_at_random(chosen)
+    return batch_to(collate(task, chosen, tokenizer, separate), device)
 
 
 def length_grouped_batches(

@@ -53,6 +53,15 @@ class Distributed:
     def shard(self, indices: list[int]) -> list[int]:
         return indices[self.rank :: self.world]
 
+    def means(self, values: list[torch.Tensor]) -> list[float]:
+        """Each scalar's mean over all processes, as Python numbers: one exchange and one read
+        of the device for the whole list (every process passes as many, in the same order)."""
+        stacked = torch.stack(values)
+        if self.world > 1:
+            torch.distributed.all_reduce(stacked)
+            stacked /= self.world
+        return stacked.tolist()
+
     def mean(self, value: torch.Tensor) -> float:
         """The mean of a scalar over all processes (the global batch's loss, for the logs)."""
         if self.world > 1:

@@ -16,8 +16,8 @@ import torch
 from tqdm import tqdm
 
 from minbert.tokenizer import Tokenizer
-from multitask.batching import length_grouped_batches
-from multitask.collate import batch_to, collate, token_lengths
+from multitask.batching import length_grouped_batches, make_batch
+from multitask.collate import token_lengths
 from multitask.model import MultitaskModel
 from tasks.base import Task, get_task
 from tasks.heads import CosineSimilarityHead
@@ -47,7 +47,7 @@ def head_outputs(
     outputs = torch.empty(len(examples), task.num_outputs)
     bar = tqdm(batches, desc=task.name, unit="batch", disable=not progress or len(batches) < 10)
     for indices in bar:
-        batch = batch_to(collate(task, [examples[i] for i in indices], tokenizer, separate), device)
+        batch = make_batch(task, examples, indices, tokenizer, separate, device)
         with autocast or contextlib.nullcontext():
             outputs[indices] = model(task.name, batch).float().cpu()
     return outputs

@@ -311,14 +311,21 @@ class RunFolder:
         print(f"resumed {self.path} at step {step}")
         return step, best
 
+    finite_at: int | None = None  # the step whose weights check_finite last found finite
+
     def check_finite(self, model: MultitaskModel, step: int) -> None:
-        """A NaN or infinity in a trained tensor stops the run before anything is saved."""
-        if not all(torch.isfinite(t).all() for t in model.trainable_state_dict().values()):
+        """A NaN or infinity in a trained tensor stops the run before anything is saved. The
+        weights are read once per step however many saves follow (one read of the device)."""
+        if self.finite_at == step:
+            return
+        trained = [p for p in model.parameters() if p.requires_grad]
+        if trained and not torch.stack([torch.isfinite(p).all() for p in trained]).all():
             raise RunStopped(
                 f"non-finite weights after step {step} (is --lr too large?); nothing was saved "
                 f"at this step; {self.on_disk()}",
                 3,
             )
+        self.finite_at = step
 
     def save_best(self, model: MultitaskModel, step: int) -> None:
         self.check_finite(model, step)

@@ -107,6 +107,16 @@ class TrainingStep(nn.Module):
     def forward(self, task: Task, batch: dict) -> torch.Tensor:
         return batch_loss(self.model, task, batch, self.smart) * self.weights.get(task.name, 1.0)
 
+    def after_update(self) -> None:
+        """After an optimizer step: SMART's teacher θ̃ moves towards the updated weights."""
+        if self.smart is not None:
+            self.smart.teacher.update()
+
+
+def unwrapped(step: nn.Module) -> nn.Module:
+    """The step module itself, also when DistributedDataParallel wraps it."""
+    return step.module if isinstance(step, nn.parallel.DistributedDataParallel) else step
+
 
 class NonFiniteLoss(FloatingPointError):
     """A batch gave a NaN or infinite loss; nothing was updated. ``task`` names its task."""
@@ -124,18 +134,17 @@ def train_step(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     autocast: contextlib.AbstractContextManager | None = None,
     skip_nonfinite: bool = False,
-    teacher: MomentumTeacher | None = None,
 ) -> torch.Tensor | None:
     """One update on one task's batch: loss (its forward under ``autocast``, e.g. bf16),
-    backward, AdamW step, schedule step, and SMART's teacher update (pass ``Smart.teacher`` when
-    SMART is on).
+    backward, AdamW step, schedule step, and SMART's teacher update when ``step`` has SMART
+    (``TrainingStep.after_update``).
 
     A non-finite loss raises ``NonFiniteLoss`` before anything changes, or with
     ``skip_nonfinite`` drops the batch (the schedule still advances, so a skipped batch costs
     its step) and returns None. Returns the detached loss otherwise.
     """
     losses = train_step_tasks(
-        step, [(task, batch)], optimizer, scheduler, autocast, skip_nonfinite, teacher
+        step, [(task, batch)], optimizer, scheduler, autocast, skip_nonfinite
     )
     return None if losses is None else losses[0]
 
@@ -147,7 +156,6 @@ def train_step_tasks(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     autocast: contextlib.AbstractContextManager | None = None,
     skip_nonfinite: bool = False,
-    teacher: MomentumTeacher | None = None,
     pcgrad: int | None = None,
 ) -> list[torch.Tensor] | None:
     """One update from a batch of each of several tasks (``train_step`` with one): the gradients
@@ -180,6 +188,7 @@ def train_step_tasks(
     optimizer.zero_grad(set_to_none=True)
     if scheduler is not None:
         scheduler.step()
-    if finite and teacher is not None:
-        teacher.update()
+    after_update = getattr(unwrapped(step), "after_update", None)
+    if finite and after_update is not None:  # e.g. SMART's teacher (TrainingStep.after_update)
+        after_update()
     return losses if finite else None
