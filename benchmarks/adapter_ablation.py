@@ -100,8 +100,9 @@ def plot(results: dict, tasks: list[str], layers: int, path: Path) -> None:
         )
         for i in range(layers):
             for j in range(i, layers):
-                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white")  # fmt: skip
+                ax.text(
+                    j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7, color="white"
+                )
     fig.suptitle("Adapters switched off over layers i..j (dev)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -75,8 +75,10 @@ def model_pair(base: bool) -> dict[str, tuple[torch.nn.Module, bool]]:
     else:
         ours = load_pretrained()
         theirs = HFModel.from_pretrained(default_checkpoint_dir())
-    return {"minBERT": (set_dropout(ours, 0.0).cuda(), False),
-            "transformers": (set_dropout(theirs, 0.0).cuda(), True)}  # fmt: skip
+    return {
+        "minBERT": (set_dropout(ours, 0.0).cuda(), False),
+        "transformers": (set_dropout(theirs, 0.0).cuda(), True),
+    }
 
 
 def timed_call(model, is_hf: bool, batch: dict, mode: str, dtype: str):
@@ -108,13 +110,27 @@ def throughput(models: dict, shapes: list, repeats: int) -> str:
                 calls = {n: timed_call(m, h, batch, mode, dtype) for n, (m, h) in models.items()}
                 t = interleaved(calls, repeats=repeats, warmup=3, min_seconds=0.2)
                 ratio = paired_ratio(t["transformers"], t["minBERT"])
-                rows.append([dtype, "training" if mode == "train" else "inference", f"{B} × {T}",
-                             f"{B * T / median(t['minBERT']):,.0f}",
-                             f"{B * T / median(t['transformers']):,.0f}", f"**{ratio:.2f}**",
-                             spread(t["minBERT"])])  # fmt: skip
+                rows.append(
+                    [
+                        dtype,
+                        "training" if mode == "train" else "inference",
+                        f"{B} × {T}",
+                        f"{B * T / median(t['minBERT']):,.0f}",
+                        f"{B * T / median(t['transformers']):,.0f}",
+                        f"**{ratio:.2f}**",
+                        spread(t["minBERT"]),
+                    ]
+                )
                 print(rows[-1], flush=True)
-    header = ["precision", "mode", "B × T", "minBERT tok/s", "transformers tok/s",
-              "minBERT / transformers", "spread of minBERT rounds"]  # fmt: skip
+    header = [
+        "precision",
+        "mode",
+        "B × T",
+        "minBERT tok/s",
+        "transformers tok/s",
+        "minBERT / transformers",
+        "spread of minBERT rounds",
+    ]
     return table(header, rows)
 
 
@@ -150,9 +166,15 @@ def option_rows(data_dir: str, repeats: int) -> str:
                 if i >= 3:
                     times.append(start.elapsed_time(end))
             trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            rows.append([option, dtype, f"{trainable:,}",
-                         f"{torch.cuda.max_memory_allocated() / 2**20:,.0f}",
-                         f"{median(times):.1f}"])  # fmt: skip
+            rows.append(
+                [
+                    option,
+                    dtype,
+                    f"{trainable:,}",
+                    f"{torch.cuda.max_memory_allocated() / 2**20:,.0f}",
+                    f"{median(times):.1f}",
+                ]
+            )
             print(rows[-1], flush=True)
             del model, optimizer, step, batches
     header = ["option", "precision", "trainable", "peak GPU memory MiB", "step ms (median)"]
@@ -178,16 +200,22 @@ def main(argv: list[str] | None = None) -> int:
         f"`torch.cuda.synchronize()`. See the script's docstring for what each figure is.",
     )
     models = model_pair(base=False)
-    report.add("## Throughput, packaged checkpoint (6 layers, hidden 384)\n\n"
-               + throughput(models, SHAPES, args.repeats))  # fmt: skip
+    report.add(
+        "## Throughput, packaged checkpoint (6 layers, hidden 384)\n\n"
+        + throughput(models, SHAPES, args.repeats)
+    )
     del models
     if not args.no_base:
         models = model_pair(base=True)
-        report.add("## Throughput, BERT-base shape (12 layers, hidden 768, random weights)\n\n"
-                   + throughput(models, BASE_SHAPES, args.repeats))  # fmt: skip
+        report.add(
+            "## Throughput, BERT-base shape (12 layers, hidden 768, random weights)\n\n"
+            + throughput(models, BASE_SHAPES, args.repeats)
+        )
         del models
-    report.add("## Each option: one training step on 32 examples of 128 tokens\n\n"
-               + option_rows(args.data_dir, args.repeats))  # fmt: skip
+    report.add(
+        "## Each option: one training step on 32 examples of 128 tokens\n\n"
+        + option_rows(args.data_dir, args.repeats)
+    )
     report.write()
     return 0
 

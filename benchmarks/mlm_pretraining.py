@@ -37,8 +37,9 @@ def command(script: str, *flags: str) -> list[str]:
     return [sys.executable, script, "--threads", "1", "--overwrite", *flags]
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The command line: this script's flags, and the flags after ``--`` (for both
+    fine-tunings)."""
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mlm_steps", type=int, default=2000, help="further pretraining steps")
@@ -51,7 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only write the results from the "
         "run folders of an earlier invocation (its process times are not known)",
     )
-    args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    return p.parse_args(argv[: argv.index("--")] if "--" in argv else argv), extra
+
+
+def stage_commands(args: argparse.Namespace, extra: list[str]) -> dict[str, list[str]]:
+    """The three runs' commands: "baseline" (fine-tuning from the packaged checkpoint), "mlm"
+    (further pretraining) and "further" (fine-tuning from the MLM output)."""
     runs = Path(args.runs_dir)
     data = ["--data_dir", args.data_dir]
     baseline = command("train_multitask.py", *data, "--out_dir", str(runs / "mlm-baseline"), *extra)
@@ -76,36 +82,52 @@ def main(argv: list[str] | None = None) -> int:
         str(runs / "mlm-pretrained"),
         *extra,
     )
-    commit, started = git_commit(), time.time()
-    seconds: dict[str, float] = {}
+    return {"baseline": baseline, "mlm": mlm, "further": further}
 
-    def launch(name: str, cmd: list[str]) -> subprocess.Popen:
+
+class Stages:
+    """Runs the stages' processes from the repository root and times each whole process."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}  # name -> start time, then wall-clock seconds
+
+    def launch(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        """Start ``cmd`` (echoed as a shell line)."""
         print("$", shlex.join(cmd), flush=True)
-        seconds[name] = time.time()
+        self.seconds[name] = time.time()
         return subprocess.Popen(cmd, cwd=ROOT)
 
-    def wait(name: str, proc: subprocess.Popen) -> None:
+    def wait(self, name: str, proc: subprocess.Popen) -> None:
+        """Wait for ``proc``; a failed stage stops the benchmark."""
         if proc.wait() != 0:
             raise SystemExit(f"{name}: exit code {proc.returncode}")
-        seconds[name] = round(time.time() - seconds[name], 1)
+        self.seconds[name] = round(time.time() - self.seconds[name], 1)
 
-    if not args.collect:
-        running = {"baseline": launch("baseline", baseline), "mlm": launch("mlm", mlm)}
-        wait("mlm", running["mlm"])
-        running["further"] = launch("further", further)
-        wait("baseline", running["baseline"])
-        wait("further", running["further"])
+    def run(self, commands: dict[str, list[str]]) -> None:
+        """Baseline and MLM pretraining in parallel, then fine-tuning from the MLM output as
+        soon as the pretraining ends."""
+        running = {
+            "baseline": self.launch("baseline", commands["baseline"]),
+            "mlm": self.launch("mlm", commands["mlm"]),
+        }
+        self.wait("mlm", running["mlm"])
+        running["further"] = self.launch("further", commands["further"])
+        self.wait("baseline", running["baseline"])
+        self.wait("further", running["further"])
+
+
+def gather(
+    runs: Path, commands: dict[str, list[str]], commit: str, started: float, seconds: dict
+) -> dict:
+    """The results: the runs' commands, timings, MLM log and best dev metrics, with the commit
+    and the machine."""
     log_file = runs / "mlm-pretrained" / "mlm_log.jsonl"
     log = [json.loads(line) for line in log_file.read_text().splitlines()]
-    results = {
+    return {
         "commit": commit,
         "machine": machine(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-        "commands": {
-            "baseline": shlex.join(baseline),
-            "mlm": shlex.join(mlm),
-            "further": shlex.join(further),
-        },
+        "commands": {name: shlex.join(cmd) for name, cmd in commands.items()},
         "process_wall_clock_s": seconds or "not recorded (results collected with --collect)",
         "mlm_seconds": log[-1].get("seconds", "not recorded"),
         "mlm_before": log[0],
@@ -113,11 +135,26 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": collect(runs / "mlm-baseline"),
         "further": collect(runs / "mlm-finetune"),
     }
+
+
+def write_results(results: dict, runs: Path) -> None:
+    """mlm-pretraining.json and .md, and the MLM loss curve beside them; prints the .md."""
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     RESULTS.with_suffix(".md").write_text(markdown(results))
     shutil.copyfile(runs / "mlm-pretrained" / "mlm_loss.png", f"{RESULTS}-loss.png")
     print(RESULTS.with_suffix(".md").read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = parse_args(sys.argv[1:] if argv is None else argv)
+    commands = stage_commands(args, extra)
+    commit, started = git_commit(), time.time()
+    stages = Stages()
+    if not args.collect:
+        stages.run(commands)
+    runs = Path(args.runs_dir)
+    write_results(gather(runs, commands, commit, started, stages.seconds), runs)
     return 0
 
 

@@ -26,8 +26,8 @@ the machine. Suites:
     error-bars  default finetune and adapter runs (annealed, 3 epochs), meant for --seeds 1,2,3
     transfer-levers  finetune with two-layer heads, layer-wise lr decay, 5 epochs, SMART,
                PCGrad, loss weights, pairs apart, the MLM-pretrained checkpoint (runs/mlm, from
-               pretrain_mlm.py): each one change from the default multitask run (issue 18
-               item 3), meant for --seeds
+               pretrain_mlm.py): each one change from the default multitask run, towards a
+               shared model at least as good as each task alone; meant for --seeds
     smart-low-resource  SMART off and on on the same 10% of every training file
                (--train_fraction 0.1): the paper's ε 1e-5, ε = η = 1e-3, and ε = η = 1 (the
                unit per-token perturbation of mt-dnn's code); meant for --seeds 1,2,3
@@ -78,7 +78,7 @@ SHORT = ["--option", "adapter", "--epochs", "3", "--steps_per_epoch", "150"]
 # The best SST-alone recipe of single-task.md, which the ceiling suite varies one flag at a time.
 SST_TUNED = ["--tasks", "sst", "--lr", "1e-4", "--layer_decay", "0.8"]
 
-# Issue 18 item 4's low-resource setting: finetune on the same 10% of every training file.
+# The smart-low-resource suite's setting: finetune on the same 10% of every training file.
 TENTH = ["--option", "finetune", "--train_fraction", "0.1"]
 
 SUITES: dict[str, list[tuple[str, list[str]]]] = {
@@ -154,7 +154,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("lora", ["--option", "lora"]),
         ("pals", ["--option", "pals"]),
         ("lhuc", ["--option", "lhuc"]),
-        # Issue 18 item 1: levers for LHUC's Quora, below the pretrain floor with the scales alone
+        # Levers for LHUC's Quora, below the pretrain floor with the scales alone
         # (per-task LayerNorms, the better one, became --option lhuc's default after this).
         ("lhuc-lr-3e-3", ["--option", "lhuc", "--lr", "3e-3"]),
         ("lhuc-layernorms", ["--option", "lhuc", "--train_layernorms"]),
@@ -165,8 +165,8 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("adapter", ["--option", "adapter"]),
         ("adapter-smart", ["--option", "adapter", "--smart"]),
     ],
-    # Issue 18, item 1: each plug-in option's pair encoding chosen by measurement, against
-    # --option pretrain (pairs encoded apart) as the floor, at the adapter study's short budget.
+    # Each plug-in option's pair encoding chosen by measurement, against --option pretrain (pairs
+    # encoded apart) as the floor, at the adapter study's short budget.
     # (Adapters cross-encoded at this budget: adapter-study's first row.)
     "option-encoding": [
         ("pretrain", ["--option", "pretrain", *SHORT[2:]]),
@@ -177,17 +177,16 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             for encoding in ("cross", "separate")
         ],
     ],
-    # Issue 18, item 2: the figures people quote, run with --seeds 1,2,3 (mean ± sd per task).
-    # The adapter rows measured it cross-encoded, its default until pairs encoded apart were
-    # measured ahead (the default adapter's seeds: plugins --only adapter with
-    # --results benchmarks/results/adapter-separate-3-epochs).
+    # The figures people quote, run with --seeds 1,2,3 (mean ± sd per task). The adapter rows
+    # measured it cross-encoded, its default until pairs encoded apart were measured ahead (the
+    # default adapter's seeds: plugins --only adapter with --results
+    # benchmarks/results/adapter-separate-3-epochs).
     "error-bars": [
         ("finetune", ["--option", "finetune"]),
         ("adapter", ["--option", "adapter", "--pair_encoding", "cross"]),
     ],
-    # Issue 18, item 3: levers towards a shared model at least as good as each task alone,
-    # each one change from the default finetune run; meant for --seeds 1,2,3 beside the
-    # single-task suite at the same budget.
+    # Levers towards a shared model at least as good as each task alone, each one change from the
+    # default finetune run; meant for --seeds 1,2,3 beside the single-task suite at the same budget.
     "transfer-levers": [
         ("two-layer-heads", ["--option", "finetune", "--head_hidden", "384"]),
         ("layer-decay-0.8", ["--option", "finetune", "--lr", "1e-4", "--layer_decay", "0.8"]),
@@ -210,11 +209,11 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         # path relative to the project root, where the runs start).
         ("mlm-checkpoint", ["--option", "finetune", "--checkpoint", "runs/mlm"]),
     ],
-    # Issue 18, item 4: SMART where data are scarce: the same 10% of every training file, SMART
-    # off, at the paper's ε = 1e-5, at ε = η = 1e-3, and at ε = η = 1: mt-dnn's code divides
-    # δ + η·g by its per-token max-norm after the ascent step instead of projecting it to the
-    # ε-ball, so its perturbation has per-token ∞-norm 1; with ε = η = 1 the ascent step
-    # reaches that size and the projection leaves it there. --seeds 1,2,3.
+    # SMART where data are scarce: the same 10% of every training file, SMART off, at the paper's
+    # ε = 1e-5, at ε = η = 1e-3, and at ε = η = 1: mt-dnn's code divides δ + η·g by its per-token
+    # max-norm after the ascent step instead of projecting it to the ε-ball, so its perturbation
+    # has per-token ∞-norm 1; with ε = η = 1 the ascent step reaches that size and the projection
+    # leaves it there. --seeds 1,2,3.
     "smart-low-resource": [
         ("finetune-10pct", TENTH),
         ("finetune-10pct-smart", [*TENTH, "--smart"]),
@@ -226,10 +225,10 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             for size in ("1e-3", "1")
         ],
     ],
-    # Issue 18, item 5: batching schemes at one epoch: length grouping in pools of 50 batches
-    # (the default), 10 and 2, and plain random batches (a pool of one batch).
-    # Beside them the plain Hugging Face loop (benchmarks/plain_loop.py) at the same budget, its
-    # batches drawn at random every step or from shuffled passes like pool-1.
+    # Batching schemes at one epoch: length grouping in pools of 50 batches (the default), 10 and 2,
+    # and plain random batches (a pool of one batch). Beside them the plain Hugging Face loop
+    # (benchmarks/plain_loop.py) at the same budget, its batches drawn at random every step or from
+    # shuffled passes like pool-1.
     "batching": [
         *[
             (f"pool-{pool}", ["--option", "finetune", "--epochs", "1", "--batch_pool", str(pool)])

@@ -31,6 +31,8 @@ import functools
 import math
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import _common
 import torch
@@ -72,7 +74,8 @@ DESCRIPTIONS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, checked; sets torch's thread count."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--steps", type=int, default=30, help="timed steps per method")
     p.add_argument("--chunk", type=int, default=5, help="steps per method in a row")
@@ -82,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     _common.set_threads(args.threads)
     if args.steps < 1 or args.chunk < 1:
         raise SystemExit("--steps and --chunk must be at least 1")
+    return args
 
-    report = Report(
+
+def start_report(steps: int, chunk: int) -> Report:
+    """The results file, with its introduction (what is measured, and how)."""
+    return Report(
         "padding",
         "Padding: length-grouped dynamic batches vs fixed max_length padding",
         "One epoch of the driver's default run (`train_multitask.py --option finetune "
@@ -92,12 +99,32 @@ def main(argv: list[str] | None = None) -> int:
         "(`--batch_pool N`; 50 is the driver's default, 1 is plain shuffled batches), each batch "
         "padded to its longest sequence; fixed = `fixed_batches` (plain shuffled batches) padded "
         "to 128 tokens. Padding fractions are exact over the whole epoch; times are "
-        f"{args.steps} measured steps per method (spread evenly over the epoch, interleaved in "
-        f"chunks of {args.chunk}), each a full training step (tokenize, forward, backward, "
+        f"{steps} measured steps per method (spread evenly over the epoch, interleaved in "
+        f"chunks of {chunk}), each a full training step (tokenize, forward, backward, "
         f"AdamW) on the driver's model, extrapolated to the epoch.\n\n"
         + _common.SHARED_MACHINE_NOTE,
     )
-    cfg = _common.driver_args("finetune", data_dir=args.data_dir)
+
+
+@dataclass
+class Epoch:
+    """The driver's first epoch: its data, model and task schedule, and each method's batches."""
+
+    cfg: Any  # the driver's resolved config (train_multitask.TrainConfig)
+    data: dict  # task name -> split -> examples
+    tokenizer: Tokenizer
+    model: torch.nn.Module  # the driver's model, as it builds it
+    sizes: dict[str, int]  # task name -> training examples
+    steps: int  # steps in the epoch
+    schedule: list[str]  # the task of each step
+    lengths: dict[str, list[int]]  # task name -> token length of each training example
+    plan: dict[str, list[tuple[str, list[int]]]]  # method -> the (task, batch) of each step
+
+
+def plan_epoch(data_dir: str) -> Epoch:
+    """Build the driver's default run and cut its first epoch into each method's batches, all
+    on the same task schedule (the sampler's epoch 1)."""
+    cfg = _common.driver_args("finetune", data_dir=data_dir)
     data = _common.driver_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model, _ = _common.driver_model(cfg)
@@ -114,20 +141,25 @@ def main(argv: list[str] | None = None) -> int:
     for method, make in batch_makers().items():
         streams = {n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, make) for n in data}
         plan[method] = [(name, streams[name].next()) for name in schedule]
+    return Epoch(cfg, data, tokenizer, model, sizes, steps_per_epoch, schedule, lengths, plan)
 
-    # Exact padding over the epoch; lengths are truncated at max_length, as the tokenizer does.
-    L = cfg.model.max_length
-    clipped = {name: [min(x, L) for x in v] for name, v in lengths.items()}
 
-    def positions(method: str) -> tuple[int, int]:
-        total = real = 0
-        for name, batch in plan[method]:
-            b = [clipped[name][i] for i in batch]
-            total += len(b) * (L if method == FIXED else max(b))
-            real += sum(b)
-        return total, real
+def positions(epoch: Epoch, method: str) -> tuple[int, int]:
+    """(positions computed, real tokens) of ``method`` over the whole epoch: exact, with the
+    lengths truncated at max_length as the tokenizer does."""
+    L = epoch.cfg.model.max_length
+    total = real = 0
+    for name, batch in epoch.plan[method]:
+        b = [min(epoch.lengths[name][i], L) for i in batch]
+        total += len(b) * (L if method == FIXED else max(b))
+        real += sum(b)
+    return total, real
 
-    pos = {m: positions(m) for m in plan}
+
+def padding_section(epoch: Epoch) -> str:
+    """The report's padding table: each method's padding fraction over the epoch."""
+    L = epoch.cfg.model.max_length
+    pos = {m: positions(epoch, m) for m in epoch.plan}
     rows = [
         [
             f"{m}: {DESCRIPTIONS[m]}",
@@ -138,15 +170,16 @@ def main(argv: list[str] | None = None) -> int:
         for m, (total, real) in pos.items()
     ]
     per_task = []
-    for name in data:
-        task_lengths = lengths[name]
+    for name in epoch.data:
+        task_lengths = epoch.lengths[name]
         per_task.append(
-            f"{name} {sizes[name]:,} examples, mean {sum(task_lengths) / len(task_lengths):.1f} "
+            f"{name} {epoch.sizes[name]:,} examples, mean "
+            f"{sum(task_lengths) / len(task_lengths):.1f} "
             f"tokens, {sum(x > L for x in task_lengths)} longer than {L} (truncated)"
         )
-    report.add(
-        f"## Padding over one epoch ({steps_per_epoch} steps: "
-        + ", ".join(f"{n} {schedule.count(n)}" for n in data)
+    return (
+        f"## Padding over one epoch ({epoch.steps} steps: "
+        + ", ".join(f"{n} {epoch.schedule.count(n)}" for n in epoch.data)
         + ")\n\n"
         + table(["method", "positions computed", "real tokens", "padding fraction"], rows)
         + "\n\nTraining data: "
@@ -154,37 +187,64 @@ def main(argv: list[str] | None = None) -> int:
         + f". Positions ratio fixed / {DEFAULT}: {pos[FIXED][0] / pos[DEFAULT][0]:.2f}."
     )
 
-    # Timed steps: the same steps of the epoch for every method, interleaved in chunks.
-    chosen = [int((k + 0.5) * steps_per_epoch / args.steps) for k in range(args.steps)]
-    models = {m: model if m == DEFAULT else copy.deepcopy(model) for m in plan}
-    optimizers = {
-        m: adamw_for(models[m], cfg.lr, cfg.weight_decay, cfg.layer_decay) for m in models
-    }
-    step_modules = {m: TrainingStep(models[m]) for m in models}
 
-    def run_step(method: str, step: int) -> float:
-        name, indices = plan[method][step]
-        task, train = get_task(name), data[name]["train"]
+class Trainers:
+    """Each method's own copy of the driver's model and optimizer (the default method trains the
+    original), taking the epoch's training steps in that method's batches."""
+
+    def __init__(self, epoch: Epoch) -> None:
+        cfg = epoch.cfg
+        self.epoch = epoch
+        self.models = {
+            m: epoch.model if m == DEFAULT else copy.deepcopy(epoch.model) for m in epoch.plan
+        }
+        self.optimizers = {
+            m: adamw_for(self.models[m], cfg.lr, cfg.weight_decay, cfg.layer_decay)
+            for m in self.models
+        }
+        self.step_modules = {m: TrainingStep(self.models[m]) for m in self.models}
+
+    def run_step(self, method: str, step: int) -> float:
+        """Seconds of one full driver step (collate = tokenize, forward, loss, backward, AdamW)
+        of step ``step`` of the epoch in ``method``'s batches."""
+        epoch = self.epoch
+        name, indices = epoch.plan[method][step]
+        task, train = get_task(name), epoch.data[name]["train"]
         start = time.perf_counter()
         batch = collate(
-            task, [train[i] for i in indices], tokenizer, model.encodes_separately(task)
+            task, [train[i] for i in indices], epoch.tokenizer, epoch.model.encodes_separately(task)
         )
         if method == FIXED:
-            batch = _common.pad_batch(batch, L)
-        train_step(step_modules[method], task, batch, optimizers[method]).item()
+            batch = _common.pad_batch(batch, epoch.cfg.model.max_length)
+        train_step(self.step_modules[method], task, batch, self.optimizers[method]).item()
         return time.perf_counter() - start
 
-    for m in models:
-        models[m].train()
-        run_step(m, chosen[0])  # warm-up, not counted
-    times: dict[str, list[float]] = {m: [] for m in models}
-    order = list(models)
-    for c, start in enumerate(range(0, args.steps, args.chunk)):
+
+def measured_steps(epoch: Epoch, steps: int) -> list[int]:
+    """The ``steps`` steps of the epoch that are timed, spread evenly over it."""
+    return [int((k + 0.5) * epoch.steps / steps) for k in range(steps)]
+
+
+def time_methods(epoch: Epoch, chosen: list[int], chunk: int) -> dict[str, list[float]]:
+    """Seconds of each method's steps at ``chosen``, after one warm-up step each; the methods
+    interleaved in chunks of ``chunk`` steps, their order reversed every other round."""
+    trainers = Trainers(epoch)
+    for m in trainers.models:
+        trainers.models[m].train()
+        trainers.run_step(m, chosen[0])  # warm-up, not counted
+    times: dict[str, list[float]] = {m: [] for m in trainers.models}
+    order = list(trainers.models)
+    for c, start in enumerate(range(0, len(chosen), chunk)):
         for method in order if c % 2 == 0 else order[::-1]:
-            for step in chosen[start : start + args.chunk]:
-                times[method].append(run_step(method, step))
+            for step in chosen[start : start + chunk]:
+                times[method].append(trainers.run_step(method, step))
         means = ", ".join(f"{m} {sum(t) / len(t):.3f}" for m, t in times.items())
         print(f"chunk {c + 1}: s/step {means}", flush=True)
+    return times
+
+
+def timing_section(epoch: Epoch, chosen: list[int], times: dict[str, list[float]]) -> str:
+    """The report's timing table: each method's step time and extrapolated epoch time."""
     mean = {m: sum(t) / len(t) for m, t in times.items()}
     ratio = mean[FIXED] / mean[DEFAULT]
     rows = [
@@ -193,12 +253,12 @@ def main(argv: list[str] | None = None) -> int:
             len(times[m]),
             f"{mean[m]:.3f}",
             f"{median(times[m]):.3f}",
-            f"{mean[m] * steps_per_epoch / 60:.1f}",
+            f"{mean[m] * epoch.steps / 60:.1f}",
             f"{mean[m] / mean[DEFAULT]:.2f}",
         ]
-        for m in order
+        for m in times
     ]
-    report.add(
+    return (
         "## Training time\n\n"
         + table(
             [
@@ -213,10 +273,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         + f"\n\nEpoch time ratio fixed / {DEFAULT}: **{ratio:.2f}×** "
         f"(target ≥ 2×: {'met' if ratio >= 2 else 'NOT met'}). The steps measured are steps "
-        f"{chosen[0]}, {chosen[1]}, ..., {chosen[-1]} of the epoch's {steps_per_epoch}, the same "
+        f"{chosen[0]}, {chosen[1]}, ..., {chosen[-1]} of the epoch's {epoch.steps}, the same "
         f"for every method (each method's own batches at those steps). Dev scores of the pool "
         f"sizes: gpu-batching.md (seeds 1-3) and batching.md."
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    report = start_report(args.steps, args.chunk)
+    epoch = plan_epoch(args.data_dir)
+    report.add(padding_section(epoch))
+    # Timed steps: the same steps of the epoch for every method, interleaved in chunks.
+    chosen = measured_steps(epoch, args.steps)
+    report.add(timing_section(epoch, chosen, time_methods(epoch, chosen, args.chunk)))
     report.write()
     return 0
 

@@ -1,4 +1,4 @@
-"""A plain Hugging Face training loop for the three tasks: the reference of issue 18 item 5.
+"""A plain Hugging Face training loop for the three tasks: the reference of the batching comparison.
 
 What the driver (train_multitask.py --option finetune) is compared with, at the same budget:
 transformers' BertModel on the packaged checkpoint with its own tokenizer, mean pooling, the
@@ -28,6 +28,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -105,17 +106,23 @@ def evaluate(model: PlainModel, tokenizer, data: dict, max_length: int) -> dict[
     return metrics | {"overall": overall_score(metrics)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (defaults shown in --help)."""
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], allow_abbrev=False,
+        description=__doc__.split("\n\n")[0],
+        allow_abbrev=False,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )  # fmt: skip
+    )
     p.add_argument("--data_dir", default=str(ROOT / "data"), help="the course's data files")
     p.add_argument("--checkpoint", default="default", help="BERT folder ('default': packaged)")
     p.add_argument("--out_dir", required=True, help="where the run's metrics and summary go")
     p.add_argument("--overwrite", action="store_true", help="reuse an existing --out_dir")
-    p.add_argument("--draw", choices=("random", "passes"), default="random",
-                   help="how a task's batch is drawn (module docstring)")  # fmt: skip
+    p.add_argument(
+        "--draw",
+        choices=("random", "passes"),
+        default="random",
+        help="how a task's batch is drawn (module docstring)",
+    )
     p.add_argument("--epochs", type=int, default=1, help="epochs of ceil(examples / batch) steps")
     p.add_argument("--batch_size", type=int, default=32, help="examples per step")
     p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
@@ -125,16 +132,51 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max_length", type=int, default=128, help="tokens per input")
     p.add_argument("--seed", type=int, default=11711, help="weights of the heads, data, dropout")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice)")
-    args = p.parse_args(argv)
-    from transformers import BertTokenizerFast, get_linear_schedule_with_warmup
-    from transformers.utils import logging
+    return p
 
-    logging.set_verbosity_error()  # the load report lists the unused pooler weights: expected
 
+def prepare_out_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
+    """The run folder, created; one that holds files is refused unless --overwrite."""
     out_dir = Path(args.out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not args.overwrite:
-        p.error(f"--out_dir {out_dir} is not empty; pass --overwrite to reuse it")
+        parser.error(f"--out_dir {out_dir} is not empty; pass --overwrite to reuse it")
     out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices, none on biases and LayerNorms."""
+    decayed = [p for p in model.parameters() if p.ndim >= 2]
+    others = [p for p in model.parameters() if p.ndim < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decayed, "weight_decay": weight_decay},
+            {"params": others, "weight_decay": 0.0},
+        ],
+        lr=lr,
+    )
+
+
+@dataclass
+class Training:
+    """Everything a run trains with: the data, tokenizer, model, optimizer and its schedule,
+    each task's batches, and the random generator of the task draws."""
+
+    data: dict  # task name -> split -> examples
+    tokenizer: object  # transformers' BertTokenizerFast of the checkpoint
+    model: PlainModel
+    optimizer: torch.optim.Optimizer
+    scheduler: object  # transformers' linear warm-up and decay
+    sizes: dict[str, int]  # task name -> training examples
+    steps_per_epoch: int
+    batches: dict[str, Batches]
+    rng: np.random.Generator
+
+
+def set_up(args: argparse.Namespace) -> Training:
+    """Seed, read the data and build the model, optimizer, schedule and batch draws."""
+    from transformers import BertTokenizerFast, get_linear_schedule_with_warmup
+
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -144,38 +186,37 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = BertTokenizerFast.from_pretrained(checkpoint)
     model = PlainModel(checkpoint, args.dropout)
     model.train()
-    decayed = [p for p in model.parameters() if p.ndim >= 2]
-    others = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decayed, "weight_decay": args.weight_decay},
-         {"params": others, "weight_decay": 0.0}], lr=args.lr,
-    )  # fmt: skip
+    optimizer = make_optimizer(model, args.lr, args.weight_decay)
     sizes = {name: len(data[name]["train"]) for name in TASKS}
     steps_per_epoch = math.ceil(sum(sizes.values()) / args.batch_size)
     total = steps_per_epoch * args.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, int(args.warmup * total), total)
     batches = {n: Batches(sizes[n], args.batch_size, args.draw, rng) for n in TASKS}
-    start, metrics_file = time.time(), out_dir / "metrics.jsonl"
-    metrics_file.write_text("")
-    best = -math.inf
-    for epoch in range(1, args.epochs + 1):
-        probabilities = task_probabilities(sizes, annealed_alpha(epoch, args.epochs))
-        schedule = rng.choice(list(TASKS), size=steps_per_epoch, p=list(probabilities.values()))
-        for name in tqdm(schedule, desc=f"epoch {epoch}/{args.epochs}", mininterval=10):
-            task = get_task(name)
-            chosen = [data[name]["train"][i] for i in batches[name].next()]
-            outputs = model(name, encode(tokenizer, chosen, args.max_length))
-            loss = task.loss(outputs, task.label_tensor([e.label for e in chosen]))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-        metrics = evaluate(model, tokenizer, data, args.max_length)
-        best = max(best, metrics["overall"])
-        print(f"epoch {epoch}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-        with metrics_file.open("a") as f:
-            f.write(json.dumps({"step": epoch * steps_per_epoch, "epoch": epoch, **metrics}) + "\n")
-    wall = time.time() - start
+    return Training(
+        data, tokenizer, model, optimizer, scheduler, sizes, steps_per_epoch, batches, rng
+    )
+
+
+def train_epoch(run: Training, epoch: int, args: argparse.Namespace) -> None:
+    """One epoch: each step draws its task (annealed sampling), then a batch of that task."""
+    probabilities = task_probabilities(run.sizes, annealed_alpha(epoch, args.epochs))
+    schedule = run.rng.choice(list(TASKS), size=run.steps_per_epoch, p=list(probabilities.values()))
+    for name in tqdm(schedule, desc=f"epoch {epoch}/{args.epochs}", mininterval=10):
+        task = get_task(name)
+        chosen = [run.data[name]["train"][i] for i in run.batches[name].next()]
+        outputs = run.model(name, encode(run.tokenizer, chosen, args.max_length))
+        loss = task.loss(outputs, task.label_tensor([e.label for e in chosen]))
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        run.optimizer.step()
+        run.scheduler.step()
+
+
+def write_results(
+    out_dir: Path, args: argparse.Namespace, run: Training, best: float, wall: float
+) -> None:
+    """summary.json, parameters.json and config.json, as a driver run folder has them."""
+    total = run.steps_per_epoch * args.epochs
     summary = {
         "best_overall": best,
         "wall_clock_s": round(wall, 1),
@@ -184,10 +225,32 @@ def main(argv: list[str] | None = None) -> int:
         "train_examples": total * args.batch_size,
         "processes": 1,
     }
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    trainable = sum(p.numel() for p in run.model.parameters() if p.requires_grad)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "parameters.json").write_text(json.dumps({"trainable": trainable}, indent=2) + "\n")
     (out_dir / "config.json").write_text(json.dumps(vars(args), indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # the load report lists the unused pooler weights: expected
+    out_dir = prepare_out_dir(parser, args)
+    run = set_up(args)
+    start, metrics_file = time.time(), out_dir / "metrics.jsonl"
+    metrics_file.write_text("")
+    best = -math.inf
+    for epoch in range(1, args.epochs + 1):
+        train_epoch(run, epoch, args)
+        metrics = evaluate(run.model, run.tokenizer, run.data, args.max_length)
+        best = max(best, metrics["overall"])
+        print(f"epoch {epoch}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        with metrics_file.open("a") as f:
+            step = epoch * run.steps_per_epoch
+            f.write(json.dumps({"step": step, "epoch": epoch, **metrics}) + "\n")
+    write_results(out_dir, args, run, best, time.time() - start)
     return 0
 
 

@@ -143,9 +143,7 @@ def train_step(
     ``skip_nonfinite`` drops the batch (the schedule still advances, so a skipped batch costs
     its step) and returns None. Returns the detached loss otherwise.
     """
-    losses = train_step_tasks(
-        step, [(task, batch)], optimizer, scheduler, autocast, skip_nonfinite
-    )
+    losses = train_step_tasks(step, [(task, batch)], optimizer, scheduler, autocast, skip_nonfinite)
     return None if losses is None else losses[0]
 
 

@@ -103,52 +103,18 @@ def read_examples(
             header, a header that is not UTF-8, or (``strict``) any unreadable row.
     """
     name = str(path)
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{name}: file not found")
-    if not path.is_file():
-        raise DataError(f"{name}: not a regular file")
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise DataError(f"{name}: cannot be read ({err.strerror or err})") from None
-    _check_is_utf8_text(name, raw)
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the newline that ends the last line does not start another one
-    if not lines or (len(lines) == 1 and _strip_bom(lines[0]).strip() == b""):
-        raise DataError(f"{name}: empty file (expected a header line and rows)")
-
-    columns = _read_header(name, lines[0])
+    lines = _read_lines(name, Path(path))
+    header = _read_header(name, lines[0])
     if all(not line.strip() for line in lines[1:]):
         raise DataError(f"{name}: no rows (the file has a header line only)")
-    id_index = _column_index(name, columns, ID_COLUMN)
-    text_indices = [_column_index(name, columns, c) for c in text_columns]
-    label_index = None
-    if label_column is not None:
-        if label_column in columns:
-            label_index = _column_index(name, columns, label_column)
-        elif require_label:
-            raise DataError(
-                f"{name}:1: no label column {label_column!r} in the header "
-                f"(columns: {_show_columns(columns)})"
-            )
+    layout = _locate_columns(name, header, text_columns, label_column, require_label)
 
     examples: list[Example] = []
     skipped: list[SkippedRow] = []
     first_line_of_id: dict[str, int] = {}
     for line_number, line_bytes in enumerate(lines[1:], start=2):
         problems, example = _read_row(
-            line_bytes,
-            line_number,
-            columns,
-            id_index,
-            text_indices,
-            text_columns,
-            label_index,
-            label_column,
-            parse_label,
-            first_line_of_id,
+            line_bytes, line_number, layout, parse_label, first_line_of_id
         )
         if problems:
             reason = "; ".join(problems)
@@ -177,23 +143,60 @@ def format_skip_report(skipped: Sequence[SkippedRow]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# Helpers
+# Helpers: the file
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """Where the fields this reader uses sit in a file's header (indices into a row's fields)."""
+
+    header: list[str]  # every column name of the header line, in order
+    id_index: int
+    text_indices: list[int]
+    text_columns: list[str]  # the names of the sentence columns, for messages
+    label_index: int | None  # None: the file has no label column, or none is read
+    label_column: str | None
+
+
+def _read_lines(name: str, path: Path) -> list[bytes]:
+    """The file's physical lines as bytes (the header first), after the whole-file checks:
+    it exists, is a readable regular file of UTF-8 text, and is not empty."""
+    if not path.exists():
+        raise DataError(f"{name}: file not found")
+    if not path.is_file():
+        raise DataError(f"{name}: not a regular file")
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise DataError(f"{name}: cannot be read ({err.strerror or err})") from None
+    _check_is_utf8_text(name, raw)
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line does not start another one
+    if not lines or (len(lines) == 1 and _strip_bom(lines[0]).strip() == b""):
+        raise DataError(f"{name}: empty file (expected a header line and rows)")
+    return lines
 
 
 def _check_is_utf8_text(name: str, raw: bytes) -> None:
     """Whole-file problems that would otherwise show as a confusing error on every row."""
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise DataError(f"{name}: the file is UTF-16 text (it starts with a UTF-16 byte-order "
-                        "mark); expected UTF-8: save it as UTF-8")  # fmt: skip
+        raise DataError(
+            f"{name}: the file is UTF-16 text (it starts with a UTF-16 byte-order "
+            "mark); expected UTF-8: save it as UTF-8"
+        )
     if raw and raw.count(b"\x00") * 2 >= len(raw):
-        raise DataError(f"{name}: the file is mostly NUL bytes (a binary or zero-filled file), "
-                        "not UTF-8 text")  # fmt: skip
+        raise DataError(
+            f"{name}: the file is mostly NUL bytes (a binary or zero-filled file), not UTF-8 text"
+        )
     if b"\x00" in raw:
         line = raw[: raw.index(b"\x00")].count(b"\n") + 1
         raise DataError(f"{name}:{line}: NUL byte in the text (expected UTF-8 text without NULs)")
     if b"\r" in raw and b"\n" not in raw.rstrip(b"\r"):
-        raise DataError(f"{name}: the lines end with CR alone (old Mac line ends); expected LF or "
-                        "CRLF: convert the file, e.g. tr '\\r' '\\n'")  # fmt: skip
+        raise DataError(
+            f"{name}: the lines end with CR alone (old Mac line ends); expected LF or "
+            "CRLF: convert the file, e.g. tr '\\r' '\\n'"
+        )
 
 
 def has_visible_text(text: str) -> bool:
@@ -243,6 +246,33 @@ def _column_index(name: str, columns: list[str], column: str) -> int:
     return matches[0]
 
 
+def _locate_columns(
+    name: str,
+    header: list[str],
+    text_columns: list[str],
+    label_column: str | None,
+    require_label: bool,
+) -> _Columns:
+    """Find the id, sentence and label columns by name in the header; a needed column that is
+    missing (or named twice) is a ``DataError``."""
+    id_index = _column_index(name, header, ID_COLUMN)
+    text_indices = [_column_index(name, header, c) for c in text_columns]
+    label_index = None
+    if label_column is not None:
+        if label_column in header:
+            label_index = _column_index(name, header, label_column)
+        elif require_label:
+            raise DataError(
+                f"{name}:1: no label column {label_column!r} in the header "
+                f"(columns: {_show_columns(header)})"
+            )
+    return _Columns(header, id_index, text_indices, list(text_columns), label_index, label_column)
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers: one row
+
+
 def _unquote(field: str) -> str | None:
     """Undo CSV quoting of one field; None when the field's quotes are unbalanced.
 
@@ -256,27 +286,17 @@ def _unquote(field: str) -> str | None:
     return inner.replace('""', '"')
 
 
-def _read_row(
-    line_bytes: bytes,
-    line_number: int,
-    columns: list[str],
-    id_index: int,
-    text_indices: list[int],
-    text_columns: list[str],
-    label_index: int | None,
-    label_column: str | None,
-    parse_label: Callable[[str], int | float],
-    first_line_of_id: dict[str, int],
-) -> tuple[list[str], Example | None]:
-    """Read one line after the header: (problems, example); the example is None if problems."""
+def _split_line(line_bytes: bytes, header: list[str]) -> tuple[list[str], str | None]:
+    """A line's tab-separated fields, or ([], the problem) when it is not valid UTF-8, is
+    blank, or has another number of fields than the header."""
     try:
         line = _decode(line_bytes)
     except UnicodeDecodeError as error:
-        return [_describe_decode_error(line_bytes, error)], None
+        return [], _describe_decode_error(line_bytes, error)
     if not line.strip():
-        return ["blank line"], None
+        return [], "blank line"
     fields = line.split("\t")
-    if len(fields) != len(columns):
+    if len(fields) != len(header):
         # Under csv quoting a quoted field may hold a tab or a line break; this reader does not
         # join lines, so say so when the line has a quote.
         hint = (
@@ -284,56 +304,99 @@ def _read_row(
             if '"' in line
             else ""
         )
-        return [
-            f"expected {len(columns)} tab-separated columns as in the header, "
+        return [], (
+            f"expected {len(header)} tab-separated columns as in the header, "
             f"found {len(fields)}{hint}"
-        ], None
+        )
+    return fields, None
 
-    problems: list[str] = []
 
-    def field(index: int) -> str | None:
-        value = _unquote(fields[index])
+class _Row:
+    """The fields of one line of the right width, and the problems found in them so far."""
+
+    def __init__(self, fields: list[str], header: list[str]) -> None:
+        self.fields, self.header = fields, header
+        self.problems: list[str] = []
+
+    def field(self, index: int) -> str | None:
+        """Field ``index`` unquoted and stripped; None (and a problem) when its quotes are
+        unbalanced."""
+        value = _unquote(self.fields[index])
         if value is None:
-            problems.append(
-                f"unbalanced quote in column {columns[index]!r}: the field starts with '\"' "
+            self.problems.append(
+                f"unbalanced quote in column {self.header[index]!r}: the field starts with '\"' "
                 f"but is not a well-formed quoted field (a csv reader would merge rows here)"
             )
             return None
         return value.strip()
 
-    example_id = field(id_index)
+
+def _row_id(row: _Row, index: int, first_line_of_id: dict[str, int]) -> str | None:
+    """The row's id; a problem when it is empty, holds the prediction files' separator or was
+    seen on an earlier line."""
+    example_id = row.field(index)
     if example_id == "":
-        problems.append("empty id")
+        row.problems.append("empty id")
     elif example_id is not None and PREDICTION_SEPARATOR in example_id:
-        problems.append(
+        row.problems.append(
             f"id {example_id!r} contains {PREDICTION_SEPARATOR!r}, the separator of the "
             "prediction files, so its predictions could not be read back"
         )
     elif example_id is not None and example_id in first_line_of_id:
         first = first_line_of_id[example_id]
-        problems.append(f"duplicate id {example_id!r} (first seen on line {first})")
+        row.problems.append(f"duplicate id {example_id!r} (first seen on line {first})")
+    return example_id
 
+
+def _row_texts(row: _Row, layout: _Columns) -> list[str | None]:
+    """The row's sentences; a problem for each one that is empty or only invisible characters."""
     texts = []
-    for index, column in zip(text_indices, text_columns, strict=True):
-        text = field(index)
+    for index, column in zip(layout.text_indices, layout.text_columns, strict=True):
+        text = row.field(index)
         if text == "":
-            problems.append(f"empty {column}")
+            row.problems.append(f"empty {column}")
         elif text is not None and not has_visible_text(text):
-            problems.append(f"empty {column} (only invisible characters: {text!r})")
+            row.problems.append(f"empty {column} (only invisible characters: {text!r})")
         texts.append(text)
+    return texts
 
-    label = None
-    if label_index is not None:
-        raw_label = field(label_index)
-        if raw_label == "":
-            problems.append(f"missing label (column {label_column!r} is empty)")
-        elif raw_label is not None:
-            try:
-                label = parse_label(raw_label)
-            except ValueError as error:
-                problems.append(f"bad label {raw_label!r} in column {label_column!r}: {error}")
 
-    if problems:
-        return problems, None
+def _row_label(
+    row: _Row, layout: _Columns, parse_label: Callable[[str], int | float]
+) -> int | float | None:
+    """The row's label (None when the file has no label column); a problem when the label is
+    missing or ``parse_label`` refuses it."""
+    if layout.label_index is None:
+        return None
+    raw_label = row.field(layout.label_index)
+    if raw_label == "":
+        row.problems.append(f"missing label (column {layout.label_column!r} is empty)")
+    elif raw_label is not None:
+        try:
+            return parse_label(raw_label)
+        except ValueError as error:
+            row.problems.append(
+                f"bad label {raw_label!r} in column {layout.label_column!r}: {error}"
+            )
+    return None
+
+
+def _read_row(
+    line_bytes: bytes,
+    line_number: int,
+    layout: _Columns,
+    parse_label: Callable[[str], int | float],
+    first_line_of_id: dict[str, int],
+) -> tuple[list[str], Example | None]:
+    """Read one line after the header: (problems, example); the example is None if problems."""
+    fields, problem = _split_line(line_bytes, layout.header)
+    if problem is not None:
+        return [problem], None
+    row = _Row(fields, layout.header)
+    example_id = _row_id(row, layout.id_index, first_line_of_id)
+    texts = _row_texts(row, layout)
+    label = _row_label(row, layout, parse_label)
+    if row.problems:
+        return row.problems, None
     assert example_id is not None and all(t is not None for t in texts)
     return [], Example(id=example_id, texts=tuple(texts), label=label, line=line_number)  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
-"""benchmarks/plain_loop.py, the plain Hugging Face loop the driver is compared with (issue 18
-item 5): its batches, and a run that benchmarks/multitask_runs.py can collect like a driver's."""
+"""benchmarks/plain_loop.py, the plain Hugging Face loop the driver is compared with in the
+batching comparison: its batches, and a run that benchmarks/multitask_runs.py can collect like a
+driver's."""
 
 from __future__ import annotations
 
@@ -32,8 +33,15 @@ def test_random_draws_are_distinct_within_a_batch_and_fresh_each_step():
 @pytest.mark.parametrize("draw", ["random", "passes"])
 def test_a_run_writes_what_the_results_writer_collects(tiny_checkpoint, tiny_data, tmp_path, draw):
     out = tmp_path / "run"
-    argv = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data), "--out_dir",
-            str(out), "--batch_size", "4", "--epochs", "2", "--draw", draw]  # fmt: skip
+    flags = {
+        "--checkpoint": tiny_checkpoint,
+        "--data_dir": tiny_data,
+        "--out_dir": out,
+        "--batch_size": 4,
+        "--epochs": 2,
+        "--draw": draw,
+    }
+    argv = [str(word) for flag_and_value in flags.items() for word in flag_and_value]
     assert plain_loop.main(argv) == 0
     row = multitask_runs.collect(out)
     assert [e["epoch"] for e in row["evaluations"]] == [1, 2]
