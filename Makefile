@@ -22,6 +22,7 @@ train: install data
 
 lint: install-dev
 	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 
 test: install-dev data lint
 	$(PYTHON) -m pytest -q

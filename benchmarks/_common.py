@@ -299,10 +299,11 @@ def random_train_batch(cfg, data: dict, name: str, tokenizer, model, generator) 
     """(task, batch): ``cfg.batch_size`` training examples of task ``name`` drawn with
     ``generator``, collated as ``model`` encodes them and padded to ``cfg.model.max_length``
     tokens, the largest batch a run of the driver can see."""
-    from multitask.collate import collate
+    from multitask.batching import make_batch
     from tasks import get_task
 
     task, train = get_task(name), data[name]["train"]
     indices = torch.randperm(len(train), generator=generator)[: cfg.batch_size].tolist()
-    batch = collate(task, [train[i] for i in indices], tokenizer, model.encodes_separately(task))
+    separate, cpu = model.encodes_separately(task), torch.device("cpu")
+    batch = make_batch(task, train, indices, tokenizer, separate, cpu)
     return task, pad_batch(batch, cfg.model.max_length)

@@ -1,5 +1,5 @@
 """Further MLM pretraining on the tasks' sentences, then multitask fine-tuning, against the same
-fine-tuning from the packaged checkpoint (the MLM issue's benchmark).
+fine-tuning from the packaged checkpoint (does further MLM pretraining help?).
 
     python benchmarks/mlm_pretraining.py --mlm_steps 2000 -- --epochs 3
 

@@ -8,7 +8,7 @@ the machine. Suites:
     defaults   short runs (--limit) comparing sentence representations and pair encodings, used
                to choose the driver's defaults
     pair-encoding  STS alone on its full training set, cross-encoded against encoded apart
-    multitask  full data: finetune and pretrain with annealed sampling (issue: multitask benchmark),
+    multitask  full data: finetune and pretrain with annealed sampling (the multitask benchmark),
                and pretrain with the pairs encoded apart (the checkpoint's own cosine for STS)
     tuning     full data: finetune with other learning rates and more epochs (3 epochs unless
                the configuration says otherwise: pass no --epochs after --), and with layer-wise
@@ -16,7 +16,7 @@ the machine. Suites:
     single-task  SST alone and Quora alone (3 epochs, full data): how far fine-tuning one task
                gets without the others, with the plain recipe and with --layer_decay/--swap_pairs
     ceiling    SST alone and Quora alone with more epochs, other batch sizes, learning rates,
-               dropout and seeds: whether the packaged checkpoint reaches the multitask issue's
+               dropout and seeds: whether the packaged checkpoint reaches the multitask benchmark's
                targets (SST 0.52, Quora 0.85) even without sharing the encoder
     plugins    full data: adapter, pals, lhuc, lora with annealed sampling, beside finetune
     smart      full data: SMART on and off for finetune and adapter
@@ -204,7 +204,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         # Pairs encoded apart, with the fitted cosine head: ahead for the adapter on every task
         # (for finetune it was not: Quora fell 2.6 points under seed 1).
         ("pairs-apart", ["--option", "finetune", "--pair_encoding", "separate"]),
-        # The further-pretrained checkpoint of the MLM issue: first `python pretrain_mlm.py` at
+        # The further-pretrained checkpoint (pretrain_mlm.py): first `python pretrain_mlm.py` at
         # its defaults (2000 steps of 32 of the tasks' training sentences, into runs/mlm, a
         # path relative to the project root, where the runs start).
         ("mlm-checkpoint", ["--option", "finetune", "--checkpoint", "runs/mlm"]),

@@ -33,7 +33,7 @@ from tests.conftest import tiny_config
 
 TASKS = ["sst", "para"]
 
-# kind, options: every plug-in with its defaults, plus the variants the issue names.
+# kind, options: every plug-in with its defaults, plus the variants the sources describe.
 VARIANTS = {
     "adapter": ("adapter", {}),
     "adapter-pfeiffer": ("adapter", {"placement": "pfeiffer", "size": 8}),
