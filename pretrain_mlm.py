@@ -38,9 +38,8 @@ from minbert.mlm import (
     BertForMaskedLM,
     evaluate_mlm,
     load_mlm,
-    mask_tokens,
+    mask_batch,
     mlm_loss,
-    special_ids,
     word_continuations,
 )
 from minbert.optimizer import adamw_for, linear_warmup_decay
@@ -264,15 +263,7 @@ def train_steps(run: MLMRun) -> None:
     while run.step < cfg.steps:
         batch = run.tokenizer([run.train[i] for i in run.stream.next()])
         generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + run.step)
-        masked, labels = mask_tokens(
-            batch["input_ids"],
-            batch["attention_mask"],
-            special_ids(vocab),
-            vocab["[MASK]"],
-            len(vocab),
-            generator,
-            continuation=continuation,
-        )
+        masked, labels = mask_batch(batch, vocab, generator, continuation)
         logits, targets = run.model.masked_logits(
             masked, batch["attention_mask"], labels, batch["token_type_ids"]
         )

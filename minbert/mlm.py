@@ -232,14 +232,7 @@ def evaluate_mlm(
     total_loss, correct, count = 0.0, 0, 0
     for start in range(0, len(sentences), batch_size):
         batch = tokenizer(sentences[start : start + batch_size])
-        masked, labels = mask_tokens(
-            batch["input_ids"],
-            batch["attention_mask"],
-            special_ids(vocab),
-            vocab["[MASK]"],
-            len(vocab),
-            generator,
-        )
+        masked, labels = mask_batch(batch, vocab, generator)
         logits, targets = model.masked_logits(
             masked, batch["attention_mask"], labels, batch["token_type_ids"]
         )
@@ -252,6 +245,25 @@ def evaluate_mlm(
     accuracy = correct / max(count, 1)
     perplexity = float(torch.tensor(loss).exp())
     return {"loss": loss, "perplexity": perplexity, "accuracy": accuracy, "masked_tokens": count}
+
+
+def mask_batch(
+    batch: dict[str, torch.Tensor],
+    vocab: dict[str, int],
+    generator: torch.Generator,
+    continuation: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mask_tokens`` on a tokenizer's batch, with the vocabulary's special ids, [MASK] and
+    size: (masked ids, labels)."""
+    return mask_tokens(
+        batch["input_ids"],
+        batch["attention_mask"],
+        special_ids(vocab),
+        vocab["[MASK]"],
+        len(vocab),
+        generator,
+        continuation=continuation,
+    )
 
 
 def special_ids(vocab: dict[str, int]) -> list[int]:
