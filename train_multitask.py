@@ -217,7 +217,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
     """The loop: an epoch's task schedule, one batch a step, logs, evaluations and saves."""
-    cfg, spe, running = run.cfg, run.steps_per_epoch, run.extra["running"]
+    cfg, spe = run.cfg, run.steps_per_epoch
     one_task = cfg.step_gradient == "one-task"  # else every task's batch in every step
     total, start = spe * cfg.epochs, time.time() - run.extra["seconds"]
     while step < total:
@@ -239,22 +239,8 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
         while step < epoch * spe:
             names = [schedule[step % spe]] if one_task else list(run.data)
             step += 1
-            losses = one_step(run, names, step)
-            bar.update(1)
-            if losses is None:
-                tqdm.write(
-                    f"non-finite loss at step {step} on task(s) {','.join(names)}: step skipped",
-                    file=sys.stderr,
-                )
+            if not take_step(run, names, step, epoch, bar):
                 continue
-            for name, loss in zip(names, losses):
-                run.pending[name].append(loss)  # stays on the device until the next read
-            if step % cfg.log_every == 0 or step == total:
-                read_losses(run)
-                bar.set_postfix(
-                    loss=", ".join(f"{k} {v:.3f}" for k, v in means(running)), refresh=False
-                )
-                run.folder.log_training(step, epoch, running)
             run.extra["seconds"] = time.time() - start
             if step % spe == 0 or (cfg.eval_every and step % cfg.eval_every == 0):
                 best = evaluate_and_save(run, step, epoch, best)
@@ -262,6 +248,25 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
                 save_last(run, step, best)
         bar.close()
     return step, best
+
+
+def take_step(run: Run, names: list[str], step: int, epoch: int, bar: tqdm) -> bool:
+    """One step of the loop: the update, its losses kept on the device, and every --log_every
+    steps the log line; False when a non-finite loss was skipped."""
+    losses = one_step(run, names, step)
+    bar.update(1)
+    if losses is None:
+        message = f"non-finite loss at step {step} on task(s) {','.join(names)}: step skipped"
+        tqdm.write(message, file=sys.stderr)
+        return False
+    for name, loss in zip(names, losses):
+        run.pending[name].append(loss)  # stays on the device until the next read
+    if step % run.cfg.log_every == 0 or step == run.steps_per_epoch * run.cfg.epochs:
+        read_losses(run)
+        running = run.extra["running"]
+        bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in means(running)), refresh=False)
+        run.folder.log_training(step, epoch, running)
+    return True
 
 
 def read_losses(run: Run) -> None:
