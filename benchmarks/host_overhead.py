@@ -72,14 +72,14 @@ def driver_run(args: argparse.Namespace, work: Path):
     run = train_multitask.set_up(train_multitask.parse_args(argv))
     schedule = run.sampler.schedule(1, run.steps_per_epoch)
     bar = tqdm(disable=True)
-    state = {"step": 0}
+    counter = {"step": 0}
     run.model.train()
 
     def steps() -> None:
         for _ in range(args.steps):
-            state["step"] += 1
-            names = [schedule[(state["step"] - 1) % len(schedule)]]
-            train_multitask.take_step(run, names, state["step"], 1, bar)
+            counter["step"] += 1
+            names = [schedule[(counter["step"] - 1) % len(schedule)]]
+            train_multitask.take_step(run, names, counter["step"], 1, bar)
 
     return run, schedule, steps
 

@@ -58,11 +58,15 @@ END = re.compile(r"# END SOLUTION\s*$")
 HINT = re.compile(r"# HINT:\s?(.*?)\s*$")
 MARKER_PREFIXES = ("# BEGIN SOLUTION", "# END SOLUTION")
 
-# Instructor-only files, never copied into the student tree: the tests that grade the scaffolding
+# Instructor-only files, never copied into the student tree: AdamW's multi-tensor path (the
+# exercise in another form; without it the driver trains with the student's own loop) and its
+# test, the tests that grade the scaffolding
 # and the grader against the full solution (they quote solution lines), and the reference
 # equations with the script that turns them into the grader's stored data
 # (minbert/course/reference_data.pt, which is copied).
 INSTRUCTOR_ONLY = (
+    "minbert/optimizer_foreach.py",  # the AdamW exercise in multi-tensor form
+    "tests/test_optimizer_foreach.py",
     "tests/test_scaffold.py",
     "tests/test_grader_mutants.py",
     "scripts/course_references.py",
