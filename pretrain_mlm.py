@@ -42,13 +42,14 @@ from minbert.mlm import (
     mlm_loss,
     word_continuations,
 )
-from minbert.optimizer import adamw_for, linear_warmup_decay
+from minbert.optimizer import linear_warmup_decay
 from minbert.pretrained import load_config, resolve_checkpoint_dir
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream
 from multitask.data import load_data
 from multitask.errors import RunStopped, UsageError, run_command
 from multitask.run import Layout, RunFolder, merge_config, overlapping
+from multitask.step import optimizer_for
 from tasks import TASKS
 
 # The MLM run folder: a checkpoint directory once finished, plus the run's own files.
@@ -232,7 +233,7 @@ def set_up(cfg: MLMConfig) -> MLMRun:
     head = "from the checkpoint" if had_head else "newly initialised"
     print(f"{len(train)} training sentences, {len(held)} held out; MLM head {head}")
     folder.start(cfg.resume)
-    optimizer = adamw_for(model, cfg.lr, 0.01)
+    optimizer = optimizer_for(model, cfg.lr, 0.01)
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * cfg.steps), cfg.steps)
     stream = BatchStream("mlm", tokenizer.count_tokens(train), cfg.batch_size, cfg.seed)
     run = MLMRun(cfg, folder, tokenizer, model, optimizer, scheduler, stream, train, held)

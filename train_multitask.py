@@ -27,19 +27,27 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from minbert.optimizer import adamw_for, linear_warmup_decay
+from minbert.optimizer import linear_warmup_decay
 from minbert.plugins import format_parameter_report, parameter_report
 from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream, length_grouped_batches, make_batch
+from multitask.collate import EncodedSplit
 from multitask.config import TrainConfig, build_parser, parse_args
-from multitask.data import Data, fingerprints, load_data, train_lengths
+from multitask.data import Data, encode_train, fingerprints, load_data, train_lengths
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
 from multitask.errors import RunStopped, UsageError, run_command
 from multitask.evaluation import calibrate_similarity_heads, evaluate
 from multitask.model import MultitaskModel, build_model
 from multitask.run import RunFolder
-from multitask.step import NonFiniteLoss, Smart, TrainingStep, loss_weights, train_step_tasks
+from multitask.step import (
+    NonFiniteLoss,
+    Smart,
+    TrainingStep,
+    loss_weights,
+    optimizer_for,
+    train_step_tasks,
+)
 from tasks import get_task
 
 __all__ = ["TrainConfig", "build_parser", "main", "parse_args", "train"]
@@ -84,6 +92,7 @@ class Run:
     scheduler: Any
     sampler: TaskSampler
     streams: dict[str, BatchStream]
+    train: dict[str, EncodedSplit]  # each task's training split, tokenized once
     smart: Smart | None
     steps_per_epoch: int
     extra: dict[str, Any]
@@ -132,7 +141,7 @@ def set_up(cfg: TrainConfig) -> Run:
     per_step = cfg.batch_size * (1 if cfg.step_gradient == "one-task" else len(sizes))
     steps_per_epoch = cfg.steps_per_epoch or math.ceil(sum(sizes.values()) / per_step)
     total_steps = steps_per_epoch * cfg.epochs
-    optimizer = adamw_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay, foreach=True)
+    optimizer = optimizer_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay)
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
     smart = Smart.for_model(cfg.smart_settings, model) if cfg.smart else None
     step_module: torch.nn.Module = TrainingStep(
@@ -165,6 +174,7 @@ def set_up(cfg: TrainConfig) -> Run:
         scheduler,
         sampler,
         streams,
+        encode_train(data, tokenizer, model.encodes_separately, cfg.swap_pairs),
         smart,
         steps_per_epoch,
         extra,
@@ -176,13 +186,9 @@ def one_step(run: Run, names: list[str], step: int) -> list[torch.Tensor] | None
     every task's); the losses, or None when a non-finite loss was skipped."""
     cfg, batches = run.cfg, []
     for name in names:
-        task, indices = get_task(name), run.dist.shard(run.streams[name].next())
-        separate = run.model.encodes_separately(task)
-        examples = run.data[name]["train"]
-        batch = make_batch(
-            task, examples, indices, run.tokenizer, separate, run.device, cfg.swap_pairs
-        )
-        batches.append((task, batch))
+        indices = run.dist.shard(run.streams[name].next())
+        batch = make_batch(run.train[name], indices, run.device, cfg.swap_pairs)
+        batches.append((get_task(name), batch))
     bf16, skip = autocast(cfg.bf16, run.device), cfg.nonfinite == "skip"
     pcgrad = cfg.seed * 1_000_003 + step if cfg.step_gradient == "pcgrad" else None  # its order
     try:

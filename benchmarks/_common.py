@@ -299,11 +299,10 @@ def random_train_batch(cfg, data: dict, name: str, tokenizer, model, generator) 
     """(task, batch): ``cfg.batch_size`` training examples of task ``name`` drawn with
     ``generator``, collated as ``model`` encodes them and padded to ``cfg.model.max_length``
     tokens, the largest batch a run of the driver can see."""
-    from multitask.batching import make_batch
+    from multitask.collate import collate
     from tasks import get_task
 
     task, train = get_task(name), data[name]["train"]
     indices = torch.randperm(len(train), generator=generator)[: cfg.batch_size].tolist()
-    separate, cpu = model.encodes_separately(task), torch.device("cpu")
-    batch = make_batch(task, train, indices, tokenizer, separate, cpu)
+    batch = collate(task, [train[i] for i in indices], tokenizer, model.encodes_separately(task))
     return task, pad_batch(batch, cfg.model.max_length)

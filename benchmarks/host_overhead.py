@@ -96,11 +96,8 @@ def bare_loop(args: argparse.Namespace, run, schedule: list[str]):
     streams = copy.deepcopy(run.streams)  # at their start: the driver has not stepped yet
     batches = []
     for name in schedule[: 4 * args.steps]:
-        task = get_task(name)
-        separate, examples = model.encodes_separately(task), run.data[name]["train"]
-        indices = streams[name].next()
-        cpu = torch.device("cpu")
-        batches.append((task, make_batch(task, examples, indices, run.tokenizer, separate, cpu)))
+        batch = make_batch(run.train[name], streams[name].next(), torch.device("cpu"))
+        batches.append((get_task(name), batch))
     state = {"next": 0}
 
     def steps() -> None:

@@ -41,8 +41,8 @@ from _common import Report, median, table
 from minbert.optimizer import adamw_for
 from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
-from multitask.batching import BatchStream, fixed_batches, length_grouped_batches, make_batch
-from multitask.collate import token_lengths
+from multitask.batching import BatchStream, fixed_batches, length_grouped_batches
+from multitask.collate import collate, token_lengths
 from multitask.step import TrainingStep, train_step
 from tasks import get_task
 
@@ -211,8 +211,8 @@ class Trainers:
         name, indices = epoch.plan[method][step]
         task, train = get_task(name), epoch.data[name]["train"]
         start = time.perf_counter()
-        separate, cpu = epoch.model.encodes_separately(task), torch.device("cpu")
-        batch = make_batch(task, train, indices, epoch.tokenizer, separate, cpu)
+        separate = epoch.model.encodes_separately(task)
+        batch = collate(task, [train[i] for i in indices], epoch.tokenizer, separate)
         if method == FIXED:
             batch = _common.pad_batch(batch, epoch.cfg.model.max_length)
         train_step(self.step_modules[method], task, batch, self.optimizers[method]).item()

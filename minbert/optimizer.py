@@ -254,22 +254,8 @@ def param_groups(
     return result
 
 
-def adamw_for(
-    model: nn.Module,
-    lr: float,
-    weight_decay: float,
-    layer_decay: float = 1.0,
-    foreach: bool = False,
-) -> AdamW:
+def adamw_for(model: nn.Module, lr: float, weight_decay: float, layer_decay: float = 1.0) -> AdamW:
     """The optimizer of a run: ``AdamW`` over ``param_groups(model, weight_decay, lr,
-    layer_decay)``, the trainable parameters only. With ``foreach``, its multi-tensor path
-    (``minbert/optimizer_foreach.py``, the same numbers with far fewer kernel launches), where
-    the tree has it: the student tree leaves it out, and then this loop trains."""
-    groups = param_groups(model, weight_decay, lr, layer_decay)
-    if foreach:
-        try:
-            from minbert.optimizer_foreach import ForeachAdamW
-        except ImportError:  # the student tree
-            return AdamW(groups, lr=lr)
-        return ForeachAdamW(groups, lr=lr)
-    return AdamW(groups, lr=lr)
+    layer_decay)``, the trainable parameters only. (The driver takes its multi-tensor form,
+    ``multitask.step.optimizer_for``.)"""
+    return AdamW(param_groups(model, weight_decay, lr, layer_decay), lr=lr)

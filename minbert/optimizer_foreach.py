@@ -15,7 +15,8 @@ The numbers equal the per-parameter loop's up to float rounding
 other's.
 
 Instructor-only (``minbert/course/scaffold.py``): the student tree leaves this file out, since it
-is the AdamW exercise in another form; there ``adamw_for`` trains with the student's own loop.
+is the AdamW exercise in another form; there ``multitask.step.optimizer_for`` trains with the
+student's own loop.
 """
 
 from __future__ import annotations

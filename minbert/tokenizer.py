@@ -65,6 +65,20 @@ class Tokenizer:
             "num_truncated": sum(1 for e in encodings if e.overflowing),
         }
 
+    def encode_unpadded(
+        self, first: list[str], second: list[str] | None = None
+    ) -> list[tuple[list[int], list[int], bool]]:
+        """Each sentence (or pair) as (token ids, token types, truncated?), truncated to
+        ``max_length`` like ``__call__`` but not padded: a batch cut from these and padded to its
+        longest member equals ``__call__`` on the same sentences."""
+        self.backend.no_padding()
+        try:
+            pairs = first if second is None else list(zip(first, second, strict=True))
+            encodings = self.backend.encode_batch(pairs)
+        finally:
+            self.backend.enable_padding(pad_id=self.pad_token_id, pad_token="[PAD]")
+        return [(e.ids, e.type_ids, bool(e.overflowing)) for e in encodings]
+
     def count_tokens(self, first: list[str], second: list[str] | None = None) -> list[int]:
         """Untruncated token counts (with special tokens), for length-grouped batching."""
         self.backend.no_truncation()

@@ -31,10 +31,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from minbert.tokenizer import Tokenizer
-from multitask.collate import batch_to, collate, swap_at_random
-from tasks.base import Task
-from tasks.reader import Example
+from multitask.collate import EncodedSplit, batch_to, random_flips
 
 __all__ = [
     "BatchStream",
@@ -46,21 +43,15 @@ __all__ = [
 
 
 def make_batch(
-    task: Task,
-    examples: Sequence[Example],
-    indices: Sequence[int],
-    tokenizer: Tokenizer,
-    separate: bool,
-    device: torch.device,
-    swap_pairs: bool = False,
+    encoded: EncodedSplit, indices: Sequence[int], device: torch.device, swap_pairs: bool = False
 ) -> dict:
-    """The examples at ``indices``, tokenized as the task batches them (a pair encoded apart
-    when ``separate``) and on ``device``; with ``swap_pairs``, a symmetric pair task's pairs in
-    a random order (``swap_at_random``)."""
-    chosen = [examples[i] for i in indices]
-    if swap_pairs and task.symmetric:
-        chosen = swap_at_random(chosen)
-    return batch_to(collate(task, chosen, tokenizer, separate), device)
+    """The examples at ``indices`` of a split tokenized once (``EncodedSplit``), cut, padded and
+    on ``device``; with ``swap_pairs``, a symmetric pair task's pairs each in a random order,
+    drawn as ``swap_at_random`` draws them (so a seeded run sees the same batches)."""
+    swap = None
+    if swap_pairs and encoded.task.symmetric:
+        swap = random_flips(len(indices))
+    return batch_to(encoded.batch(indices, swap), device)
 
 
 def length_grouped_batches(

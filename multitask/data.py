@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from multitask.collate import token_lengths
+from multitask.collate import EncodedSplit, token_lengths
 from multitask.errors import UsageError
 from tasks.base import SPLITS, Task, get_task
 from tasks.reader import Example, format_skip_report
@@ -94,6 +94,19 @@ def train_lengths(data: Data, tokenizer, separately: Callable[[Task], bool], max
             if split == "train":
                 lengths[name] = counts
     return lengths
+
+
+def encode_train(
+    data: Data, tokenizer, separately: Callable[[Task], bool], swap_pairs: bool
+) -> dict[str, EncodedSplit]:
+    """Each task's training split tokenized once (``EncodedSplit``), the batches of every step
+    cut from it; with ``swap_pairs`` also each symmetric pair in the other order."""
+    encoded = {}
+    for name, splits in data.items():
+        task = get_task(name)
+        swappable = swap_pairs and task.symmetric
+        encoded[name] = EncodedSplit(task, splits["train"], tokenizer, separately(task), swappable)
+    return encoded
 
 
 def fingerprints(paths: list[Path]) -> dict[str, str]:

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from minbert.tokenizer import Tokenizer
 from multitask.batching import length_grouped_batches, make_batch
-from multitask.collate import token_lengths
+from multitask.collate import EncodedSplit, token_lengths
 from multitask.model import MultitaskModel
 from tasks.base import Task, get_task
 from tasks.heads import CosineSimilarityHead
@@ -44,10 +44,11 @@ def head_outputs(
     separate = model.encodes_separately(task)
     lengths = token_lengths(task, examples, tokenizer, separate)
     batches = length_grouped_batches(lengths, batch_size, None)
+    encoded = EncodedSplit(task, examples, tokenizer, separate)  # tokenized once, all batches
     outputs = torch.empty(len(examples), task.num_outputs)
     bar = tqdm(batches, desc=task.name, unit="batch", disable=not progress or len(batches) < 10)
     for indices in bar:
-        batch = make_batch(task, examples, indices, tokenizer, separate, device)
+        batch = make_batch(encoded, indices, device)
         with autocast or contextlib.nullcontext():
             outputs[indices] = model(task.name, batch).float().cpu()
     return outputs

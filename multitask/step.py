@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from minbert.optimizer import AdamW, param_groups
 from minbert.pcgrad import surgery
 from minbert.smart import MomentumTeacher, SmartConfig, bregman_term, smart_regularizer
 from multitask.model import MultitaskModel
@@ -111,6 +112,22 @@ class TrainingStep(nn.Module):
         """After an optimizer step: SMART's teacher θ̃ moves towards the updated weights."""
         if self.smart is not None:
             self.smart.teacher.update()
+
+
+def optimizer_for(
+    model: nn.Module, lr: float, weight_decay: float, layer_decay: float = 1.0
+) -> AdamW:
+    """The optimizer the driver trains with: the hand-written AdamW over
+    ``param_groups(model, weight_decay, lr, layer_decay)``, through its multi-tensor path
+    (``minbert/optimizer_foreach.py``: the same numbers with far fewer kernel launches) where
+    the tree has it; the student tree leaves that file out, and then the student's own loop
+    (``minbert.optimizer.AdamW``) trains."""
+    groups = param_groups(model, weight_decay, lr, layer_decay)
+    try:
+        from minbert.optimizer_foreach import ForeachAdamW
+    except ImportError:  # the student tree
+        return AdamW(groups, lr=lr)
+    return ForeachAdamW(groups, lr=lr)
 
 
 def unwrapped(step: nn.Module) -> nn.Module:

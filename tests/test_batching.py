@@ -82,3 +82,38 @@ def test_pools_of_one_batch_are_plain_random_batches():
     grouped = length_grouped_batches(lengths, 16, torch.Generator().manual_seed(5), pool_factor=1)
     plain = fixed_batches(len(lengths), 16, torch.Generator().manual_seed(5))
     assert sorted(sorted(b) for b in grouped) == sorted(sorted(b) for b in plain)
+
+
+@pytest.mark.parametrize("name,separate", [("sst", False), ("para", False), ("sts", True)])
+def test_a_batch_cut_from_a_split_tokenized_once_equals_tokenizing_it(
+    tiny_checkpoint, tiny_data, name, separate
+):
+    """EncodedSplit.batch gives exactly the tensors of tokenizing the same examples together
+    (padding, types, mask, truncation count), for any subset in any order, and a swapped pair
+    exactly the tensors of the pair written the other way round."""
+    from dataclasses import replace
+
+    import torch
+
+    from minbert.tokenizer import Tokenizer
+    from multitask.collate import EncodedSplit, collate
+    from tasks import get_task
+
+    task = get_task(name)
+    tokenizer = Tokenizer.from_checkpoint(str(tiny_checkpoint), max_length=12)  # truncates some
+    examples = task.read(tiny_data / task.files["train"])[0]
+    encoded = EncodedSplit(task, examples, tokenizer, separate, swappable=True)
+    generator = torch.Generator().manual_seed(0)
+    for size in (1, 5, 16):
+        indices = torch.randperm(len(examples), generator=generator)[:size].tolist()
+        chosen = [examples[i] for i in indices]
+        swap = [i % 2 == 0 for i in range(size)] if task.is_pair else None
+        if swap:
+            chosen = [replace(e, texts=e.texts[::-1]) if s else e for e, s in zip(chosen, swap)]
+        expected, got = collate(task, chosen, tokenizer, separate), encoded.batch(indices, swap)
+        assert got["ids"] == expected["ids"] and got["num_truncated"] == expected["num_truncated"]
+        assert torch.equal(got["labels"], expected["labels"])
+        for seq_got, seq_expected in zip(got["inputs"], expected["inputs"], strict=True):
+            for key in ("input_ids", "token_type_ids", "attention_mask"):
+                assert torch.equal(seq_got[key], seq_expected[key]), key
+    assert sum(truncated for _, _, truncated in encoded.sequences[0]) > 0  # truncation was tried

@@ -10,9 +10,10 @@ import copy
 import pytest
 import torch
 
-from minbert.optimizer import AdamW, adamw_for, param_groups
+from minbert.optimizer import AdamW, param_groups
 from minbert.optimizer_foreach import ForeachAdamW
 from multitask.model import ModelSettings, build_model
+from multitask.step import optimizer_for
 
 TASKS = ["sst", "para", "sts"]
 
@@ -61,9 +62,8 @@ def test_foreach_path_equals_the_per_parameter_loop(model):
 
 def test_state_dicts_interchange_and_the_driver_uses_the_foreach_path(model):
     model = copy.deepcopy(model)
-    optimizer = adamw_for(model, lr=1e-3, weight_decay=0.01, foreach=True)
+    optimizer = optimizer_for(model, lr=1e-3, weight_decay=0.01)
     assert isinstance(optimizer, ForeachAdamW)
-    assert type(adamw_for(model, lr=1e-3, weight_decay=0.01)) is AdamW
     for p in model.parameters():
         p.grad = torch.ones_like(p)
     optimizer.step()
