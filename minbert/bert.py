@@ -195,6 +195,28 @@ class BertSelfAttention(nn.Module):
         return y.transpose(1, 2).reshape(B, T, D)  # (B, nh, T, hs) -> (B, T, D)
         # END SOLUTION
 
+    def probabilities(
+        self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
+    ) -> torch.Tensor:
+        """Each head's attention probabilities P = softmax(QKᵀ / √d_k + M), (B, T, D) ->
+        (B, nh, T, T): row i is how much token i attends to each token j, after the mask and the
+        softmax, before dropout (none is applied).
+
+        Recomputed from the layer input x through the same ``sites.linear("query"/"key", ...)``
+        calls as ``forward``, so LoRA on the query or key is included. P comes from the
+        written-out ``scaled_dot_product_attention`` with the identity as the values: P · I = P,
+        exactly, so the equation is written once (in the course's student tree, P is the student's
+        own). In training mode a plug-in's dropout on these projections (LoRA's) draws masks of its
+        own here; read attention in eval mode.
+        """
+        B, T, D = x.shape
+        nh, hs = self.num_heads, D // self.num_heads
+        q = sites.linear("query", self.query, x).view(B, T, nh, hs)  # (B, T, D) -> (B, T, nh, hs)
+        k = sites.linear("key", self.key, x).view(B, T, nh, hs)
+        identity = torch.eye(T, dtype=q.dtype, device=q.device).expand(B, nh, T, T)
+        # (B, nh, T, hs) queries and keys, the identity as values: P · I = P, (B, nh, T, T)
+        return scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), identity, mask)
+
 
 class BertSelfOutput(nn.Module):
     """Attention output projection and add & norm: LayerNorm(x + adapter(dropout(W_O · heads)))."""
@@ -372,19 +394,41 @@ class BertModel(nn.Module):
         return ComposedSites(list(self.plugins.values()), layer, task)
 
     def encode(
-        self, embeddings: torch.Tensor, attention_mask: torch.Tensor, task: str | None = None
-    ) -> dict[str, torch.Tensor]:
+        self,
+        embeddings: torch.Tensor,
+        attention_mask: torch.Tensor,
+        task: str | None = None,
+        output_attentions: bool = False,
+    ) -> dict[str, Any]:
         """Run the encoder layers and the pooler on input vectors (B, T, D).
 
         attention_mask: (B, T), 1 for real tokens and 0 for padding.
         task: the active task; plug-ins use it to choose their per-task parameters.
+        output_attentions: also return, under ``attentions``, a tuple of one (B, nh, T, T) tensor
+            per layer, P = softmax(QKᵀ / √d_k + M) after the mask and softmax, before dropout
+            (``BertSelfAttention.probabilities``), as Hugging Face's ``output_attentions`` does;
+            and under ``plugin_attentions`` the attention plug-ins compute inside each layer, by
+            name, one tuple of per-layer tensors each: with PALs attached,
+            ``plugin_attentions["pals"][l]`` is layer l's PAL attention in the projected space,
+            (B, nh_PAL, T, T). Nothing is computed or kept when it is False.
         """
         B, T, D = embeddings.shape
         mask = extended_attention_mask(attention_mask, embeddings.dtype)  # (B, T) -> (B, 1, 1, T)
         hidden = embeddings
+        attentions: list[torch.Tensor] = []
+        plugin_attentions: dict[str, list[torch.Tensor]] = {}
         for i, layer in enumerate(self.encoder.layer):
-            hidden = layer(hidden, mask, self.layer_sites(i, task))
-        return {"last_hidden_state": hidden, "pooler_output": self.pooler(hidden)}
+            sites = self.layer_sites(i, task)
+            if output_attentions:  # from the layer input, before the layer runs
+                attentions.append(layer.attention.self.probabilities(hidden, mask, sites))
+                for name, probs in sites.attentions(hidden, mask).items():
+                    plugin_attentions.setdefault(name, []).append(probs)
+            hidden = layer(hidden, mask, sites)
+        out: dict[str, Any] = {"last_hidden_state": hidden, "pooler_output": self.pooler(hidden)}
+        if output_attentions:
+            out["attentions"] = tuple(attentions)
+            out["plugin_attentions"] = {k: tuple(v) for k, v in plugin_attentions.items()}
+        return out
 
     def forward(
         self,
@@ -392,7 +436,11 @@ class BertModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         task: str | None = None,
-    ) -> dict[str, torch.Tensor]:
+        output_attentions: bool = False,
+    ) -> dict[str, Any]:
+        """``encode(embed(input_ids, token_type_ids), attention_mask, task, output_attentions)``;
+        attention_mask defaults to all ones."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        return self.encode(self.embed(input_ids, token_type_ids), attention_mask, task)
+        embeddings = self.embed(input_ids, token_type_ids)
+        return self.encode(embeddings, attention_mask, task, output_attentions)

@@ -19,7 +19,10 @@ Two sides of one protocol:
     placed after the LayerNorm act;
   - ``parallel(x, mask)``: a term computed from the layer input x (B, T, D), given the additive
     attention mask (B, 1, 1, T), added before the layer's final LayerNorm (PAL), or ``None``;
-  - ``after_layer(h)``: the layer output (LHUC).
+  - ``after_layer(h)``: the layer output (LHUC);
+  - ``attentions(x, mask)``: not a site the layer calls, but what ``BertModel.encode`` asks
+    each layer for when it is asked for attention maps: the attention probabilities plug-ins
+    compute from the layer input x, by name (``{"pals": (B, nh, T, T)}``), or ``{}``.
 
 * ``SiteHandler`` is what a plug-in implements: the same sites, told the layer index and the
   task explicitly, so nothing about the active task is stored between calls. Each is the
@@ -58,6 +61,9 @@ class LayerSites:
 
     def after_layer(self, h: torch.Tensor) -> torch.Tensor:
         return h
+
+    def attentions(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {}
 
 
 NO_SITES = LayerSites()
@@ -101,6 +107,13 @@ class SiteHandler:
 
     def after_layer(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
         return h
+
+    def attentions(
+        self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """The attention probabilities (B, nh, T, T) this plug-in computes in ``layer`` from its
+        input x, by name; only called when the model is asked for its attention."""
+        return {}
 
 
 class ComposedSites(LayerSites):
@@ -149,3 +162,9 @@ class ComposedSites(LayerSites):
         for handler in self.handlers:
             h = handler.after_layer(self.layer, self.task, h)
         return h
+
+    def attentions(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        found: dict[str, torch.Tensor] = {}
+        for handler in self.handlers:
+            found |= handler.attentions(self.layer, self.task, x, mask)
+        return found

@@ -25,6 +25,10 @@ authors' released code also applies a GELU after V_D, PAL_l(x) = GELU(V_D · g_l
 paper's equation has none. ``gelu=True`` (``--pal_gelu``) adds it; GELU(0) = 0, so the PAL is
 still exactly the identity at initialisation.
 
+g_l's attention probabilities are what ``BertModel.forward(..., output_attentions=True)`` returns
+under ``plugin_attentions["pals"]`` (one (B, nh, T, T) tensor per layer, beside the encoder's own
+under ``attentions``).
+
 Attention dropout inside g_l is ``dropout_p``: the encoder's attention dropout when the PAL is
 built, and whatever the driver's ``--dropout`` sets on the model afterwards.
 
@@ -194,6 +198,16 @@ class PAL(Plugin):
         z = pal.layers[layer](z, mask, dropout_p, self.use_fast_path)
         return pal.decoder(z)  # (B, T, s) -> (B, T, D)
         # END SOLUTION
+
+    def attentions(
+        self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """{"pals": P}: g_l's attention probabilities in the projected space, from V_E · x,
+        (B, T, D) -> (B, nh, T, T) with this PAL's heads (see ``BertSelfAttention.probabilities``).
+        ``BertModel.forward(..., output_attentions=True)`` returns them, one per layer, as
+        ``plugin_attentions["pals"]``."""
+        projected = self.by_task[task].encoder(x)  # (B, T, D) -> (B, T, s)
+        return {"pals": self.by_task[task].layers[layer].probabilities(projected, mask)}
 
     def extra_repr(self) -> str:
         return (
