@@ -23,6 +23,9 @@ the machine. Suites:
     option-encoding  each plug-in option with the pairs cross-encoded and encoded apart, beside
                --option pretrain (encoded apart), at the adapter study's budget: which pair
                encoding each option defaults to, and whether any option falls below pretrain
+    distillation  single-task teachers (each task alone, finetune, 3 epochs) and multitask
+               students taught by them (--teachers, with teacher annealing or a constant mix),
+               Clark et al. 2019's BAM!; meant for --seeds 1,2,3
     error-bars  default finetune and adapter runs (annealed, 3 epochs), meant for --seeds 1,2,3
     transfer-levers  finetune with two-layer heads, layer-wise lr decay, 5 epochs, SMART,
                PCGrad, loss weights, pairs apart, the MLM-pretrained checkpoint (runs/mlm, from
@@ -106,6 +109,14 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             ["--option", "finetune", "--lr", "1e-4", "--layer_decay", "0.8"],
         ),
         ("finetune-seed-2", ["--option", "finetune", "--seed", "2"]),
+    ],
+    # Single-task teachers distilled into the multitask model (Clark et al. 2019, BAM!): each
+    # task alone, the default finetune recipe, 3 epochs; meant for --seeds 1,2,3. A row's
+    # "{seed}" and "{runs_dir}" are filled in with its seed and --runs_dir.
+    "distillation": [
+        ("teacher-sst", ["--option", "finetune", "--tasks", "sst"]),
+        ("teacher-para", ["--option", "finetune", "--tasks", "para"]),
+        ("teacher-sts", ["--option", "finetune", "--tasks", "sts"]),
     ],
     "single-task": [
         ("sst", ["--tasks", "sst"]),
@@ -309,7 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [c for c in chosen if c[0] in names]
     if args.seeds:
         seeds = [int(seed) for seed in args.seeds.split(",")]
-        chosen = [(f"{n}-seed-{s}", [*f, "--seed", str(s)]) for n, f in chosen for s in seeds]
+        chosen = [
+            (f"{n}-seed-{s}", [flag.replace("{seed}", str(s)) for flag in f] + ["--seed", str(s)])
+            for n, f in chosen
+            for s in seeds
+        ]
+    chosen = [(n, [flag.replace("{runs_dir}", args.runs_dir) for flag in f]) for n, f in chosen]
     stem = Path(args.results) if args.results else ROOT / "benchmarks" / "results" / args.suite
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path, md_path = (stem.parent / f"{stem.name}{ext}" for ext in (".json", ".md"))
