@@ -26,15 +26,16 @@ import argparse
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from minbert.flags import HelpFormatter, add_flags, flatten, setting, unflatten
+from minbert.flags import ArgumentParser, HelpFormatter, add_flags, flatten, setting, unflatten
 from minbert.mlm import (
+    IGNORE,
     BertForMaskedLM,
     evaluate_mlm,
     load_mlm,
@@ -46,6 +47,7 @@ from minbert.optimizer import linear_warmup_decay
 from minbert.pretrained import load_config, resolve_checkpoint_dir
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream
+from multitask.config import SEEDS, not_a_checkpoint
 from multitask.data import load_data
 from multitask.errors import RunStopped, UsageError, run_command
 from multitask.run import Layout, RunFolder, merge_config, overlapping
@@ -56,11 +58,15 @@ from tasks import TASKS
 MLM_FOLDER = Layout(
     command="pretrain_mlm.py",
     state=("mlm_config.json", "last.pt", "mlm_log.jsonl", "model.safetensors"),
-    outputs=("mlm_loss.png", "config.json", "vocab.txt"),
+    outputs=("mlm_loss.png", "config.json", "vocab.txt", "tokenizer_config.json"),
     logs=("mlm_log.jsonl",),
 )
 # Settings a resumed run may change: where and how it runs, not what it computes.
 WHERE_IT_RUNS = ("out_dir", "resume", "overwrite", "threads")
+# What every mlm_config.json holds; one without these is corrupted.
+REQUIRED = ("tasks", "checkpoint", "steps", "batch_size", "lr", "eval_every", "seed")
+PATHS = ("text", "data_dir", "checkpoint", "out_dir")
+MASK_DRAWS = 100  # draws of a batch's masks until one masks a token (each draw is 15% a token)
 
 
 @dataclass
@@ -85,7 +91,7 @@ class MLMConfig:
     lr: float = setting(5e-5, "peak learning rate (AdamW)", within="(0, 10]")
     warmup: float = setting(0.1, "warm-up, a fraction of the steps", within="[0, 1)")
     eval_every: int = setting(200, "evaluate and save every N steps", within="[1, inf)")
-    seed: int = setting(11711, "random seed (order, masks, dropout)", within="[0, inf)")
+    seed: int = setting(11711, "random seed (order, masks, dropout)", within=SEEDS)
     out_dir: str = setting("runs/mlm", "output checkpoint directory", group="run")
     resume: bool = setting(False, "continue the run in --out_dir")
     overwrite: bool = setting(False, "replace an earlier run of this command in --out_dir")
@@ -93,8 +99,11 @@ class MLMConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter, allow_abbrev=False
+    parser = ArgumentParser(
+        prog="pretrain_mlm.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
     )
     add_flags(parser, MLMConfig)
     return parser
@@ -105,11 +114,13 @@ def parse_args(argv: list[str] | None = None) -> MLMConfig:
     change one is refused, as the driver's --resume does); every value checked."""
     flat = vars(build_parser().parse_args(argv))
     defaults = vars(build_parser().parse_args([]))
+    if empty := [k for k in PATHS if flat[k] == ""]:
+        raise UsageError(f"--{empty[0]}: an empty path; give a file or folder name")
     if flat["resume"]:
         folder = RunFolder(flat["out_dir"], layout=MLM_FOLDER)
         if not folder.file("last.pt").is_file():
             raise UsageError(f"--resume: {folder.file('last.pt')} not found; nothing to resume")
-        saved = folder.read_json("mlm_config.json", "--resume")
+        saved = folder.read_settings(MLMConfig, "--resume", "mlm_config.json", REQUIRED)
         inherited = [k for k in defaults if k not in WHERE_IT_RUNS]
         flat = merge_config(flat, saved, inherited, defaults, "--resume", flat["out_dir"])
     try:
@@ -129,6 +140,7 @@ def check(cfg: MLMConfig) -> None:
         )
     if not cfg.out_dir:
         raise UsageError("--out_dir: give a folder")
+    not_a_checkpoint(cfg.checkpoint)
     checkpoint = resolve_checkpoint_dir(cfg.checkpoint)
     if overlapping(Path(cfg.out_dir), checkpoint):
         raise UsageError(f"--out_dir {cfg.out_dir} and the --checkpoint folder must not overlap")
@@ -151,8 +163,11 @@ def sentences_of(cfg: MLMConfig) -> tuple[list[str], list[str]]:
         if len(kept) < len(lines):
             print(f"{path}: {len(lines) - len(kept)} blank lines skipped")
         held = min(cfg.held_out, len(kept) // 10)
-        if len(kept) - held < 1:
-            raise UsageError(f"--text: {path} has no sentences")
+        if held < 1:
+            raise UsageError(
+                f"--text: {path} has {len(kept)} sentences; give at least 10 (a tenth, at most "
+                "--held_out, is held out for the evaluation)"
+            )
         return kept[: len(kept) - held], kept[len(kept) - held :]
     data, _ = load_data(cfg.tasks, lambda t, s: Path(cfg.data_dir) / t.files[s], False, None)
     texts = {
@@ -182,6 +197,7 @@ class MLMRun:
     held: list[str]
     step: int = 0
     seconds: float = 0.0
+    recent: list[float] = field(default_factory=list)  # the last 50 training losses
 
     def state(self) -> dict[str, Any]:
         """What last.pt saves: everything a resume at ``step`` needs."""
@@ -193,6 +209,7 @@ class MLMRun:
             "rng": torch.get_rng_state(),
             "step": self.step,
             "seconds": self.seconds,
+            "recent": list(self.recent),
         }
 
     def restore(self) -> None:
@@ -205,6 +222,7 @@ class MLMRun:
             self.stream.load_state_dict(state["stream"])
             torch.set_rng_state(state["rng"])
             self.step, self.seconds = int(state["step"]), float(state.get("seconds", 0.0))
+            self.recent = [float(x) for x in state.get("recent", [])]
         except (KeyError, ValueError, RuntimeError, TypeError) as err:
             raise UsageError(
                 f"{self.folder.file('last.pt')} does not belong to the run configured in "
@@ -258,34 +276,67 @@ def train_steps(run: MLMRun) -> None:
         dynamic_ncols=True,
         mininterval=0.1 if sys.stderr.isatty() else 60,
     )
-    recent: list[float] = []
     started = time.time() - run.seconds
     run.model.train()
+    try:
+        steps(run, bar, started, vocab, continuation)
+    finally:
+        bar.close()  # the bar's line ends before any message
+
+
+def steps(run: MLMRun, bar: tqdm, started: float, vocab: dict, continuation) -> None:
+    """The steps from ``run.step`` to --steps (``train_steps`` sets up the bar)."""
+    cfg = run.cfg
     while run.step < cfg.steps:
         batch = run.tokenizer([run.train[i] for i in run.stream.next()])
         generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + run.step)
-        masked, labels = mask_batch(batch, vocab, generator, continuation)
-        logits, targets = run.model.masked_logits(
-            masked, batch["attention_mask"], labels, batch["token_type_ids"]
-        )
-        loss = mlm_loss(logits, targets)
-        run.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        run.optimizer.step()
-        run.scheduler.step()
+        masked, labels = masks_with_a_token(batch, vocab, generator, continuation)
         run.step += 1
-        recent = [*recent[-49:], loss.item()]
         bar.update(1)
-        bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
-        if not math.isfinite(recent[-1]):
-            raise RunStopped(f"non-finite loss at step {run.step}; {run.folder.on_disk()}", 3)
+        if masked is None:
+            tqdm.write(f"step {run.step}: no token of this batch could be masked; step skipped")
+        else:
+            update(run, batch, masked, labels)
+            bar.set_postfix(loss=f"{sum(run.recent) / len(run.recent):.3f}", refresh=False)
         if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
             run.seconds = round(time.time() - started, 1)
             metrics = evaluate_mlm(run.model, run.tokenizer, run.held)
-            train_loss = sum(recent) / len(recent)
+            train_loss = sum(run.recent) / len(run.recent) if run.recent else None
             record(run, {**metrics, "train_loss": train_loss, "seconds": run.seconds})
             run.folder.save_state(run.state(), run.step)
-    bar.close()
+
+
+def update(run: MLMRun, batch: dict, masked: torch.Tensor, labels: torch.Tensor) -> None:
+    """One optimizer step on the masked batch; a non-finite loss stops the run before it updates
+    anything (the weights on disk and in memory stay those of the step before)."""
+    logits, targets = run.model.masked_logits(
+        masked, batch["attention_mask"], labels, batch["token_type_ids"]
+    )
+    loss = mlm_loss(logits, targets)
+    value = loss.item()
+    if not math.isfinite(value):
+        raise RunStopped(
+            f"non-finite loss at step {run.step} (is --lr too large?); the step did not update "
+            f"the model; {run.folder.on_disk()}",
+            3,
+        )
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    run.optimizer.step()
+    run.scheduler.step()
+    run.recent = [*run.recent[-49:], value]
+
+
+def masks_with_a_token(batch, vocab, generator, continuation):
+    """``mask_batch``'s (masked ids, labels), drawn again (from the same generator, so a resumed
+    run draws the same) while no token was chosen, which a batch of a few short sentences can
+    give; (None, None) when none was chosen in ``MASK_DRAWS`` draws. A batch without a masked
+    token has no loss (a mean over nothing), which is not a numerical fault."""
+    for _ in range(MASK_DRAWS):
+        drawn = mask_batch(batch, vocab, generator, continuation)
+        if bool((drawn[1] != IGNORE).any()):  # the labels: IGNORE where no token was chosen
+            return drawn
+    return None, None
 
 
 def record(run: MLMRun, metrics: dict[str, Any]) -> None:
@@ -312,10 +363,10 @@ def plot(folder: RunFolder) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = folder.read_log("mlm_log.jsonl")
+    rows = folder.read_log("mlm_log.jsonl", ("loss", "accuracy"))
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     ax_loss.plot([r["step"] for r in rows], [r["loss"] for r in rows], marker="o", label="held out")
-    train = [r for r in rows if "train_loss" in r]
+    train = [r for r in rows if r.get("train_loss") is not None]
     ax_loss.plot([r["step"] for r in train], [r["train_loss"] for r in train], label="training")
     ax_loss.set(xlabel="step", ylabel="MLM loss", title="Masked-LM loss")
     ax_loss.legend()
@@ -327,12 +378,20 @@ def plot(folder: RunFolder) -> None:
 
 
 def pretrain(cfg: MLMConfig) -> dict[str, Any]:
-    run = set_up(cfg)
+    """Set-up, the loop and finish; Ctrl-C in the loop and a write that fails (a full disk, a
+    read-only or vanished folder) end in one line that says what is on disk."""
+    folder, stage = RunFolder(cfg.out_dir, layout=MLM_FOLDER), "before training began"
     try:
+        run = set_up(cfg)
+        folder, stage = run.folder, ""
         train_steps(run)
+        stage = "while writing the checkpoint directory"
+        return finish(run)
     except KeyboardInterrupt:
-        raise RunStopped(f"interrupted at step {run.step}; {run.folder.on_disk()}", 130) from None
-    return finish(run)
+        where = stage or f"at step {run.step}"
+        raise RunStopped(f"interrupted {where}; {folder.on_disk()}", 130) from None
+    except OSError as err:
+        raise RunStopped(f"{err}; {folder.on_disk()}", 1) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(cfg.threads)
         pretrain(cfg)
 
-    return run_command(body)
+    return run_command(body, "pretrain_mlm.py stopped before its first save, or between saves")
 
 
 if __name__ == "__main__":

@@ -45,12 +45,12 @@ failed.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from minbert.course.checks import CHECKS
 from minbert.course.registry import PASS, Context, format_result, run_check, select
+from minbert.flags import ArgumentParser, nonempty_path
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_REFERENCE = ROOT / "sanity_check_reference.pt"
@@ -59,7 +59,8 @@ __all__ = ["CHECKS", "DEFAULT_REFERENCE", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
+        prog="sanity_check.py",
         description="Check minBERT against references, one independent check per component "
         "(see GUIDE.md for the exercises they grade).",
     )
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reference",
         metavar="FILE",
-        type=Path,
+        type=nonempty_path,
         default=DEFAULT_REFERENCE,
         help="reference outputs made by scripts/make_reference.py for that checkpoint "
         "(default: %(default)s)",
@@ -92,15 +93,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         checks = select(CHECKS, args.only) if args.only else CHECKS
     except ValueError as err:
-        parser.error(str(err))
+        parser.error(f"--only: {err}")
     width = max(len(c.name) for c in checks)
     if args.list:
         for check in checks:
             exercises = ", ".join(check.exercises) or "-"
             print(f"{check.name:<{width}}  tol {check.tolerance:<7.0e}  exercises: {exercises}")
         return 0
-    if args.checkpoint is not None and not Path(args.checkpoint).is_dir():
-        parser.error(f"--checkpoint {args.checkpoint}: no such directory")
+    if args.checkpoint is not None and not (args.checkpoint and Path(args.checkpoint).is_dir()):
+        parser.error(f"--checkpoint {args.checkpoint!r}: no such directory")
+    if not args.reference.is_file():
+        parser.error(
+            f"--reference {args.reference}: no such file; regenerate it with "
+            "scripts/make_reference.py"
+        )
 
     ctx = Context(args.checkpoint, args.reference)
     passed = 0

@@ -6,6 +6,12 @@
   the old file or the new one, never half of one, and no temporary file stays behind.
   ``atomic_save`` (torch objects), ``save_tensors`` (safetensors) and ``atomic_write_text``
   (JSON, text) all go through it.
+* A write that fails (a full disk, which torch reports as a ``RuntimeError``; a read-only or
+  vanished folder) is a ``WriteError`` naming the file, an ``OSError`` like any other; the
+  temporary file is removed and the old file stays.
+* ``write_output``: a user's output file, written atomically unless it is a symlink (the file it
+  points to is written, the link stays) or not a regular file (a FIFO, ``/dev/stdout``), which is
+  written through.
 * ``load_trusted``: ``torch.load(weights_only=True)``, which only rebuilds tensors and plain
   containers; a pickle that would construct arbitrary objects (and so run code) is refused.
   ``load_tensors`` reads a safetensors file, a format that holds nothing but tensors.
@@ -28,19 +34,51 @@ class UnsafeCheckpointError(RuntimeError):
     or not a checkpoint at all ("corrupted")."""
 
 
+class WriteError(OSError):
+    """A file could not be written (full disk, read-only or vanished folder): its path and the
+    reason, in one line."""
+
+    def __init__(self, path: str | Path, err: BaseException) -> None:
+        reason = getattr(err, "strerror", None) or (str(err).splitlines() or [""])[0]
+        if isinstance(err, RuntimeError) and "write failed" in str(err):
+            reason = f"the write failed, is the disk full? ({reason})"
+        super().__init__(f"{path}: cannot write: {reason or type(err).__name__}")
+        self.path = Path(path)
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write ``path`` all at once: ``write(f)`` fills a temporary file, then fsync and rename."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise WriteError(path, err) from err
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise WriteError(path, err) from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """A user's output file (see the module docstring): through a symlink to its target, straight
+    into a FIFO or device, atomically otherwise."""
+    path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():  # links followed
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as err:
+            raise WriteError(path, err) from err
+        return
+    atomic_write_text(path.resolve() if path.is_symlink() else path, text)
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:

@@ -36,6 +36,7 @@ import math
 import re
 import typing
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 MISSING = dataclasses.MISSING
@@ -165,6 +166,22 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose mistakes (an unknown flag, a value of the wrong type, a missing
+    argument) end as every other mistake of a command does: one line ``error: ...`` on standard
+    error and exit code 2, instead of a usage block followed by the message."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def nonempty_path(text: str) -> Path:
+    """An argparse type: a path, never the empty string (which would mean the current folder)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path; give a file or folder name")
+    return Path(text)
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Appends "(default: ...)" to a flag's help, unless the help already says its default or
     there is none to say (a switch that is off, an optional value that is unset)."""
@@ -201,6 +218,33 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         )
 
 
+def wrong_type(value: Any, annotation: Any) -> str | None:
+    """What is wrong with the type of ``value`` for a flag annotated ``annotation`` ("must be an
+    integer"), or None. Values read from a saved file pass through here, so that a hand-edited
+    or damaged config is refused by name rather than failing later in a comparison."""
+    choices = _choices(annotation)
+    if value is None:
+        return None if type(None) in typing.get_args(annotation) else "must not be null"
+    if choices is not None:
+        return None if value in choices else f"must be one of {', '.join(map(str, choices))}"
+    kind = _scalar_type(annotation)
+    if kind is bool:
+        return None if isinstance(value, bool) else "must be true or false"
+    if kind is int:
+        return (
+            None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
+        )
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else "must be a number"
+    if kind is str:
+        return None if isinstance(value, str) else "must be a string"
+    if typing.get_origin(kind) is list:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else "must be a list of strings"
+    return None
+
+
 def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -226,6 +270,8 @@ def unflatten(cls: type, flat: dict[str, Any]) -> Any:
             value = flat[flag.name]
             if typing.get_origin(_scalar_type(flag.type)) is list and isinstance(value, str):
                 value = _comma_list(value)
+            if problem := wrong_type(value, flag.type):
+                raise ValueError(f"--{flag.name} {value!r}: {problem}")
             if problem := out_of_range(value, flag.field.metadata.get("within")):
                 raise ValueError(f"--{flag.name} {value}: {problem}")
             values[flag.path] = value

@@ -16,18 +16,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from minbert.flags import HelpFormatter, add_flags, flatten, section, setting, unflatten
+from minbert.flags import (
+    ArgumentParser,
+    HelpFormatter,
+    add_flags,
+    flatten,
+    section,
+    setting,
+    unflatten,
+)
 from minbert.sampling import MODES
 from minbert.smart import SmartConfig
 from multitask.devices import pick_device
 from multitask.errors import UsageError
 from multitask.model import ModelSettings
-from multitask.run import RunFolder, merge_config, overlapping
+from multitask.run import RunFolder, folder_kind, merge_config, overlapping
 from multitask.step import loss_weights
 from tasks import TASKS, get_task
-from tasks.base import SPLITS, Task
+from tasks.base import SPLITS, RegressionTask, Task
 from tasks.metrics import OVERALL_TASKS
 
+SEEDS = "[0, 4294967295]"  # 2^32 - 1: seed·1,000,003 + step stays far inside a 64-bit generator
+PATH_FLAGS = ("data_dir", "out_dir", "checkpoint", "evaluate", "add_to")
 DESCRIPTION = (
     "Multitask fine-tuning of one BERT on SST-5 sentiment, Quora paraphrase and STS-B similarity."
 )
@@ -117,7 +127,11 @@ class TrainConfig:
             "a), so that the model cannot rely on which sentence comes first"
         ),
     )
-    seed: int = setting(11711, "random seed (data order, dropout, sampler)", within="[0, inf)")
+    seed: int = setting(
+        11711,
+        "random seed (data order, dropout, sampler; seeds derived from it fit the generators)",
+        within=SEEDS,
+    )
     eval_every: int = setting(
         0, "also evaluate every N steps (0: only at epoch ends)", within="[0, inf)"
     )
@@ -209,7 +223,7 @@ WHERE_IT_RUNS = ("resume", "device", "bf16", "out_dir", "no_plots", "threads")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=DESCRIPTION, formatter_class=HelpFormatter, allow_abbrev=False
     )
     add_flags(parser, TrainConfig)
@@ -224,6 +238,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     --add_to), defaults resolved, every value checked."""
     flat = vars(build_parser().parse_args(argv))
     defaults = vars(build_parser().parse_args([]))
+    if empty := [k for k in (*PATH_FLAGS, *FILE_FLAGS) if flat.get(k) == ""]:
+        raise UsageError(f"--{empty[0]}: an empty path; give a file or folder name")
     source, flag, inherited = None, "", []
     if flat["resume"]:
         source, flag = flat["out_dir"] or TrainConfig.from_flat(flat).resolved().out_dir, "--resume"
@@ -234,19 +250,58 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     elif flat["add_to"]:
         source, flag, inherited = flat["add_to"], "--add_to", MODEL_KEYS
     if source is not None:
-        saved = RunFolder(source).read_config(flag)
+        saved = read_run(source, flag)
         flat = merge_config(flat, saved, inherited, defaults | {"base_tasks": []}, flag, source)
         if flag == "--add_to":
             flat["base_tasks"] = [*saved.get("base_tasks", []), *saved["tasks"]]
+        if flag == "--evaluate":
+            check_evaluate_output(flat, saved, defaults)
     config = TrainConfig.from_flat(flat).resolved()
     check(config, explicit=[k for k in FILE_FLAGS if flat.get(k)])
     return config
+
+
+def read_run(source: str, flag: str) -> dict[str, Any]:
+    """A saved run's config.json, read defensively: a missing key, a value of the wrong type,
+    base_tasks that are not a list of names, an --add_to chain that loops are "corrupted"."""
+    folder = RunFolder(source)
+    saved = folder.read_settings(TrainConfig, flag, required=("option", "tasks"))
+    base = saved.get("base_tasks", [])
+    if not isinstance(base, list) or not all(isinstance(t, str) for t in base):
+        raise UsageError(f"{flag}: {folder.file('config.json')} is corrupted (base_tasks {base!r})")
+    folder.chain(flag)
+    return saved
+
+
+def check_evaluate_output(flat: dict, saved: dict, defaults: dict) -> None:
+    """--evaluate writes prediction files only where nothing else is lost: into the evaluated
+    run when it predicts the run's own data, else into a new folder, an empty one, or one that
+    holds only earlier predictions (never into another run or a folder of other files)."""
+    out, run = Path(flat["out_dir"] or flat["evaluate"]), Path(flat["evaluate"])
+    data_flags = ("data_dir", "limit", *FILE_FLAGS)
+    other = [k for k in data_flags if flat.get(k) != saved.get(k, defaults.get(k))]
+    if out.resolve() == run.resolve():
+        if other:
+            raise UsageError(
+                f"--out_dir: --evaluate on other data than the run's own (--{other[0]}) would "
+                f"write over {run}'s prediction files; pass --out_dir with a new folder"
+            )
+        return
+    if out.is_dir() and (
+        foreign := [p.name for p in out.iterdir() if not p.name.endswith("-output.csv")]
+    ):
+        kind = folder_kind(out) or f"a folder of other files ({', '.join(sorted(foreign)[:3])})"
+        raise UsageError(
+            f"--out_dir {out} is {kind}; --evaluate writes its predictions only into a new or "
+            "empty folder, or one of earlier predictions"
+        )
 
 
 def check(cfg: TrainConfig, explicit: list[str]) -> None:
     """Every named file present and the settings consistent with each other and with the
     checkpoint, or a UsageError naming the flag and the fix, before anything is written. (Each
     flag's own range is checked where the config is read: ``minbert.flags.unflatten``.)"""
+    not_a_checkpoint(cfg.model.checkpoint)
     try:
         checkpoint = cfg.model.check([get_task(t) for t in cfg.tasks if t in TASKS])
         loss_weights(cfg.loss_weights, cfg.tasks)
@@ -255,6 +310,15 @@ def check(cfg: TrainConfig, explicit: list[str]) -> None:
     for message in problems(cfg, explicit, checkpoint):
         raise UsageError(message)
     pick_device(cfg.device)
+
+
+def not_a_checkpoint(checkpoint: str) -> None:
+    """A run folder given as --checkpoint is named as such (its config.json is not a BERT's)."""
+    if folder_kind(Path(checkpoint)) == "a train_multitask.py run folder":
+        raise UsageError(
+            f"--checkpoint {checkpoint} is a train_multitask.py run folder, not a checkpoint "
+            "folder; give a BERT checkpoint (a pretrain_mlm.py output, or an export of the run)"
+        )
 
 
 def problems(cfg: TrainConfig, explicit: list[str], checkpoint: Path) -> Iterator[str]:
@@ -268,6 +332,13 @@ def problems(cfg: TrainConfig, explicit: list[str], checkpoint: Path) -> Iterato
     for key in explicit:
         if not Path(cfg.files[key]).is_file():
             yield f"--{key}: file not found; give an existing file"
+    pearson = [t for t in tasks if t in TASKS and isinstance(get_task(t), RegressionTask)]
+    if cfg.limit is not None and cfg.limit < 2 and pearson:
+        yield (
+            f"--limit {cfg.limit}: {pearson[0]}'s Pearson correlation needs at least 2 dev rows; "
+            "give --limit 2 or more"
+        )
+
     if add_to and overlapping(Path(cfg.out_dir), Path(add_to)):
         yield "--out_dir must differ from --add_to and lie outside it: the earlier run stays"
     if overlapping(Path(cfg.out_dir), checkpoint):

@@ -31,11 +31,26 @@ class RunStopped(Exception):
         self.exit_code = exit_code
 
 
-def run_command(body: Callable[[], object]) -> int:
+INTERRUPTED = (
+    "every file this command had written is whole (each is written to a temporary file and "
+    "renamed), and no file of yours was changed"
+)
+
+
+def run_command(body: Callable[[], object], interrupted: str = INTERRUPTED) -> int:
     """A command's exit code: ``body()`` gives 0; a user error, a bad data file or checkpoint is
-    one line ``error: ...`` on stderr and 2; a stopped run its own line and code. No traceback."""
+    one line ``error: ...`` on stderr and 2; a stopped run its own line and code; Ctrl-C that
+    the command did not handle itself is 130 with ``interrupted``, what is on disk; a write that
+    failed (a full disk, a read-only folder) is 1, naming the file. No traceback."""
     try:
         body()
+    except KeyboardInterrupt:
+        print(f"error: interrupted (Ctrl-C); {interrupted}", file=sys.stderr)
+        return 130
+    except OSError as err:
+        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+        return 1
     except (UsageError, DataError, UnsafeCheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -18,8 +18,11 @@ what its outputs mean. Adapters, PALs and LHUC add computations that a plain BER
 for: those runs are refused, and their per-task files (``RUN_DIR/task-<task>.safetensors``) are
 what to use, through ``python -m multitask.predict`` or ``multitask.trained.TrainedRun``.
 
-OUT_DIR is written in a temporary folder beside it and renamed when complete; an existing,
-non-empty OUT_DIR is replaced only with ``--overwrite``.
+OUT_DIR is written in a temporary folder beside it and renamed when complete (a temporary folder
+left by a killed export is removed by the next export to OUT_DIR), with ``export.json`` naming the
+run it came from. An existing, non-empty OUT_DIR is replaced only with ``--overwrite`` and only
+when it holds an earlier export: a run folder, a checkpoint folder, the current directory or a
+folder of other files is never written over, nor is anything inside the run or its checkpoint.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from pathlib import Path
 import torch
 
 from minbert.checkpoint import atomic_write_text, save_tensors
-from minbert.pretrained import resolve_checkpoint_dir, save_checkpoint_dir
-from multitask.errors import UsageError, run_command
+from minbert.flags import ArgumentParser
+from minbert.pretrained import CheckpointError, resolve_checkpoint_dir, save_checkpoint_dir
+from multitask.errors import RunStopped, UsageError, run_command
 from multitask.model import MultitaskModel
+from multitask.run import EXPORT_MARK, folder_kind, overlapping
 from multitask.trained import TrainedRun
 from tasks.base import BinaryTask, MultiClassTask, Task, get_task
 
@@ -116,10 +121,45 @@ def write_head(folder: Path, model: MultitaskModel, task: str) -> None:
     atomic_write_text(folder / f"head-{task}.json", description)
 
 
+def check_out_dir(out_dir: str, run: TrainedRun, overwrite: bool) -> Path:
+    """OUT_DIR as the module docstring allows it, or a UsageError that names what it is."""
+    if out_dir == "":
+        raise UsageError("OUT_DIR: an empty path; give the folder to write")
+    out = Path(out_dir)
+    if blocking := next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None):
+        raise UsageError(f"OUT_DIR {out}: {blocking} is a file; export to a folder")
+    try:
+        checkpoint = resolve_checkpoint_dir(run.settings.checkpoint)
+    except CheckpointError as err:
+        raise UsageError(f"{run.path}: base checkpoint: {err}") from None
+    for folder, what in ((run.path, "the run"), (checkpoint, "the run's checkpoint folder")):
+        if overlapping(out, folder):
+            raise UsageError(f"OUT_DIR {out} overlaps {what} {folder}; export to another folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / EXPORT_MARK).is_file():
+            kind = folder_kind(out) or "a folder of other files"
+            raise UsageError(
+                f"OUT_DIR {out} is {kind}, not an earlier export; it is left as it is "
+                "(--overwrite replaces only an export): export to a new or empty folder"
+            )
+        if not overwrite:
+            raise UsageError(
+                f"OUT_DIR {out} holds an earlier export; pass --overwrite to replace it"
+            )
+    return out
+
+
+def remove_interrupted(out: Path) -> None:
+    """The temporary folders that a killed export to ``out`` left beside it."""
+    for stale in out.parent.glob(f".{out.name}.export-*"):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale)
+            print(f"removed {stale}, left by an interrupted export")
+
+
 def export(run_dir: str, out_dir: str, overwrite: bool = False) -> list[Path]:
     """Write the export (see the module docstring); returns the encoder directories written."""
     run = TrainedRun(run_dir)
-    out, option = Path(out_dir), run.settings.option
     refused = [k for k in run.settings.plugin_kinds if k not in MERGEABLE]
     if refused:
         raise UsageError(
@@ -128,39 +168,45 @@ def export(run_dir: str, out_dir: str, overwrite: bool = False) -> list[Path]:
             f"({run.path}/task-<task>.safetensors) with python -m multitask.predict, or "
             "multitask.trained.TrainedRun in Python"
         )
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} is a file; export to a folder")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UsageError(f"{out} already exists and is not empty; pass --overwrite to replace it")
-    if out.resolve() in (run.path.resolve(), *run.path.resolve().parents):
-        raise UsageError(f"{out} holds the run {run.path}; export to another folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = check_out_dir(out_dir, run, overwrite)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_interrupted(out)
+        with tempfile.TemporaryDirectory(prefix=f".{out.name}.export-", dir=out.parent) as tmp:
+            written = write_export(Path(tmp) / "export", run, out)
+            if out.exists():
+                out.rename(Path(tmp) / "replaced")  # removed with the temporary folder
+            (Path(tmp) / "export").rename(out)
+    except OSError as err:
+        raise RunStopped(f"{err}; {out} was left as it was before this export", 1) from None
+    return written
+
+
+def write_export(staged: Path, run: TrainedRun, out: Path) -> list[Path]:
+    """Every file of the export into ``staged``; the folders they will have under ``out``."""
     written = []
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as scratch:
-        staged = Path(scratch) / "export"
-        if option in ("finetune", "pretrain"):
-            if option == "finetune":  # one model holds every task
-                models = dict.fromkeys(run.tasks, run.task_model(run.tasks[0]))
-            else:
-                models = {task: run.task_model(task) for task in run.tasks}
-            write_encoder(staged, run, models[run.tasks[0]], run.tasks[0])
-            for task, model in models.items():
-                write_head(staged, model, task)
-            written.append(out)
+    if run.settings.option in ("finetune", "pretrain"):
+        if run.settings.option == "finetune":  # one model holds every task
+            models = dict.fromkeys(run.tasks, run.task_model(run.tasks[0]))
         else:
-            for task in run.tasks:
-                model = run.task_model(task)
-                write_encoder(staged / task, run, model, task)
-                write_head(staged / task, model, task)
-                written.append(out / task)
-        if out.exists():
-            shutil.rmtree(out)
-        staged.rename(out)
+            models = {task: run.task_model(task) for task in run.tasks}
+        write_encoder(staged, run, models[run.tasks[0]], run.tasks[0])
+        for task, model in models.items():
+            write_head(staged, model, task)
+        written.append(out)
+    else:
+        for task in run.tasks:
+            model = run.task_model(task)
+            write_encoder(staged / task, run, model, task)
+            write_head(staged / task, model, task)
+            written.append(out / task)
+    mark = {"run": str(run.path.resolve()), "option": run.settings.option, "tasks": run.tasks}
+    atomic_write_text(staged / EXPORT_MARK, json.dumps(mark, indent=2) + "\n")
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m multitask.export",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -179,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         for folder in export(args.run_dir, args.out_dir, args.overwrite):
             print(f"wrote {folder}")
 
-    return run_command(body)
+    return run_command(body, "OUT_DIR was left as it was before this export")
 
 
 if __name__ == "__main__":

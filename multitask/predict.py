@@ -15,7 +15,7 @@ anything else and standard input are text):
     csv    a header naming the columns, then one example per line: the column ``sentence``, or
            ``sentence1`` and ``sentence2``; other columns are ignored. The delimiter is a tab when
            the header holds one, else a comma, so the course's own data files read as they are.
-           A quoted field may not span lines.
+           A quoted field may not span lines (each line it touches is reported).
     jsonl  one JSON object per line, with the key ``sentence``, or ``sentence1`` and ``sentence2``
 
 Output, to standard output or ``--output FILE``: one line per input line (a csv header gives the
@@ -54,13 +54,16 @@ from typing import Any
 
 import torch
 
-from minbert.checkpoint import atomic_write_text
+from minbert.checkpoint import write_output
+from minbert.flags import ArgumentParser
+from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
 from multitask.devices import pick_device
 from multitask.errors import UsageError, run_command
 from multitask.evaluation import head_outputs
+from multitask.run import folder_kind
 from multitask.trained import TrainedRun
 from tasks.base import TASKS, Task, get_task
-from tasks.reader import Example, SkippedRow, has_visible_text
+from tasks.reader import Example, SkippedRow, _check_is_utf8_text, has_visible_text
 
 FORMATS = ("text", "csv", "jsonl")
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -89,7 +92,10 @@ def physical_lines(raw: bytes) -> Iterator[tuple[int, bytes]]:
 
 
 def read_input(raw: bytes, name: str, task: Task, format: str) -> Lines:
-    """Every line of ``raw`` as an example of ``task`` or a bad line (see the module docstring)."""
+    """Every line of ``raw`` as an example of ``task`` or a bad line (see the module docstring).
+    A whole file the training reader refuses (UTF-16, NUL bytes, CR-only line ends) is refused
+    here in the same words."""
+    _check_is_utf8_text(name, raw)
     lines = Lines(format)
     columns = ["sentence1", "sentence2"] if task.is_pair else ["sentence"]
     header: list[str] | None = None
@@ -135,7 +141,12 @@ def _sentences(
             raise ValueError(f"expected {want}, found {len(values)} tab-separated fields")
     elif format == "csv":
         assert header is not None
-        row = next(csv.reader([text], delimiter=delimiter), [])
+        try:
+            row = next(csv.reader([text], delimiter=delimiter, strict=True), [])
+        except csv.Error:
+            raise ValueError(
+                "a quoted field is not closed on its line (none may span lines)"
+            ) from None
         if len(row) != len(header):
             raise ValueError(f"expected {len(header)} fields as in the header, found {len(row)}")
         values = [row[header.index(c)] for c in columns]
@@ -188,7 +199,7 @@ def format_output(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m multitask.predict",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -220,6 +231,49 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_output(output: str, input: str, run: TrainedRun) -> None:
+    """--output names a new or ordinary file of the user's: never the input, a folder, nor a file
+    inside the run, its checkpoint, or any other run, checkpoint or export folder."""
+    path = Path(output)
+    if output == "":
+        raise UsageError("--output: an empty path; give a file name, or leave --output out")
+    if path.is_dir():
+        raise UsageError(f"--output {output} is a folder; give a file name")
+    if input != "-" and path.resolve() == Path(input).resolve():
+        raise UsageError(f"--output {output} is the input file; choose another file")
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"--output {output}: the folder {parent} does not exist")
+    try:
+        protected = [run.path.resolve(), resolve_checkpoint_dir(run.settings.checkpoint).resolve()]
+    except CheckpointError:
+        protected = [run.path.resolve()]
+    inside = [p for p in protected if p == parent or p in parent.parents]
+    if inside or folder_kind(parent):
+        what = f"the folder {inside[0]}" if inside else folder_kind(parent)
+        raise UsageError(
+            f"--output {output} is inside {what}, which predict never writes into; choose a "
+            "file elsewhere"
+        )
+
+
+def read_raw(input: str) -> bytes:
+    """The bytes of --input: a file, or standard input for ``-``."""
+    if input == "-":
+        try:
+            return sys.stdin.buffer.read()
+        except (AttributeError, OSError, ValueError):  # no stdin (<&-), or a closed one
+            raise UsageError("--input -: standard input is closed; give a file") from None
+    if input == "":
+        raise UsageError("--input: an empty path; give a file, or - for standard input")
+    if not Path(input).is_file():
+        raise UsageError(f"--input {input}: file not found")
+    try:
+        return Path(input).read_bytes()
+    except OSError as err:
+        raise UsageError(f"--input {input}: cannot read ({err.strerror})") from None
+
+
 def predict_command(args: argparse.Namespace) -> None:
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"--batch_size {args.batch_size}: must be at least 1")
@@ -227,19 +281,14 @@ def predict_command(args: argparse.Namespace) -> None:
         if args.threads < 1:
             raise UsageError(f"--threads {args.threads}: must be at least 1")
         torch.set_num_threads(args.threads)
-    from_stdin = args.input == "-"
-    if args.output and not from_stdin and Path(args.output).resolve() == Path(args.input).resolve():
-        raise UsageError(f"--output {args.output} is the input file; choose another file")
     run = TrainedRun(args.run_dir)
+    if args.output is not None:
+        check_output(args.output, args.input, run)
     run.check_task(args.task)
     task, device = get_task(args.task), pick_device(args.device)
+    from_stdin = args.input == "-"
     name = "<stdin>" if from_stdin else args.input
-    if from_stdin:
-        raw = sys.stdin.buffer.read()
-    elif not Path(args.input).is_file():
-        raise UsageError(f"--input {args.input}: file not found")
-    else:
-        raw = Path(args.input).read_bytes()
+    raw = read_raw(args.input)
     format = args.format or ("text" if from_stdin else SUFFIXES.get(Path(name).suffix, "text"))
     lines = read_input(raw, name, task, format)
     for row in lines.bad:
@@ -254,7 +303,7 @@ def predict_command(args: argparse.Namespace) -> None:
     bad = {row.line: row.reason for row in lines.bad}
     text = format_output(lines, rows, bad, field_names(task, args.probabilities))
     if args.output:
-        atomic_write_text(args.output, text)
+        write_output(args.output, text)
     else:
         sys.stdout.write(text)
     if lines.bad:
@@ -267,7 +316,7 @@ def predict_command(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_command(lambda: predict_command(args))
+    return run_command(lambda: predict_command(args), "no output was written")
 
 
 if __name__ == "__main__":

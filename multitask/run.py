@@ -22,6 +22,7 @@ fit the model) is a ``UsageError`` (``multitask/errors.py``): one line, no trace
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import json
 import os
 from collections.abc import Iterable
@@ -38,6 +39,7 @@ from minbert.checkpoint import (
     load_trusted,
     save_tensors,
 )
+from minbert.flags import unflatten
 from multitask.errors import RunStopped, UsageError
 from multitask.evaluation import predictions
 from multitask.model import MultitaskModel
@@ -76,6 +78,32 @@ DRIVER = Layout(
     ),
     logs=("metrics.jsonl", "train_log.jsonl"),
 )
+
+
+EXPORT_MARK = "export.json"  # what python -m multitask.export writes into every export
+
+
+def folder_kind(path: Path) -> str | None:
+    """What an existing folder is, in words, when it holds something no other command may write
+    over (a run of the driver or of pretrain_mlm.py, an export, a checkpoint), else None."""
+    if not path.is_dir():
+        return None
+    if (path / "mlm_config.json").is_file():
+        return "a pretrain_mlm.py run folder"
+    if (path / EXPORT_MARK).is_file():
+        return "an export (python -m multitask.export)"
+    if any((path / name).exists() for name in DRIVER.state if name != "config.json"):
+        return "a train_multitask.py run folder"
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict) and "option" in config:
+        return "a train_multitask.py run folder"
+    weights = ("config.json", "model.safetensors", "pytorch_model.bin", "vocab.txt")
+    if any((path / name).is_file() for name in weights):
+        return "a checkpoint folder"
+    return None
 
 
 def overlapping(a: Path, b: Path) -> bool:
@@ -134,12 +162,29 @@ class RunFolder:
             if not self.file("last.pt").is_file():
                 raise UsageError(f"--resume: {self.file('last.pt')} not found; nothing to resume")
             return
+        if foreign := self.foreign_entries():
+            kind = folder_kind(self.path) or f"a folder of other files ({', '.join(foreign[:3])})"
+            raise UsageError(
+                f"--out_dir {self.path} is {kind}, not a run of {self.layout.command}; it is left "
+                "as it is (--overwrite included): choose a new or empty --out_dir"
+            )
         held = [name for name in self.layout.state if self.file(name).exists()]
         if held and not overwrite:
             raise UsageError(
                 f"--out_dir {self.path} already holds a run ({', '.join(held)}); pass --resume to "
                 "continue it, --overwrite to replace it, or another --out_dir"
             )
+
+    def foreign_entries(self) -> list[str]:
+        """The names in the folder that this command's runs never write (sorted)."""
+        if not self.path.is_dir():
+            return []
+        own = (*self.layout.state, *self.layout.outputs, *self.layout.logs, ".lock", ".*.tmp")
+        return sorted(
+            p.name
+            for p in self.path.iterdir()
+            if not any(fnmatch.fnmatchcase(p.name, pattern) for pattern in own)
+        )
 
     def start(self, resume: bool) -> None:
         """Once the whole command is validated: take the folder's lock (one process per run
@@ -185,8 +230,43 @@ class RunFolder:
         self.write_json("config.json", flat)
 
     def read_config(self, flag: str) -> dict[str, Any]:
-        """The run's config.json; ``flag`` names the option that pointed here, for messages."""
+        """The run's config.json; ``flag`` names the option that pointed here, for messages. A
+        folder of another kind (a checkpoint, a pretrain_mlm.py run) is named as such."""
+        kind = folder_kind(self.path)
+        if kind and "train_multitask.py" not in kind:
+            raise UsageError(f"{flag} {self.path} is {kind}, not a train_multitask.py run folder")
         return self.read_json("config.json", flag)
+
+    def read_settings(
+        self, cls: type, flag: str, name: str = "config.json", required: Iterable[str] = ()
+    ) -> dict[str, Any]:
+        """A saved settings file (flat ``{flag: value}``) whose ``required`` keys are present and
+        whose every value has its flag's type and range (``cls``: the settings dataclass);
+        anything else is "corrupted", with the file named."""
+        saved = self.read_config(flag) if name == "config.json" else self.read_json(name, flag)
+        path = self.file(name)
+        if missing := [key for key in required if key not in saved]:
+            raise UsageError(f"{flag}: {path} is corrupted (no {', '.join(missing)})")
+        try:
+            unflatten(cls, saved)
+        except (ValueError, TypeError) as err:
+            raise UsageError(f"{flag}: {path} is corrupted ({err})") from None
+        return saved
+
+    def chain(self, flag: str = "--add_to") -> list[RunFolder]:
+        """This run and the runs it was added to (--add_to), newest first; a chain that loops, or
+        an add_to that is not a folder name, is corrupted."""
+        folders: list[RunFolder] = [self]
+        while earlier := folders[-1].read_config(flag).get("add_to"):
+            path = folders[-1].file("config.json")
+            if not isinstance(earlier, str):
+                raise UsageError(f"{flag}: {path} is corrupted (add_to {earlier!r})")
+            if any(Path(earlier).resolve() == f.path.resolve() for f in folders):
+                raise UsageError(
+                    f"{flag}: {path} is corrupted: its add_to chain loops back to {earlier}"
+                )
+            folders.append(RunFolder(earlier))
+        return folders
 
     def read_json(self, name: str, flag: str) -> dict[str, Any]:
         """A JSON object the run wrote; a missing or corrupted file is a UsageError."""
@@ -217,17 +297,26 @@ class RunFolder:
     def log_metrics(self, step: int, epoch: int, metrics: dict[str, float]) -> None:
         self.append_log("metrics.jsonl", [{"step": step, "epoch": epoch, **metrics}])
 
-    def read_log(self, name: str) -> list[dict[str, Any]]:
+    def read_log(self, name: str, keys: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """The records of a JSON-lines log; each must be an object with an integer ``step`` and
+        the ``keys`` its reader needs, or the log is corrupted (the line named)."""
         path = self.file(name)
         if not path.exists():
             return []
         records = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             try:
-                records.append(json.loads(line))
-                records[-1]["step"]  # noqa: B018 -- every record has its step
-            except (json.JSONDecodeError, TypeError, KeyError):
-                raise UsageError(f"{path}:{number}: corrupted (not a JSON record)") from None
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            step = record.get("step") if isinstance(record, dict) else None
+            if (
+                not isinstance(step, int)
+                or isinstance(step, bool)
+                or any(k not in record for k in keys)
+            ):
+                raise UsageError(f"{path}:{number}: corrupted (not a JSON record with its step)")
+            records.append(record)
         return records
 
     def truncate_logs(self, step: int) -> None:
@@ -332,9 +421,10 @@ class RunFolder:
         if self.writes:
             save_tensors(model.trainable_state_dict(), self.file("best.safetensors"))
 
-    def load_best(self, model: MultitaskModel) -> None:
-        """Load best.safetensors (the trained tensors) over a model built from the run's config."""
-        state = self._read_best("--evaluate")
+    def load_best(self, model: MultitaskModel, flag: str = "--evaluate") -> None:
+        """Load best.safetensors (the trained tensors) over a model built from the run's config;
+        ``flag`` names the option that pointed here, for messages."""
+        state = self._read_best(flag)
         expected = model.trainable_state_dict()
         differ = sorted(
             k
@@ -352,9 +442,12 @@ class RunFolder:
     def load_into(self, model: MultitaskModel) -> None:
         """``--add_to``: load this run's trained tensors, and those of the runs it was itself
         added to, into a model that holds their tasks and more."""
-        saved = self.read_config("--add_to")
-        if saved.get("add_to"):
-            RunFolder(saved["add_to"]).load_into(model)
+        for earlier in reversed(self.chain()[1:]):
+            earlier._load_own(model)
+        self._load_own(model)
+
+    def _load_own(self, model: MultitaskModel) -> None:
+        """This run's best.safetensors alone, over ``model``."""
         state, own = self._read_best("--add_to"), model.state_dict()
         if wrong := [k for k, v in state.items() if k not in own or own[k].shape != v.shape]:
             raise UsageError(
@@ -419,7 +512,8 @@ class RunFolder:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        train, evals = self.read_log("train_log.jsonl"), self.read_log("metrics.jsonl")
+        train = self.read_log("train_log.jsonl", ("task", "loss"))
+        evals = self.read_log("metrics.jsonl")
         fig, (ax_loss, ax_dev) = plt.subplots(1, 2, figsize=(12, 4.5))
         for name in tasks:
             points = [(r["step"], r["loss"]) for r in train if r["task"] == name]

@@ -39,20 +39,33 @@ from tasks.base import TASKS
 class TrainedRun:
     """The settings of a finished run folder and the models it holds."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, flag: str = "RUN_DIR") -> None:
+        if str(path) == "":
+            raise UsageError(f"{flag}: an empty path; give the folder of a training run")
         self.folder = RunFolder(path, writes=False)
         self.path = self.folder.path
-        flat = self.folder.read_config("RUN_DIR")
+        flat = self.folder.read_settings(ModelSettings, flag, required=("option", "tasks"))
+        config = self.folder.file("config.json")
+        tasks, base = flat["tasks"], flat.get("base_tasks", [])
+        batch_size = flat.get("batch_size", 32)
+        if not all(
+            isinstance(t, list) and all(isinstance(x, str) for x in t) for t in (tasks, base)
+        ):
+            raise UsageError(
+                f"{flag}: {config} is corrupted (tasks {tasks!r}, base_tasks {base!r})"
+            )
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise UsageError(f"{flag}: {config} is corrupted (batch_size {batch_size!r})")
         try:
             self.settings: ModelSettings = unflatten(ModelSettings, flat).resolved()
         except (TypeError, ValueError) as err:
-            raise UsageError(f"{self.folder.file('config.json')} is corrupted ({err})") from None
+            raise UsageError(f"{flag}: {config} is corrupted ({err})") from None
         # The tasks of earlier runs (--add_to) first, as the driver builds them.
-        self.tasks: list[str] = [*flat.get("base_tasks", []), *flat.get("tasks", [])]
-        self.eval_batch_size: int = 2 * int(flat.get("batch_size", 32))
+        self.tasks: list[str] = [*base, *tasks]
+        self.eval_batch_size: int = 2 * batch_size
         unknown = [t for t in self.tasks if t not in TASKS]
         if not self.tasks or unknown:
-            raise UsageError(f"{self.folder.file('config.json')} names no known tasks ({unknown})")
+            raise UsageError(f"{config} names no known tasks ({unknown})")
 
     def check_task(self, task: str, flag: str = "--task") -> None:
         if task not in self.tasks:
@@ -74,7 +87,7 @@ class TrainedRun:
         try:
             if self.settings.option == "finetune":
                 model = build_model(self.settings, self.tasks)
-                self.folder.load_best(model)
+                self.folder.load_best(model, "RUN_DIR")
             else:
                 model = build_model(self.settings, [task])
                 model.load_task_state_dict(task, self._read(f"task-{task}.safetensors"))

@@ -317,8 +317,13 @@ def test_export_refuses_adapter_runs_and_existing_folders(runs, tmp_path, capsys
     existing = tmp_path / "existing"
     existing.mkdir()
     (existing / "keep.txt").write_text("mine")
-    assert export_command.main([str(runs["finetune"]), str(existing)]) == 2
+    for extra in ([], ["--overwrite"]):  # a folder of the user's files is never replaced
+        assert export_command.main([str(runs["finetune"]), str(existing), *extra]) == 2
+        assert "not an earlier export" in capsys.readouterr().err
+        assert (existing / "keep.txt").read_text() == "mine"
+    exported = tmp_path / "exported"
+    assert export_command.main([str(runs["finetune"]), str(exported)]) == 0
+    assert export_command.main([str(runs["finetune"]), str(exported)]) == 2
     assert "--overwrite" in capsys.readouterr().err
-    assert (existing / "keep.txt").read_text() == "mine"
-    assert export_command.main([str(runs["finetune"]), str(existing), "--overwrite"]) == 0
-    assert not (existing / "keep.txt").exists() and (existing / "config.json").is_file()
+    assert export_command.main([str(runs["finetune"]), str(exported), "--overwrite"]) == 0
+    assert (exported / "config.json").is_file() and (exported / "export.json").is_file()

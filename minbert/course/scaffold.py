@@ -38,7 +38,6 @@ not lie inside the source tree.
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import io
 import os
@@ -50,6 +49,8 @@ import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from minbert.flags import ArgumentParser, nonempty_path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -356,12 +357,12 @@ def write_student_tree(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m minbert.scaffold",
         description="Write the student version of this project: every marked exercise region "
         "becomes raise NotImplementedError(<hint>). See GUIDE.md for the exercises.",
     )
-    parser.add_argument("out_dir", nargs="?", type=Path, metavar="OUT_DIR")
+    parser.add_argument("out_dir", nargs="?", type=nonempty_path, metavar="OUT_DIR")
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
         "--exercise",
@@ -379,14 +380,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the exercises and exit")
     parser.add_argument(
         "--source",
-        type=Path,
+        type=nonempty_path,
         default=PROJECT_ROOT,
         metavar="DIR",
         help="the project to copy (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    if not args.source.is_dir():
+        parser.error(f"--source {args.source}: no such directory; give the project to copy")
     try:
         exercises = find_exercises(args.source)
+        if not exercises:
+            raise ScaffoldError(f"--source {args.source}: no exercise regions found in it")
         if args.list:
             rows = [
                 (exercise if i == 0 else "", f"{r.path}:{r.lines}", r.function)
