@@ -36,6 +36,7 @@ from multitask.collate import EncodedSplit
 from multitask.config import TrainConfig, build_parser, parse_args
 from multitask.data import Data, encode_train, fingerprints, load_data, train_lengths
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
+from multitask.distillation import gold_weight, parse_teachers, teacher_outputs
 from multitask.errors import RunStopped, UsageError, run_command
 from multitask.evaluation import calibrate_similarity_heads, evaluate
 from multitask.model import MultitaskModel, build_model
@@ -93,6 +94,7 @@ class Run:
     sampler: TaskSampler
     streams: dict[str, BatchStream]
     train: dict[str, EncodedSplit]  # each task's training split, tokenized once
+    teachers: dict[str, torch.Tensor]  # a taught task's teacher outputs (N, C) on it
     smart: Smart | None
     steps_per_epoch: int
     extra: dict[str, Any]
@@ -123,8 +125,9 @@ def set_up(cfg: TrainConfig) -> Run:
     data, skipped = read_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model = make_model(cfg, device)
+    train = {name: splits["train"] for name, splits in data.items()}
+    teachers = parse_teachers(cfg.teachers, cfg.tasks)
     if not cfg.resume:  # a resumed run restores its heads
-        train = {name: splits["train"] for name, splits in data.items()}
         calibrate_similarity_heads(model, train, tokenizer, cfg.batch_size, device)
     folder.start(cfg.resume)
     if not cfg.resume:
@@ -175,6 +178,7 @@ def set_up(cfg: TrainConfig) -> Run:
         sampler,
         streams,
         encode_train(data, tokenizer, model.encodes_separately, cfg.swap_pairs),
+        teacher_outputs(folder, teachers, train, device, cfg.resume),
         smart,
         steps_per_epoch,
         extra,
@@ -188,6 +192,10 @@ def one_step(run: Run, names: list[str], step: int) -> list[torch.Tensor] | None
     for name in names:
         indices = run.dist.shard(run.streams[name].next())
         batch = make_batch(run.train[name], indices, run.device, cfg.swap_pairs)
+        if name in run.teachers:  # the teacher's outputs on these examples, and λ
+            batch["teacher"] = run.teachers[name][indices].to(run.device)
+            total = run.steps_per_epoch * cfg.epochs
+            batch["gold"] = gold_weight(step, total, cfg.teacher_weight)
         batches.append((get_task(name), batch))
     bf16, skip = autocast(cfg.bf16, run.device), cfg.nonfinite == "skip"
     pcgrad = cfg.seed * 1_000_003 + step if cfg.step_gradient == "pcgrad" else None  # its order

@@ -78,6 +78,13 @@ DRIVER, PLAIN_LOOP = "train_multitask.py", "benchmarks/plain_loop.py"
 # about a sixth of an epoch of the three tasks each; what these 2 cores allow for 9 runs.
 SHORT = ["--option", "adapter", "--epochs", "3", "--steps_per_epoch", "150"]
 
+# The distillation suite's teachers of the row's seed, as --teachers reads them.
+TEACHER_SST = "sst={runs_dir}/distillation-teacher-sst-seed-{seed}"
+TEACHERS = ",".join(
+    [TEACHER_SST]
+    + [f"{t}={{runs_dir}}/distillation-teacher-{t}-seed-{{seed}}" for t in ("para", "sts")]
+)
+
 # The best SST-alone recipe of single-task.md, which the ceiling suite varies one flag at a time.
 SST_TUNED = ["--tasks", "sst", "--lr", "1e-4", "--layer_decay", "0.8"]
 
@@ -117,6 +124,14 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("teacher-sst", ["--option", "finetune", "--tasks", "sst"]),
         ("teacher-para", ["--option", "finetune", "--tasks", "para"]),
         ("teacher-sts", ["--option", "finetune", "--tasks", "sts"]),
+        # The default multitask finetune run taught by the three teachers of its seed.
+        ("student-annealed", ["--option", "finetune", "--teachers", TEACHERS]),
+        (
+            "student-mix-0.5",
+            ["--option", "finetune", "--teachers", TEACHERS, "--teacher_weight", "0.5"],
+        ),
+        # Born-again control: SST alone taught by its own single-task teacher.
+        ("born-again-sst", ["--option", "finetune", "--tasks", "sst", "--teachers", TEACHER_SST]),
     ],
     "single-task": [
         ("sst", ["--tasks", "sst"]),

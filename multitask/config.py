@@ -28,6 +28,7 @@ from minbert.flags import (
 from minbert.sampling import MODES
 from minbert.smart import SmartConfig
 from multitask.devices import pick_device
+from multitask.distillation import CACHE, parse_teachers, teacher_problem
 from multitask.errors import UsageError
 from multitask.model import ModelSettings
 from multitask.run import RunFolder, folder_kind, merge_config, overlapping
@@ -143,6 +144,24 @@ class TrainConfig:
     )
     nonfinite: Literal["stop", "skip"] = setting(
         "stop", "on a NaN or infinite loss: stop the run (naming step and task) or skip that batch"
+    )
+    teachers: list[str] = setting(
+        help=(
+            "TASK=RUN_DIR,...: finished runs of this driver (a task alone or several, any "
+            "option) whose head outputs teach the named tasks: each trains towards "
+            "λ·gold + (1 − λ)·teacher (Clark et al. 2019, BAM!; multitask/distillation.py)"
+        ),
+        factory=list,
+        group="distillation from teachers",
+    )
+    teacher_annealing: bool = setting(
+        False,
+        "λ rises linearly from 0 at the first step to 1 at the last (the default with --teachers)",
+    )
+    teacher_weight: float | None = setting(
+        None,
+        "a constant mix instead of annealing: λ = 1 − w, the teacher's share w",
+        within="[0, 1]",
     )
     smart: bool = setting(
         False,
@@ -305,6 +324,7 @@ def check(cfg: TrainConfig, explicit: list[str]) -> None:
     try:
         checkpoint = cfg.model.check([get_task(t) for t in cfg.tasks if t in TASKS])
         loss_weights(cfg.loss_weights, cfg.tasks)
+        parse_teachers(cfg.teachers, cfg.tasks)
     except ValueError as err:
         raise UsageError(str(err)) from None
     for message in problems(cfg, explicit, checkpoint):
@@ -357,6 +377,14 @@ def problems(cfg: TrainConfig, explicit: list[str], checkpoint: Path) -> Iterato
             f"--add_to: {add_to} was trained with --train_encoder, which changes the encoder "
             "every task shares; tasks can be added only to a run whose encoder stayed frozen"
         )
+    if cfg.teacher_annealing and cfg.teacher_weight is not None:
+        yield "--teacher_annealing and --teacher_weight: choose one (annealing is the default)"
+    if (cfg.teacher_annealing or cfg.teacher_weight is not None) and not cfg.teachers:
+        yield "--teacher_annealing / --teacher_weight: name the teachers with --teachers"
+    cached = cfg.resume and (Path(cfg.out_dir) / CACHE).is_file()  # teachers no longer needed
+    for name, folder in [] if cached else parse_teachers(cfg.teachers, tasks).items():
+        if problem := teacher_problem(name, folder, m):
+            yield problem
     if add_to and (repeated := [t for t in tasks if t in cfg.base_tasks]):
         yield (
             f"--tasks: {repeated} already trained in {add_to} (tasks {cfg.base_tasks}); with "

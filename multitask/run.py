@@ -75,6 +75,7 @@ DRIVER = Layout(
         "learning_curves.png",
         "*-output.csv",
         "task-*.safetensors",
+        "teacher-outputs.safetensors",
     ),
     logs=("metrics.jsonl", "train_log.jsonl"),
 )

@@ -39,11 +39,16 @@ class Smart:
 
 
 def batch_loss(model: MultitaskModel, task: Task, batch: dict, smart: Smart | None) -> torch.Tensor:
-    """The task loss of one batch, plus SMART's λ_s·R_s + μ·D_Breg when SMART is on
-    (``minbert/smart.py``: the embeddings are computed once and perturbed, never re-embedded)."""
+    """The task loss of one batch (against λ·gold + (1 − λ)·teacher when the batch carries a
+    teacher's outputs and λ: ``multitask/distillation.py``), plus SMART's λ_s·R_s + μ·D_Breg
+    when SMART is on (``minbert/smart.py``: the embeddings are computed once and perturbed,
+    never re-embedded)."""
     embeddings = model.embed(task.name, batch)
     outputs = model.outputs_from_embeddings(task.name, embeddings, batch)
-    loss = task.loss(outputs.float(), batch["labels"])
+    if "teacher" in batch:
+        loss = task.taught_loss(outputs.float(), batch["labels"], batch["teacher"], batch["gold"])
+    else:
+        loss = task.loss(outputs.float(), batch["labels"])
     if smart is None:
         return loss
 

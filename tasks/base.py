@@ -140,6 +140,20 @@ class Task(ABC):
     def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
         """Mean loss of a batch; ``outputs`` (B, num_outputs), ``labels`` (B,)."""
 
+    def taught_loss(self, outputs: Tensor, labels: Tensor, teacher: Tensor, gold: float) -> Tensor:
+        """The task's loss against the mixed target λ·gold + (1 − λ)·teacher, λ = ``gold``, for
+        the teacher's head outputs ``teacher`` (B, num_outputs) on the same examples (knowledge
+        distillation with teacher annealing: Clark et al. 2019, "BAM! Born-Again Multi-Task
+        Networks for Natural Language Understanding"; Liu et al. 2019 distil MT-DNN likewise).
+        With λ = 1 it is ``loss`` itself, bit for bit. Each kind says what its target mixes."""
+        if gold == 1:
+            return self.loss(outputs, labels)
+        return self._mixed_loss(outputs, labels, teacher.float(), gold)
+
+    @abstractmethod
+    def _mixed_loss(self, outputs: Tensor, labels: Tensor, teacher: Tensor, gold: float) -> Tensor:
+        """``taught_loss`` for λ = ``gold`` < 1."""
+
     @abstractmethod
     def outputs_to_labels(self, outputs: Tensor) -> list[int | float]:
         """One prediction per row of ``outputs`` (B, num_outputs), as Python numbers."""
@@ -214,6 +228,14 @@ class MultiClassTask(Task):
         self._check_outputs(outputs)
         return F.cross_entropy(outputs.float(), labels)
 
+    def _mixed_loss(self, outputs: Tensor, labels: Tensor, teacher: Tensor, gold: float) -> Tensor:
+        """Cross-entropy to q = λ·onehot(y) + (1 − λ)·softmax(t): −(1/B) Σ_b Σ_c q_bc·log p_bc
+        (the teacher's distribution at temperature 1, as BAM! uses it)."""
+        self._check_outputs(outputs)
+        onehot = F.one_hot(labels, self.num_classes).float()
+        target = gold * onehot + (1 - gold) * teacher.softmax(dim=-1)
+        return F.cross_entropy(outputs.float(), target)
+
     def outputs_to_labels(self, outputs: Tensor) -> list[int]:
         self._check_outputs(outputs)
         return outputs.detach().argmax(dim=-1).tolist()
@@ -248,6 +270,12 @@ class BinaryTask(Task):
     def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
         self._check_outputs(outputs)
         return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), labels.float())
+
+    def _mixed_loss(self, outputs: Tensor, labels: Tensor, teacher: Tensor, gold: float) -> Tensor:
+        """Binary cross-entropy to λ·y + (1 − λ)·σ(t), t the teacher's logit."""
+        self._check_outputs(outputs)
+        target = gold * labels.float() + (1 - gold) * torch.sigmoid(teacher[:, 0])
+        return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), target)
 
     def outputs_to_labels(self, outputs: Tensor) -> list[int]:
         self._check_outputs(outputs)
@@ -289,6 +317,12 @@ class RegressionTask(Task):
     def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
         self._check_outputs(outputs)
         return F.mse_loss(outputs[:, 0].float(), labels.float())
+
+    def _mixed_loss(self, outputs: Tensor, labels: Tensor, teacher: Tensor, gold: float) -> Tensor:
+        """Squared error to λ·y + (1 − λ)·ŷ_t, ŷ_t the teacher's score."""
+        self._check_outputs(outputs)
+        target = gold * labels.float() + (1 - gold) * teacher[:, 0]
+        return F.mse_loss(outputs[:, 0].float(), target)
 
     def outputs_to_labels(self, outputs: Tensor) -> list[float]:
         self._check_outputs(outputs)

@@ -1,0 +1,135 @@
+"""Single-task teachers distilled into the multitask model, with teacher annealing.
+
+Clark, Luong, Khandelwal, Manning, Le 2019, "BAM! Born-Again Multi-Task Networks for Natural
+Language Understanding" (ACL 2019): finished runs teach the student's tasks, and each taught
+task trains towards the mixed target λ·gold + (1 − λ)·teacher (``tasks.base.Task.taught_loss``:
+cross-entropy to λ·onehot + (1 − λ)·softmax(t) for a classifier, binary cross-entropy to
+λ·y + (1 − λ)·σ(t) for a binary task, squared error to λ·y + (1 − λ)·ŷ_t for a score). Liu, He,
+Chen, Gao 2019 distil MT-DNN from ensembles of single-task models in the same way.
+
+    python train_multitask.py --teachers sst=runs/sst,para=runs/para,sts=runs/sts
+    python train_multitask.py --teachers sst=runs/sst --teacher_weight 0.5     # a constant mix
+
+1. Before anything is written, every teacher is checked: a finished run of this driver that
+   trained the task, with the student's tokenizer vocabulary and --max_length.
+2. At the start, each teacher's head outputs on the student's training examples are computed
+   once (a progress bar), with the teacher's own model, and kept in the student's run folder
+   (``teacher-outputs.safetensors``): a resume reads them back, and no teacher stays in memory.
+3. Each step, a taught task's batch carries its examples' teacher outputs and λ: with teacher
+   annealing (the default) λ = (s − 1)/(S − 1) at step s of S, rising from 0 at the first step
+   to 1 at the last; with ``--teacher_weight w`` the constant λ = 1 − w. Temperature 1, as BAM!.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from minbert.checkpoint import load_tensors, save_tensors
+from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
+from multitask.errors import UsageError
+from multitask.evaluation import head_outputs
+from multitask.model import ModelSettings
+from multitask.run import RunFolder
+from multitask.trained import TrainedRun
+from tasks.base import get_task
+from tasks.reader import Example
+
+CACHE = "teacher-outputs.safetensors"
+
+
+def parse_teachers(entries: Sequence[str], tasks: Sequence[str]) -> dict[str, str]:
+    """``["sst=runs/sst", ...]`` -> ``{"sst": "runs/sst"}``; ValueError names a bad entry."""
+    teachers: dict[str, str] = {}
+    for entry in entries:
+        name, _, folder = entry.partition("=")
+        if name not in tasks or name in teachers or not folder:
+            raise ValueError(
+                f"--teachers {entry!r}: give TASK=RUN_DIR with a task of --tasks "
+                f"({','.join(tasks)}), each at most once"
+            )
+        teachers[name] = folder
+    return teachers
+
+
+def gold_weight(step: int, total: int, teacher_weight: float | None) -> float:
+    """λ, the gold label's share of the target at step ``step`` (1..total): (s − 1)/(S − 1)
+    with annealing (``teacher_weight`` None), else 1 − w."""
+    if teacher_weight is not None:
+        return 1.0 - teacher_weight
+    return (step - 1) / (total - 1) if total > 1 else 1.0
+
+
+def teacher_problem(name: str, folder: str, student: ModelSettings) -> str | None:
+    """What makes ``folder`` unfit to teach task ``name`` to a student with these settings, or
+    None: it must be a finished run that trained the task, tokenized as the student is."""
+    flag = f"--teachers {name}={folder}"
+    if not RunFolder(folder).file("summary.json").is_file():
+        return f"{flag}: {folder} holds no finished run of train_multitask.py (no summary.json)"
+    run = TrainedRun(folder)
+    if name not in run.tasks:
+        return f"{flag}: {folder} was trained on {', '.join(run.tasks)}, not {name}"
+    weights = (
+        "best.safetensors" if run.settings.option == "finetune" else f"task-{name}.safetensors"
+    )
+    if not run.folder.file(weights).is_file():
+        return f"{flag}: {run.folder.file(weights)} not found; the run is incomplete"
+    if run.settings.max_length != student.max_length:
+        return (
+            f"{flag}: the teacher truncates at --max_length {run.settings.max_length}, the "
+            f"student at {student.max_length}; train them with the same"
+        )
+    try:
+        same = vocabulary(run.settings.checkpoint) == vocabulary(student.checkpoint)
+    except CheckpointError as err:
+        return f"{flag}: {err}"
+    if not same:
+        return f"{flag}: the teacher's checkpoint has another vocabulary than the student's"
+    return None
+
+
+def vocabulary(checkpoint: str) -> bytes:
+    path = resolve_checkpoint_dir(checkpoint) / "vocab.txt"
+    if not path.is_file():
+        raise CheckpointError(f"{path} not found")
+    return path.read_bytes()
+
+
+def teacher_outputs(
+    folder: RunFolder,
+    teachers: dict[str, str],
+    train: dict[str, Sequence[Example]],
+    device: torch.device,
+    resume: bool,
+) -> dict[str, torch.Tensor]:
+    """Each taught task's teacher outputs (N, C) on its training examples, in their order: read
+    from the run folder on a resume, else computed once and written there."""
+    if not teachers:
+        return {}
+    if resume and folder.file(CACHE).is_file():
+        saved = load_tensors(folder.file(CACHE))
+        for name, outputs in saved.items():
+            if name not in train or len(outputs) != len(train[name]):
+                raise UsageError(f"{folder.file(CACHE)} does not fit the run's training data")
+        return saved
+    outputs = {}
+    with torch.random.fork_rng(devices=[]):  # building a teacher draws no number of the run's
+        for name, path in teachers.items():
+            outputs[name] = one_teacher(name, path, train[name], device)
+    if folder.writes:
+        save_tensors(outputs, folder.file(CACHE))
+    return outputs
+
+
+def one_teacher(
+    name: str, path: str, examples: Sequence[Example], device: torch.device
+) -> torch.Tensor:
+    """The head outputs (N, C) of the run in ``path`` for task ``name`` on ``examples``, with
+    its own tokenizer and model, which is released when this returns."""
+    run = TrainedRun(path)
+    model = run.task_model(name).to(device)
+    print(f"[{name}] teacher {path}: outputs on {len(examples)} training examples")
+    return head_outputs(
+        model, get_task(name), examples, run.tokenizer(), run.eval_batch_size, device, progress=True
+    )
