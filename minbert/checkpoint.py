@@ -71,7 +71,8 @@ def write_output(path: str | Path, text: str) -> None:
     """A user's output file (see the module docstring): through a symlink to its target, straight
     into a FIFO or device, atomically otherwise."""
     path = Path(path)
-    if path.exists() and not path.is_file() and not path.is_dir():  # links followed
+    device = str(path.absolute()).startswith(("/dev/", "/proc/"))  # /dev/stdout, even to a file
+    if device or (path.exists() and not path.is_file() and not path.is_dir()):  # links followed
         try:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
