@@ -34,13 +34,30 @@ class UnsafeCheckpointError(RuntimeError):
     or not a checkpoint at all ("corrupted")."""
 
 
+WRITE_FAILED = "write failed"  # in torch's RuntimeError when the file system refuses the bytes
+
+
+def write_failure(err: BaseException) -> bool:
+    """Whether ``err`` is the file system refusing a write: an OSError, or torch's RuntimeError
+    about its zip writer (raised while, or because, an OSError such as ENOSPC was handled)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) or WRITE_FAILED in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "inline_container" in str(err)
+
+
 class WriteError(OSError):
     """A file could not be written (full disk, read-only or vanished folder): its path and the
     reason, in one line."""
 
     def __init__(self, path: str | Path, err: BaseException) -> None:
-        reason = getattr(err, "strerror", None) or (str(err).splitlines() or [""])[0]
-        if isinstance(err, RuntimeError) and "write failed" in str(err):
+        cause: BaseException | None = err
+        while cause is not None and not isinstance(cause, OSError):  # torch wraps the OSError
+            cause = cause.__cause__ or cause.__context__
+        reason = getattr(cause, "strerror", None) or (str(err).splitlines() or [""])[0]
+        if isinstance(err, RuntimeError) and WRITE_FAILED in str(err):
             reason = f"the write failed, is the disk full? ({reason})"
         super().__init__(f"{path}: cannot write: {reason or type(err).__name__}")
         self.path = Path(path)
@@ -61,7 +78,9 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:
         Path(tmp).unlink(missing_ok=True)
-        raise WriteError(path, err) from err
+        if write_failure(err):
+            raise WriteError(path, err) from err
+        raise  # a RuntimeError of what was being written (an object that cannot be saved)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
