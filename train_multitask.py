@@ -144,7 +144,7 @@ def set_up(cfg: TrainConfig) -> Run:
     per_step = cfg.batch_size * (1 if cfg.step_gradient == "one-task" else len(sizes))
     steps_per_epoch = cfg.steps_per_epoch or math.ceil(sum(sizes.values()) / per_step)
     total_steps = steps_per_epoch * cfg.epochs
-    optimizer = optimizer_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay)
+    optimizer = optimizer_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay, cfg.encoder_lr)
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
     smart = Smart.for_model(cfg.smart_settings, model) if cfg.smart else None
     step_module: torch.nn.Module = TrainingStep(

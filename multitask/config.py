@@ -106,6 +106,15 @@ class TrainConfig:
         ),
         within="[1, inf)",
     )
+    encoder_lr: float | None = setting(
+        None,
+        (
+            "with --train_encoder: the learning rate of the encoder's own weights, while the "
+            "plug-ins and heads train at --lr (default: 5e-5, the finetune rate; the sources "
+            "fine-tune BERT at 1e-5 to 5e-5)"
+        ),
+        within="(0, 10]",
+    )
     lr: float | None = setting(
         None, "peak learning rate (default: 5e-5 for finetune, else 1e-3)", within="(0, 10]"
     )
@@ -216,7 +225,12 @@ class TrainConfig:
         lr = self.lr if self.lr is not None else (5e-5 if option == "finetune" else 1e-3)
         added = f"{add_to.rstrip('/')}+{'+'.join(self.tasks)}" if add_to else None
         out_dir = self.out_dir or self.evaluate or added or f"runs/{option}-{self.sampling}"
-        return dataclasses.replace(self, model=self.model.resolved(), lr=lr, out_dir=out_dir)
+        encoder_lr = self.encoder_lr
+        if encoder_lr is None and self.model.train_encoder:
+            encoder_lr = 5e-5
+        return dataclasses.replace(
+            self, model=self.model.resolved(), lr=lr, out_dir=out_dir, encoder_lr=encoder_lr
+        )
 
     def data_path(self, task: Task, split: str) -> Path:
         given = self.files.get(f"{task.name}_{split}")
@@ -377,6 +391,8 @@ def problems(cfg: TrainConfig, explicit: list[str], checkpoint: Path) -> Iterato
             f"--add_to: {add_to} was trained with --train_encoder, which changes the encoder "
             "every task shares; tasks can be added only to a run whose encoder stayed frozen"
         )
+    if cfg.encoder_lr is not None and not m.train_encoder:
+        yield "--encoder_lr goes with --train_encoder (a plug-in option training the encoder too)"
     if cfg.teacher_annealing and cfg.teacher_weight is not None:
         yield "--teacher_annealing and --teacher_weight: choose one (annealing is the default)"
     if (cfg.teacher_annealing or cfg.teacher_weight is not None) and not cfg.teachers:

@@ -120,19 +120,42 @@ class TrainingStep(nn.Module):
 
 
 def optimizer_for(
-    model: nn.Module, lr: float, weight_decay: float, layer_decay: float = 1.0
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    layer_decay: float = 1.0,
+    encoder_lr: float | None = None,
 ) -> AdamW:
     """The optimizer the driver trains with: the hand-written AdamW over
     ``param_groups(model, weight_decay, lr, layer_decay)``, through its multi-tensor path
     (``minbert/optimizer_foreach.py``: the same numbers with far fewer kernel launches) where
     the tree has it; the student tree leaves that file out, and then the student's own loop
-    (``minbert.optimizer.AdamW``) trains."""
+    (``minbert.optimizer.AdamW``) trains. With ``encoder_lr`` (``--train_encoder``), the
+    encoder's own weights (every BERT parameter but the plug-ins') train at ``encoder_lr`` in
+    place of ``lr``, times their layer's decay; plug-ins and heads at ``lr``."""
     groups = param_groups(model, weight_decay, lr, layer_decay)
+    if encoder_lr is not None:
+        bert = model.bert
+        encoder = {id(p) for p in bert.parameters()} - {id(p) for p in bert.plugins.parameters()}
+        groups = rescaled(groups, encoder, lr, encoder_lr / lr)
     try:
         from minbert.optimizer_foreach import ForeachAdamW
     except ImportError:  # the student tree
         return AdamW(groups, lr=lr)
     return ForeachAdamW(groups, lr=lr)
+
+
+def rescaled(groups: list[dict], chosen: set[int], lr: float, factor: float) -> list[dict]:
+    """``groups`` with the parameters whose id is in ``chosen`` moved into groups of their own
+    (the same weight decay) whose learning rate is ``factor`` times their group's."""
+    result = []
+    for group in groups:
+        rate = group.get("lr", lr)
+        for picked, scale in ((False, 1.0), (True, factor)):
+            params = [p for p in group["params"] if (id(p) in chosen) == picked]
+            if params:
+                result.append({**group, "params": params, "lr": rate * scale})
+    return result
 
 
 def unwrapped(step: nn.Module) -> nn.Module:

@@ -108,3 +108,42 @@ def test_bad_gamma_is_refused():
     m = model()
     with pytest.raises(ValueError, match="layer decay"):
         param_groups(m, 0.01, 1e-3, 0.0)
+
+
+def test_encoder_lr_trains_the_encoder_at_its_own_rate(tiny_checkpoint):
+    """--option adapter --train_encoder --encoder_lr: every encoder weight at the encoder's rate
+    (times its layer's decay), every adapter and head at --lr; nothing lost or listed twice."""
+    from multitask.model import ModelSettings, build_model
+    from multitask.step import optimizer_for
+
+    settings = ModelSettings(option="adapter", checkpoint=str(tiny_checkpoint), train_encoder=True)
+    model = build_model(settings, ["sst", "sts"])
+    bert = model.bert
+    plugin_ids = {id(p) for p in bert.plugins.parameters()}
+    encoder_ids = {id(p) for p in bert.parameters()} - plugin_ids
+    for layer_decay in (1.0, 0.5):
+        optimizer = optimizer_for(model, 1e-3, 0.01, layer_decay, encoder_lr=2e-5)
+        plain = optimizer_for(model, 1e-3, 0.01, layer_decay)
+        rate = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+        before = {id(p): g["lr"] for g in plain.param_groups for p in g["params"]}
+        assert rate.keys() == before.keys() == {id(p) for p in model.parameters()}
+        assert sum(len(g["params"]) for g in optimizer.param_groups) == len(rate)
+        for pid, lr in rate.items():
+            expected = before[pid] * (2e-5 / 1e-3) if pid in encoder_ids else before[pid]
+            assert lr == pytest.approx(expected, rel=1e-12)
+        assert {rate[pid] for pid in plugin_ids} <= {before[pid] for pid in plugin_ids}
+
+
+def test_encoder_lr_is_recorded_and_checked(tmp_path):
+    import train_multitask
+    from multitask.errors import UsageError
+
+    cfg = train_multitask.parse_args(
+        ["--option", "pals", "--train_encoder", "--out_dir", str(tmp_path)]
+    )
+    assert cfg.encoder_lr == 5e-5 and cfg.to_flat()["encoder_lr"] == 5e-5
+    assert train_multitask.parse_args(["--option", "adapter"]).encoder_lr is None
+    with pytest.raises(UsageError, match="--encoder_lr goes with --train_encoder"):
+        train_multitask.parse_args(["--encoder_lr", "1e-5"])
+    with pytest.raises(UsageError, match="--encoder_lr 0.0"):
+        train_multitask.parse_args(["--option", "lora", "--train_encoder", "--encoder_lr", "0"])
