@@ -214,8 +214,12 @@ def one_step(run: Run, names: list[str], step: int) -> list[torch.Tensor] | None
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    run = set_up(cfg)
-    step, best = run.folder.resume(run.parts(), run.extra) if cfg.resume else (0, -math.inf)
+    try:
+        run = set_up(cfg)
+        step, best = run.folder.resume(run.parts(), run.extra) if cfg.resume else (0, -math.inf)
+    except KeyboardInterrupt:  # nothing of this command's training is on disk yet
+        on_disk = RunFolder(cfg.out_dir).on_disk()
+        raise RunStopped(f"interrupted while setting up the run; {on_disk}", 130) from None
     try:
         step, best = train_epochs(run, step, best)
     except KeyboardInterrupt:
