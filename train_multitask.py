@@ -281,9 +281,8 @@ def take_step(run: Run, names: list[str], step: int, epoch: int, bar: tqdm) -> b
         run.pending[name].append(loss)  # stays on the device until the next read
     if step % run.cfg.log_every == 0 or step == run.steps_per_epoch * run.cfg.epochs:
         read_losses(run)
-        running = run.extra["running"]
-        bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in means(running)), refresh=False)
-        run.folder.log_training(step, epoch, running)
+        logged = run.folder.log_training(step, epoch, run.extra["running"])
+        bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in logged.items()), refresh=False)
     return True
 
 
@@ -295,10 +294,6 @@ def read_losses(run: Run) -> None:
         if losses:
             run.extra["running"][name] += run.dist.means(losses)
             losses.clear()
-
-
-def means(running: dict[str, list[float]]) -> list[tuple[str, float]]:
-    return [(name, sum(losses) / len(losses)) for name, losses in running.items() if losses]
 
 
 def save_last(run: Run, step: int, best: float) -> None:

@@ -284,8 +284,11 @@ class RunFolder:
 
     # -- logs -----------------------------------------------------------------------------------
 
-    def log_training(self, step: int, epoch: int, running: dict[str, list[float]]) -> None:
-        """A line per task with the mean loss since the last line; empties ``running``."""
+    def log_training(
+        self, step: int, epoch: int, running: dict[str, list[float]]
+    ) -> dict[str, float]:
+        """A line per task with the mean loss since the last line; empties ``running``; returns
+        task -> the mean it logged."""
         records = [
             {"step": step, "epoch": epoch, "task": name, "loss": sum(losses) / len(losses)}
             for name, losses in running.items()
@@ -294,6 +297,7 @@ class RunFolder:
         for losses in running.values():
             losses.clear()
         self.append_log("train_log.jsonl", records)
+        return {r["task"]: r["loss"] for r in records}
 
     def log_metrics(self, step: int, epoch: int, metrics: dict[str, float]) -> None:
         self.append_log("metrics.jsonl", [{"step": step, "epoch": epoch, **metrics}])
