@@ -49,7 +49,7 @@ from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream
 from multitask.config import SEEDS, not_a_checkpoint
 from multitask.data import load_data
-from multitask.errors import RunStopped, UsageError, run_command
+from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.run import Layout, RunFolder, merge_config, overlapping
 from multitask.step import optimizer_for
 from tasks import TASKS
@@ -387,9 +387,9 @@ def pretrain(cfg: MLMConfig) -> dict[str, Any]:
         train_steps(run)
         stage = "while writing the checkpoint directory"
         return finish(run)
-    except KeyboardInterrupt:
-        where = stage or f"at step {run.step}"
-        raise RunStopped(f"interrupted {where}; {folder.on_disk()}", 130) from None
+    except KeyboardInterrupt as err:
+        (what, code), where = stop_reason(err), stage or f"at step {run.step}"
+        raise RunStopped(f"{what} {where}; {folder.on_disk()}", code) from None
     except OSError as err:
         raise RunStopped(f"{err}; {folder.on_disk()}", 1) from None
 

@@ -37,7 +37,7 @@ from multitask.config import TrainConfig, build_parser, parse_args
 from multitask.data import Data, encode_train, fingerprints, load_data, train_lengths
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
 from multitask.distillation import gold_weight, parse_teachers, teacher_outputs
-from multitask.errors import RunStopped, UsageError, run_command
+from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.evaluation import calibrate_similarity_heads, evaluate
 from multitask.model import MultitaskModel, build_model
 from multitask.run import RunFolder
@@ -100,6 +100,7 @@ class Run:
     extra: dict[str, Any]
     # Each task's losses since the last read, still on the device (see read_losses).
     pending: dict[str, list[torch.Tensor]] = field(default_factory=lambda: defaultdict(list))
+    step: int = 0  # the step the loop is at, for the message of a run stopped in it
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""
@@ -217,17 +218,18 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     try:
         run = set_up(cfg)
         step, best = run.folder.resume(run.parts(), run.extra) if cfg.resume else (0, -math.inf)
-    except KeyboardInterrupt:  # nothing of this command's training is on disk yet
-        on_disk = RunFolder(cfg.out_dir).on_disk()
-        raise RunStopped(f"interrupted while setting up the run; {on_disk}", 130) from None
+    except KeyboardInterrupt as err:  # nothing of this command's training is on disk yet
+        (what, code), on_disk = stop_reason(err), RunFolder(cfg.out_dir).on_disk()
+        raise RunStopped(f"{what} while setting up the run; {on_disk}", code) from None
     try:
         step, best = train_epochs(run, step, best)
-    except KeyboardInterrupt:
-        raise RunStopped(f"interrupted at step {step}; {run.folder.on_disk()}", 130) from None
+    except KeyboardInterrupt as err:
+        what, code = stop_reason(err)
+        raise RunStopped(f"{what} at step {run.step}; {run.folder.on_disk()}", code) from None
     except OSError as err:  # a full disk, a folder that went away
         raise RunStopped(
             f"{err.strerror or err} while writing to {run.folder.path} at step "
-            f"{step}; {run.folder.on_disk()}",
+            f"{run.step}; {run.folder.on_disk()}",
             1,
         ) from None
     return finish(run, step, best)
@@ -238,6 +240,7 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
     cfg, spe = run.cfg, run.steps_per_epoch
     one_task = cfg.step_gradient == "one-task"  # else every task's batch in every step
     total, start = spe * cfg.epochs, time.time() - run.extra["seconds"]
+    run.step = step
     while step < total:
         epoch = step // spe + 1
         schedule = run.sampler.schedule(epoch, spe)
@@ -245,7 +248,7 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
             shares = ", ".join(f"{k} {v:.3f}" for k, v in run.sampler.probabilities(epoch).items())
             print(f"epoch {epoch}/{cfg.epochs}: task probabilities {shares}")
         run.model.train()
-        bar = tqdm(
+        with tqdm(
             total=spe,
             initial=step % spe,
             desc=f"epoch {epoch}/{cfg.epochs}",
@@ -253,18 +256,18 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
             file=sys.stderr,
             dynamic_ncols=True,
             mininterval=0.1 if sys.stderr.isatty() else 60,
-        )
-        while step < epoch * spe:
-            names = [schedule[step % spe]] if one_task else list(run.data)
-            step += 1
-            if not take_step(run, names, step, epoch, bar):
-                continue
-            run.extra["seconds"] = time.time() - start
-            if step % spe == 0 or (cfg.eval_every and step % cfg.eval_every == 0):
-                best = evaluate_and_save(run, step, epoch, best)
-            elif cfg.save_every and step % cfg.save_every == 0:
-                save_last(run, step, best)
-        bar.close()
+        ) as bar:  # closed also when the loop stops: an error line starts a line
+            while step < epoch * spe:
+                names = [schedule[step % spe]] if one_task else list(run.data)
+                step += 1
+                run.step = step
+                if not take_step(run, names, step, epoch, bar):
+                    continue
+                run.extra["seconds"] = time.time() - start
+                if step % spe == 0 or (cfg.eval_every and step % cfg.eval_every == 0):
+                    best = evaluate_and_save(run, step, epoch, best)
+                elif cfg.save_every and step % cfg.save_every == 0:
+                    save_last(run, step, best)
     return step, best
 
 

@@ -37,7 +37,7 @@ import pretrain_mlm
 import sanity_check
 import train_multitask
 from minbert.course import scaffold
-from tests.conftest import run_driver
+from tests.conftest import driver_argv, run_driver
 
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = ("--epochs", "1", "--steps_per_epoch", "2", "--no_plots")
@@ -781,6 +781,62 @@ def test_an_interrupted_exports_temporary_folder_is_removed(made, tmp_path, caps
     assert multitask.export.main(again) == 0  # an earlier export is replaced with --overwrite
 
 
+# An export whose files are all written, held before the rename that makes it OUT_DIR.
+HELD_EXPORT = """
+import sys, time
+import multitask.export as export
+write_export = export.write_export
+def write_and_hold(*args, **kwargs):
+    written = write_export(*args, **kwargs)
+    print("written", flush=True)
+    time.sleep(120)
+    return written
+export.write_export = write_and_hold
+sys.exit(export.main(sys.argv[1:]))
+"""
+
+
+def test_kill_9_mid_export_leaves_no_out_dir_and_the_next_export_cleans_up(made, tmp_path):
+    """A real export process killed with SIGKILL after writing its files, before the rename:
+    OUT_DIR does not exist (nothing half-made is taken for an export), and the next export
+    removes the temporary folder and leaves OUT_DIR alone beside the run."""
+    out = tmp_path / "exported"
+    command = [sys.executable, "-c", HELD_EXPORT, str(made["run"]), str(out)]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "written\n"
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists() and list(tmp_path.glob(".exported.export-*/export"))
+    assert multitask.export.main([str(made["run"]), str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exported"]
+
+
+@pytest.mark.parametrize("command", ["driver", "mlm"])
+def test_a_run_folder_removed_mid_run_is_one_line_and_not_made_again(
+    command, tiny_checkpoint, tiny_data, tmp_path, monkeypatch, capsys
+):
+    """The run folder deleted under a running command (just after its first log line): the next
+    write fails with one line naming the folder, exit 1, and nothing is written back."""
+    out, append_log = tmp_path / "run", multitask.run.RunFolder.append_log
+
+    def append_then_vanish(folder, name, records):
+        append_log(folder, name, records)
+        shutil.rmtree(folder.path)
+
+    monkeypatch.setattr(multitask.run.RunFolder, "append_log", append_then_vanish)
+    if command == "driver":
+        argv = driver_argv(tiny_checkpoint, tiny_data, out, "--epochs", "1", "--no_plots")
+        code = train_multitask.main([*argv, "--log_every", "2"])
+    else:
+        code = pretrain_mlm.main(mlm_argv(tiny_checkpoint, tiny_data, out, "--eval_every", "2"))
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 1 and str(out) in line and "No such file or directory" in line, line
+    assert not out.exists()
+
+
 def test_predict_writes_through_a_symlink_and_dev_stdout(made, tmp_path, capfd):
     target, link = tmp_path / "target.txt", tmp_path / "link.txt"
     target.write_text("old\n")
@@ -832,7 +888,8 @@ def mlm_log(out: Path) -> list[dict]:
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
 def test_pretrain_mlm_resumes_exactly(stop, mlm_reference, tiny_checkpoint, tiny_data, tmp_path):
     """kill -9, Ctrl-C or SIGTERM as soon as last.pt exists, then --resume: mlm_log.jsonl and
-    the weights equal an uninterrupted run's (Ctrl-C ends in one line and exit 130)."""
+    the weights equal an uninterrupted run's (Ctrl-C and SIGTERM end in one line, exit 130 and
+    143)."""
     stopped = tmp_path / "stopped"
     argv = mlm_argv(tiny_checkpoint, tiny_data, stopped, *MLM_RESUME)
     proc = subprocess.Popen(
@@ -843,9 +900,11 @@ def test_pretrain_mlm_resumes_exactly(stop, mlm_reference, tiny_checkpoint, tiny
         time.sleep(0.005)
     proc.send_signal(stop)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == (130 if stop == signal.SIGINT else -stop), err
-    if stop == signal.SIGINT:
-        assert "interrupted at step" in one_error_line(err)
+    words = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated (SIGTERM)")}
+    assert proc.returncode == words.get(stop, (-stop,))[0], err
+    if stop in words:  # Ctrl-C and SIGTERM: one line naming the step on disk
+        assert f"{words[stop][1]} at step" in one_error_line(err)
+        assert "pretrain_mlm.py --out_dir" in one_error_line(err)
     (stopped / ".last.pt.x1y2.tmp").write_bytes(b"half a save")  # as a kill mid-save leaves
     assert pretrain_mlm.main(["--out_dir", str(stopped), "--resume", "--threads", THREADS]) == 0
     assert mlm_log(stopped) == mlm_log(mlm_reference)

@@ -252,7 +252,13 @@ def test_resume_refuses_a_changed_training_file(tiny_checkpoint, tiny_data, tmp_
     assert "ids-sst-train.csv changed since the run started" in err
 
 
-def test_ctrl_c_leaves_a_resumable_run_and_says_how_to_resume(tiny_checkpoint, tiny_data, tmp_path):
+@pytest.mark.parametrize(
+    "stop, code, words",
+    [(signal.SIGINT, 130, "interrupted at step"), (signal.SIGTERM, 143, "terminated (SIGTERM) at")],
+)
+def test_ctrl_c_or_sigterm_leaves_a_resumable_run_and_says_how_to_resume(
+    stop, code, words, tiny_checkpoint, tiny_data, tmp_path
+):
     out = tmp_path / "run"
     extra = ["--epochs", "50", "--steps_per_epoch", "10", "--save_every", "1", "--no_plots"]
     cmd = [
@@ -269,13 +275,13 @@ def test_ctrl_c_leaves_a_resumable_run_and_says_how_to_resume(tiny_checkpoint, t
     deadline = time.time() + 120
     while not (out / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     _, err = proc.communicate(timeout=120)
     err = err.decode()
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     assert "Traceback" not in err
     message = [line for line in err.replace("\r", "\n").splitlines() if "error:" in line]
-    assert len(message) == 1 and "interrupted at step" in message[0]
+    assert len(message) == 1 and message[0].startswith("error: ") and words in message[0]
     assert f"train_multitask.py --out_dir {out} --resume" in message[0]
     step = load_trusted(out / "last.pt")["step"]
     assert step >= 1 and not list(out.glob(".*.tmp"))
