@@ -77,6 +77,7 @@ DRIVER, PLAIN_LOOP = "train_multitask.py", "benchmarks/plain_loop.py"
 # The adapter study's budget: 3 epochs (so annealing has epochs to anneal over) of 150 steps,
 # about a sixth of an epoch of the three tasks each; what these 2 cores allow for 9 runs.
 SHORT = ["--option", "adapter", "--epochs", "3", "--steps_per_epoch", "150"]
+STUDY = [*SHORT, "--pair_encoding", "cross"]
 
 # The distillation suite's teachers of the row's seed, as --teachers reads them.
 TEACHER_SST = "sst={runs_dir}/distillation-teacher-sst-seed-{seed}"
@@ -188,8 +189,9 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
     "smart": [
         ("finetune", ["--option", "finetune"]),
         ("finetune-smart", ["--option", "finetune", "--smart"]),
-        ("adapter", ["--option", "adapter"]),
-        ("adapter-smart", ["--option", "adapter", "--smart"]),
+        # adapters cross-encoded, as both committed files ran them (the default then)
+        ("adapter", ["--option", "adapter", "--pair_encoding", "cross"]),
+        ("adapter-smart", ["--option", "adapter", "--pair_encoding", "cross", "--smart"]),
     ],
     # Each plug-in option's pair encoding chosen by measurement, against --option pretrain (pairs
     # encoded apart) as the floor, at the adapter study's short budget.
@@ -265,16 +267,17 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             for draw in ("random", "passes")
         ],
     ],
+    # Pairs cross-encoded, as every row of the committed study ran (the default then).
     "adapter-study": [
-        ("adapter-annealed", SHORT),
-        ("round-robin", [*SHORT, "--sampling", "round-robin"]),
-        ("proportional", [*SHORT, "--sampling", "proportional"]),
-        ("square-root", [*SHORT, "--sampling", "square-root"]),
-        ("shared-in-each-layer", [*SHORT, "--adapter_share_sites"]),
-        ("3-shared", [*SHORT, "--adapter_share_sites", "--adapter_share", "3"]),
-        ("pfeiffer", [*SHORT, "--adapter_placement", "pfeiffer"]),
-        ("after-layernorm", [*SHORT, "--adapter_placement", "after_layernorm"]),
-        ("layernorms-per-task", [*SHORT, "--train_layernorms"]),
+        ("adapter-annealed", STUDY),
+        ("round-robin", [*STUDY, "--sampling", "round-robin"]),
+        ("proportional", [*STUDY, "--sampling", "proportional"]),
+        ("square-root", [*STUDY, "--sampling", "square-root"]),
+        ("shared-in-each-layer", [*STUDY, "--adapter_share_sites"]),
+        ("3-shared", [*STUDY, "--adapter_share_sites", "--adapter_share", "3"]),
+        ("pfeiffer", [*STUDY, "--adapter_placement", "pfeiffer"]),
+        ("after-layernorm", [*STUDY, "--adapter_placement", "after_layernorm"]),
+        ("layernorms-per-task", [*STUDY, "--train_layernorms"]),
     ],
 }
 
@@ -300,12 +303,24 @@ def collect(run_dir: Path) -> dict:
     params = json.loads((run_dir / "parameters.json").read_text())
     sizes = {p.name: p.stat().st_size for p in run_dir.glob("task-*.safetensors")}
     return {
+        # every setting the run trained with, so that a later change of a default cannot hide
+        # what it ran (tests/test_suites.py compares each suite row with it)
+        "settings": json.loads((run_dir / "config.json").read_text()),
         "best": best,
         "evaluations": metrics,
         "summary": summary,
         "parameters": params,
         "task_checkpoint_bytes": sizes,
     }
+
+
+def filled(flags: list[str], runs_dir: str, seed: int | None = None) -> list[str]:
+    """A row's flags as its run gets them: "{runs_dir}" and "{seed}" filled in, and with a seed
+    (--seeds) ``--seed`` added."""
+    flags = [flag.replace("{runs_dir}", runs_dir) for flag in flags]
+    if seed is None:
+        return flags
+    return [flag.replace("{seed}", str(seed)) for flag in flags] + ["--seed", str(seed)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -335,12 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [c for c in chosen if c[0] in names]
     if args.seeds:
         seeds = [int(seed) for seed in args.seeds.split(",")]
-        chosen = [
-            (f"{n}-seed-{s}", [flag.replace("{seed}", str(s)) for flag in f] + ["--seed", str(s)])
-            for n, f in chosen
-            for s in seeds
-        ]
-    chosen = [(n, [flag.replace("{runs_dir}", args.runs_dir) for flag in f]) for n, f in chosen]
+        chosen = [(f"{n}-seed-{s}", filled(f, args.runs_dir, s)) for n, f in chosen for s in seeds]
+    else:
+        chosen = [(n, filled(f, args.runs_dir)) for n, f in chosen]
     stem = Path(args.results) if args.results else ROOT / "benchmarks" / "results" / args.suite
     stem.parent.mkdir(parents=True, exist_ok=True)
     json_path, md_path = (stem.parent / f"{stem.name}{ext}" for ext in (".json", ".md"))
@@ -473,6 +485,10 @@ def markdown(suite: str, results: dict) -> str:
             f"- **{name}**: `{r['command']}`",
             f"  commit `{r['commit']}`, {r['machine']}, {r['date']}",
         ]
+        if r.get("pins"):  # benchmarks/record_settings.py: defaults changed since this run
+            lines.append(
+                f"  to train the same at HEAD, the suite row also needs `{' '.join(r['pins'])}`"
+            )
     return "\n".join(lines) + "\n"
 
 
