@@ -278,6 +278,9 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("pfeiffer", [*STUDY, "--adapter_placement", "pfeiffer"]),
         ("after-layernorm", [*STUDY, "--adapter_placement", "after_layernorm"]),
         ("layernorms-per-task", [*STUDY, "--train_layernorms"]),
+        # The adapter report's "not shared" row: adapters at both sites, per-task LayerNorms and
+        # a two-layer tanh head per task (hidden 384, the packaged encoder's width).
+        ("not-shared", [*STUDY, "--train_layernorms", "--head_hidden", "384"]),
     ],
 }
 

@@ -285,12 +285,15 @@ def build_model(
     tasks: Sequence[str],
     dropout: float = 0.1,
     frozen_tasks: Sequence[str] = (),
+    encoder: BertModel | None = None,
 ) -> MultitaskModel:
     """Load the pretrained encoder, attach the option's plug-ins, set every dropout, add a head
     per task and freeze what the option freezes. ``frozen_tasks`` are tasks of an earlier run
-    (joined with ``--add_to``): they get their plug-ins and heads, but only ``tasks`` train."""
+    (joined with ``--add_to``): they get their plug-ins and heads, but only ``tasks`` train.
+    ``encoder`` stands in for the checkpoint's (benchmarks/parameter_table.py counts a model
+    of BERT-base's shape built on the meta device, without weights)."""
     settings = settings.resolved()
-    bert = load_pretrained(settings.checkpoint)
+    bert = load_pretrained(settings.checkpoint) if encoder is None else encoder
     names = [*frozen_tasks, *tasks]
     for kind in settings.plugin_kinds:
         add_plugin(bert, kind, names, **settings.plugin_options(kind))

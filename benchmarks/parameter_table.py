@@ -1,0 +1,97 @@
+"""Each variant's trainable parameters beside its scores, as Table 1 of Houlsby et al. 2019
+("Parameter-Efficient Transfer Learning for NLP") puts them: counted from the code, at BERT-base's
+shape (12 layers of 768; built on the meta device, no weights) and on this project's checkpoint,
+for every row of the adapter study (benchmarks/multitask_runs.py adapter-study), with the
+study's dev scores (benchmarks/results/adapter-study.json; mean ± sd where it has seeds) beside
+them, and for each --option at its defaults.
+
+"Per task" counts what one task adds and trains: its plug-in parameters and its head (what a
+task's checkpoint stores); "shared" counts trainable parameters that belong to no task (the
+encoder under finetune, per-task LayerNorms count as the task's). No training runs.
+
+    python benchmarks/parameter_table.py
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import _common
+import multitask_runs
+import torch
+
+from minbert.bert import BertConfig, BertModel
+from minbert.plugins.report import parameter_report
+from multitask.model import build_model
+
+TASKS = ["sst", "para", "sts"]
+OPTIONS = ["finetune", "pretrain", "adapter", "pals", "lhuc", "lora"]
+
+
+def counts(flags: list[str], base_shape: bool) -> dict:
+    """parameter_report of the model the driver builds for ``flags``: at BERT-base's shape on
+    the meta device, or on the configured checkpoint."""
+    cfg = _common.driver_args("finetune", flags)
+    if not base_shape:
+        model = build_model(cfg.model, cfg.tasks, cfg.dropout, cfg.base_tasks)
+    else:
+        with torch.device("meta"):
+            encoder = BertModel(BertConfig())
+            model = build_model(cfg.model, cfg.tasks, cfg.dropout, cfg.base_tasks, encoder)
+    return parameter_report(model.bert, dict(model.heads))
+
+
+def per_task(report: dict) -> str:
+    """Each task's trainable parameters with its head, and the share of the base they are."""
+    tasks = report["tasks"]
+    shown = [f"{t} {tasks[t]['trainable_with_head']:,}" for t in TASKS if t in tasks]
+    share = max(tasks[t]["fraction_of_base_with_head"] for t in tasks)
+    return f"{', '.join(shown)} (≤ {share:.2%})"
+
+
+def scores(results: dict, name: str) -> list[str]:
+    """The study's dev metrics of ``name``: one run, or mean ± sd over its seeds."""
+    runs = [r for key, r in results.items() if multitask_runs.SEED_SUFFIX.sub("", key) == name]
+    values = [[r["best"][m] for r in runs] for m in multitask_runs.METRICS]
+    if not runs:
+        return ["not run"] * len(multitask_runs.METRICS)
+    if len(runs) == 1:
+        return [f"{v[0]:.4f}" for v in values]
+    return [f"{statistics.mean(v):.4f} ± {statistics.stdev(v):.4f} (n = {len(v)})" for v in values]
+
+
+def row(name: str, flags: list[str]) -> list[str]:
+    base, here = counts(flags, base_shape=True), counts(flags, base_shape=False)
+    return [
+        name,
+        per_task(base),
+        f"{base['shared_trainable']:,}",
+        per_task(here),
+        f"{here['shared_trainable']:,}",
+    ]
+
+
+def main() -> int:
+    report = _common.Report(
+        "parameter_table",
+        "Trainable parameters beside the scores (Houlsby et al. 2019, Table 1)",
+        __doc__.split("\n\n")[1],
+    )
+    header = ["variant", "per task at BERT-base", "shared", "per task here", "shared here"]
+    study = json.loads((_common.RESULTS_DIR / "adapter-study.json").read_text())
+    metrics = [f"{m} (dev)" for m in multitask_runs.METRICS]
+    rows = [
+        row(name, flags) + scores(study, name)
+        for name, flags in multitask_runs.SUITES["adapter-study"]
+    ]
+    report.add("## The adapter study\n\n" + _common.table(header + metrics, rows))
+    options = [row(option, ["--option", option]) for option in OPTIONS]
+    report.add("## Each option at its defaults\n\n" + _common.table(header, options))
+    report.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
