@@ -20,7 +20,7 @@ import functools
 import math
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,8 +245,9 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
         epoch = step // spe + 1
         schedule = run.sampler.schedule(epoch, spe)
         if step % spe == 0 and one_task:
-            shares = ", ".join(f"{k} {v:.3f}" for k, v in run.sampler.probabilities(epoch).items())
-            print(f"epoch {epoch}/{cfg.epochs}: task probabilities {shares}")
+            steps = Counter(schedule)  # the epoch's drawn schedule: each task's share of steps
+            shares = ", ".join(f"{k} {steps[k]} ({steps[k] / spe:.3f})" for k in run.data)
+            print(f"epoch {epoch}/{cfg.epochs}: steps per task {shares}")
         run.model.train()
         with tqdm(
             total=spe,

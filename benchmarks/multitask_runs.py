@@ -26,6 +26,8 @@ the machine. Suites:
     distillation  single-task teachers (each task alone, finetune, 3 epochs) and multitask
                students taught by them (--teachers, with teacher annealing or a constant mix),
                Clark et al. 2019's BAM!; meant for --seeds 1,2,3
+    sampling-shared  the four task samplers where the tasks share trained weights (finetune;
+               pals --train_encoder --encoder_lr 1e-5), 3 epochs; meant for --seeds 1,2,3
     error-bars  default finetune and adapter runs (annealed, 3 epochs), meant for --seeds 1,2,3
     transfer-levers  finetune with two-layer heads, layer-wise lr decay, 5 epochs, SMART,
                PCGrad, loss weights, pairs apart, the MLM-pretrained checkpoint (runs/mlm, from
@@ -266,6 +268,18 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             (f"plain-loop-{draw}", [PLAIN_LOOP, "--epochs", "1", "--draw", draw])
             for draw in ("random", "passes")
         ],
+    ],
+    # Task sampling where the tasks compete for the same weights, as the PALs report compared it
+    # (Stickland & Murray 2019: a shared encoder fine-tuned at 1e-5): the four samplers with the
+    # encoder fine-tuned (finetune), and PALs with the encoder trained beside them at 1e-5;
+    # 3 epochs, meant for --seeds 1,2,3 (on a GPU: 24 runs of 3 epochs).
+    "sampling-shared": [
+        (f"{option}-{sampling}", [*flags, "--sampling", sampling, "--epochs", "3"])
+        for option, flags in (
+            ("finetune", ["--option", "finetune", "--lr", "5e-5"]),
+            ("pals", ["--option", "pals", "--train_encoder", "--encoder_lr", "1e-5"]),
+        )
+        for sampling in ("annealed", "round-robin", "proportional", "square-root")
     ],
     # Pairs cross-encoded, as every row of the committed study ran (the default then).
     "adapter-study": [
