@@ -17,10 +17,11 @@ plots; see README.md.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,7 @@ from multitask.step import (
     loss_weights,
     optimizer_for,
     train_step_tasks,
+    train_step_unread,
 )
 from tasks import get_task
 
@@ -98,8 +100,12 @@ class Run:
     smart: Smart | None
     steps_per_epoch: int
     extra: dict[str, Any]
-    # Each task's losses since the last read, still on the device (see read_losses).
-    pending: dict[str, list[torch.Tensor]] = field(default_factory=lambda: defaultdict(list))
+    # On a GPU, "every loss so far was finite" as a flag on the device (see unread_flag); None:
+    # each step checks its losses on the host.
+    healthy: torch.Tensor | None = None
+    # The steps since the last read: (step, task names, their losses still on the device, the
+    # examples they trained on); see read_losses.
+    pending: list[tuple[int, list[str], list[torch.Tensor], int]] = field(default_factory=list)
     step: int = 0  # the step the loop is at, for the message of a run stopped in it
 
     def parts(self) -> dict[str, Any]:
@@ -183,12 +189,29 @@ def set_up(cfg: TrainConfig) -> Run:
         smart,
         steps_per_epoch,
         extra,
+        unread_flag(cfg, device, optimizer),
     )
+
+
+# Device types on which a step reads nothing on the host (tests add "cpu" to try the path).
+UNREAD_ON = ("cuda",)
+
+
+def unread_flag(cfg: TrainConfig, device: torch.device, optimizer) -> torch.Tensor | None:
+    """The run's device-side "every loss so far was finite" (True), where steps need not read
+    their losses on the host (multitask.step.train_step_unread): on a GPU, with the
+    multi-tensor AdamW (its step takes ``apply_if``), without SMART (its teacher counts updates
+    on the host) or PCGrad (it projects gradients that may be NaN). Else None."""
+    takes_flag = "apply_if" in inspect.signature(optimizer.step).parameters
+    if device.type not in UNREAD_ON or not takes_flag or cfg.smart or cfg.step_gradient == "pcgrad":
+        return None
+    return torch.ones((), dtype=torch.bool, device=device)
 
 
 def one_step(run: Run, names: list[str], step: int) -> list[torch.Tensor] | None:
     """Train on the next batch of each task in ``names`` (one, unless --step_gradient combines
-    every task's); the losses, or None when a non-finite loss was skipped."""
+    every task's); the losses, or None when a non-finite loss was skipped (found on the host;
+    on a GPU it is found when the losses are read, see read_losses)."""
     cfg, batches = run.cfg, []
     for name in names:
         indices = run.dist.shard(run.streams[name].next())
@@ -199,19 +222,28 @@ def one_step(run: Run, names: list[str], step: int) -> list[torch.Tensor] | None
             batch["gold"] = gold_weight(step, total, cfg.teacher_weight)
         batches.append((get_task(name), batch))
     bf16, skip = autocast(cfg.bf16, run.device), cfg.nonfinite == "skip"
-    pcgrad = cfg.seed * 1_000_003 + step if cfg.step_gradient == "pcgrad" else None  # its order
-    try:
-        losses = train_step_tasks(
-            run.step_module, batches, run.optimizer, run.scheduler, bf16, skip, pcgrad
+    if run.healthy is not None:
+        losses = train_step_unread(
+            run.step_module, batches, run.optimizer, run.healthy, run.scheduler, bf16, skip
         )
-    except NonFiniteLoss as err:
-        raise RunStopped(
-            f"{err} at step {step} on task {err.task}; the run stops before any "
-            f"update from this step; {run.folder.on_disk()}",
-            3,
-        ) from None
-    run.extra["examples"] += sum(len(b["labels"]) for _, b in batches) if losses else 0
+    else:
+        pcgrad = cfg.seed * 1_000_003 + step if cfg.step_gradient == "pcgrad" else None
+        try:
+            losses = train_step_tasks(
+                run.step_module, batches, run.optimizer, run.scheduler, bf16, skip, pcgrad
+            )
+        except NonFiniteLoss as err:
+            raise RunStopped(nonfinite_message(run, step, err.task, err), 3) from None
+    if losses is not None:  # read, with the examples counted, at the next read_losses
+        run.pending.append((step, names, losses, sum(len(b["labels"]) for _, b in batches)))
     return losses
+
+
+def nonfinite_message(run: Run, step: int, task: str, what: object) -> str:
+    return (
+        f"{what} at step {step} on task {task}; the run stops before any update from this "
+        f"step; {run.folder.on_disk()}"
+    )
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
@@ -262,8 +294,7 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
                 names = [schedule[step % spe]] if one_task else list(run.data)
                 step += 1
                 run.step = step
-                if not take_step(run, names, step, epoch, bar):
-                    continue
+                take_step(run, names, step, epoch, bar)
                 run.extra["seconds"] = time.time() - start
                 if step % spe == 0 or (cfg.eval_every and step % cfg.eval_every == 0):
                     best = evaluate_and_save(run, step, epoch, best)
@@ -272,32 +303,49 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
     return step, best
 
 
-def take_step(run: Run, names: list[str], step: int, epoch: int, bar: tqdm) -> bool:
+def take_step(run: Run, names: list[str], step: int, epoch: int, bar: tqdm) -> None:
     """One step of the loop: the update, its losses kept on the device, and every --log_every
-    steps the log line; False when a non-finite loss was skipped."""
+    steps the log line."""
     losses = one_step(run, names, step)
     bar.update(1)
     if losses is None:
-        message = f"non-finite loss at step {step} on task(s) {','.join(names)}: step skipped"
-        tqdm.write(message, file=sys.stderr)
-        return False
-    for name, loss in zip(names, losses):
-        run.pending[name].append(loss)  # stays on the device until the next read
+        skipped(step, names)
     if step % run.cfg.log_every == 0 or step == run.steps_per_epoch * run.cfg.epochs:
         read_losses(run)
         logged = run.folder.log_training(step, epoch, run.extra["running"])
         bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in logged.items()), refresh=False)
-    return True
+
+
+def skipped(step: int, names: list[str]) -> None:
+    message = f"non-finite loss at step {step} on task(s) {','.join(names)}: step skipped"
+    tqdm.write(message, file=sys.stderr)
 
 
 def read_losses(run: Run) -> None:
     """Move the losses kept on the device since the last read into ``extra["running"]`` (their
-    means over the processes, as Python numbers): one read of the device, a CPU-GPU sync point,
-    made only at --log_every and before last.pt is written, never in every step."""
-    for name, losses in run.pending.items():
-        if losses:
-            run.extra["running"][name] += run.dist.means(losses)
-            losses.clear()
+    means over the processes, as Python numbers) and count the examples of their steps: one
+    read of the device, a CPU-GPU sync point, made only at --log_every and before last.pt is
+    written or an evaluation runs, never in every step. A step with a non-finite loss among
+    them (possible only where steps do not read their losses, see unread_flag) took no update:
+    with --nonfinite skip it is reported and left out; else the run stops here, naming it, with
+    the weights as they were before it (no later step updated them either)."""
+    if not run.pending:
+        return
+    values = iter(run.dist.means([loss for _, _, losses, _ in run.pending for loss in losses]))
+    for step, names, losses, examples in run.pending:
+        means = [next(values) for _ in losses]
+        bad = [(name, v) for name, v in zip(names, means) if not math.isfinite(v)]
+        if bad and run.cfg.nonfinite == "stop":
+            name, value = bad[0]
+            message = nonfinite_message(run, step, name, f"non-finite loss ({value})")
+            raise RunStopped(f"{message} (found at step {run.step})", 3)
+        if bad:
+            skipped(step, names)
+            continue
+        for name, value in zip(names, means):
+            run.extra["running"][name].append(value)
+        run.extra["examples"] += examples
+    run.pending.clear()
 
 
 def save_last(run: Run, step: int, best: float) -> None:
@@ -309,6 +357,7 @@ def save_last(run: Run, step: int, best: float) -> None:
 
 def evaluate_and_save(run: Run, step: int, epoch: int, best: float) -> float:
     """Evaluate on the dev sets, log, keep the best checkpoint, write last.pt; the new best."""
+    read_losses(run)  # a run stopped by a non-finite loss stops before its evaluation
     run.folder.check_finite(run.model, step)  # no evaluation of a broken model
     metrics = dev_metrics(run.model, run.data, run.tokenizer, run.cfg, run.device)
     run.model.train()

@@ -9,6 +9,12 @@ device), while a foreach op launches one kernel for a whole list (CUDA) or loops
 
     optimizer = ForeachAdamW(param_groups(model, weight_decay=0.01), lr=5e-5)
 
+``step(apply_if=flag)`` takes a 0-dim bool tensor on the parameters' device and updates only
+where it holds, without reading it: a non-finite loss skips the update while the host runs ahead
+(``multitask.step.train_step_tasks`` on a GPU; the gradient scaler of mixed precision skips a
+step the same way). The step counts then live on the device, and the bias corrections are
+computed there.
+
 The numbers equal the per-parameter loop's up to float rounding
 (``tests/test_optimizer_foreach.py``: within 1e-7 after 100 steps, and against
 ``torch.optim.AdamW(foreach=True)``); the state dict has the same keys, so either loads the
@@ -39,15 +45,19 @@ class ForeachAdamW(AdamW):
     """
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+    def step(  # type: ignore[override]
+        self, closure: Callable[[], float] | None = None, apply_if: torch.Tensor | None = None
+    ) -> float | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
-            if params:
+            if params and apply_if is None:
                 self._update_group(group, params)
+            elif params:
+                self._update_group_if(group, params, apply_if)
         return loss
 
     def _update_group(self, group: dict, params: list[torch.Tensor]) -> None:
@@ -60,7 +70,7 @@ class ForeachAdamW(AdamW):
         ms = [s["exp_avg"] for s in states]
         vs = [s["exp_avg_sq"] for s in states]
         # 1. t ← t + 1 (on the CPU step counters)
-        steps = [s["step"] for s in states]
+        steps = [self._counter(s, torch.device("cpu")) for s in states]
         torch._foreach_add_(steps, 1)
         ts = [float(t) for t in steps]
         # 2. θ ← (1 − lr·λ)·θ
@@ -79,6 +89,53 @@ class ForeachAdamW(AdamW):
         torch._foreach_div_(denoms, root_corrections)
         torch._foreach_add_(denoms, eps)
         torch._foreach_addcdiv_(params, ms, denoms, step_sizes)
+
+    def _update_group_if(self, group: dict, params: list[torch.Tensor], flag: torch.Tensor) -> None:
+        """The six steps with every change multiplied by f = ``flag`` (1 or 0, never read on the
+        host): with f = 0, θ, m, v and t stay exactly as they were."""
+        lr, (beta1, beta2) = group["lr"], group["betas"]
+        eps, weight_decay = group["eps"], group["weight_decay"]
+        f = flag.to(torch.float32)
+        # A skipped step's gradients may be NaN, and NaN · 0 is NaN: they are set to 0 first.
+        grads = [torch.where(flag, p.grad, 0.0) for p in params]
+        states = [self._state_of(p) for p in params]
+        ms = [s["exp_avg"] for s in states]
+        vs = [s["exp_avg_sq"] for s in states]
+        # 1. t ← t + f (counters on the device)
+        steps = [self._counter(s, p.device) for s, p in zip(states, params, strict=True)]
+        torch._foreach_add_(steps, [f] * len(steps))
+        # 2. θ ← (1 − lr·λ·f)·θ
+        if weight_decay != 0:
+            torch._foreach_mul_(params, 1 - lr * weight_decay * f)
+        # 3. m ← (1 − (1 − β₁)·f)·m + (1 − β₁)·g   (g = 0 when f = 0)
+        torch._foreach_mul_(ms, 1 - (1 - beta1) * f)
+        torch._foreach_add_(ms, grads, alpha=1 - beta1)
+        # 4. v ← (1 − (1 − β₂)·f)·v + (1 − β₂)·g²
+        torch._foreach_mul_(vs, 1 - (1 - beta2) * f)
+        torch._foreach_addcmul_(vs, grads, grads, 1 - beta2)
+        # 5. bias corrections from t (at least 1: a first step that is skipped divides by 0)
+        ts = torch._foreach_clamp_min(steps, 1.0)
+        corrections1 = torch._foreach_neg(torch._foreach_pow(beta1, ts))
+        torch._foreach_add_(corrections1, 1.0)
+        roots2 = torch._foreach_neg(torch._foreach_pow(beta2, ts))
+        torch._foreach_add_(roots2, 1.0)
+        torch._foreach_sqrt_(roots2)
+        # 6. θ ← θ − f · (lr / (1 − β₁ᵗ)) · m / (√v / √(1 − β₂ᵗ) + ε)
+        denoms = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denoms, roots2)
+        torch._foreach_add_(denoms, eps)
+        updates = torch._foreach_div(ms, denoms)
+        torch._foreach_div_(updates, corrections1)
+        torch._foreach_mul_(updates, -lr * f)
+        torch._foreach_add_(params, updates)
+
+    @staticmethod
+    def _counter(state: dict, device: torch.device) -> torch.Tensor:
+        """The state's step count t, moved once to where the path keeps it (the CPU when it is
+        read on the host; the parameters' device when it is not read at all)."""
+        if state["step"].device != device:
+            state["step"] = state["step"].to(device)
+        return state["step"]
 
     def _state_of(self, p: torch.Tensor) -> dict:
         state = self.state[p]

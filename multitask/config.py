@@ -152,7 +152,11 @@ class TrainConfig:
         within="[0, inf)",
     )
     nonfinite: Literal["stop", "skip"] = setting(
-        "stop", "on a NaN or infinite loss: stop the run (naming step and task) or skip that batch"
+        "stop",
+        "on a NaN or infinite loss: stop the run (naming step and task) or skip that batch; "
+        "either way it updates nothing. On a GPU the loss is read at the next --log_every (no "
+        "step waits for the host), so the message comes then; with stop no step after it "
+        "updated anything either",
     )
     teachers: list[str] = setting(
         help=(

@@ -235,3 +235,43 @@ def train_step_tasks(
     if finite and after_update is not None:  # e.g. SMART's teacher (TrainingStep.after_update)
         after_update()
     return losses if finite else None
+
+
+def train_step_unread(
+    step: nn.Module,
+    batches: Sequence[tuple[Task, dict]],
+    optimizer: torch.optim.Optimizer,
+    healthy: torch.Tensor,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    autocast: contextlib.AbstractContextManager | None = None,
+    skip_nonfinite: bool = False,
+) -> list[torch.Tensor]:
+    """``train_step_tasks`` without reading anything on the host, for a GPU that should never
+    wait for the host: whether the losses are finite stays a flag on the device, and the update
+    (``ForeachAdamW.step(apply_if=flag)``) applies only where it holds, as the gradient scaler
+    of mixed precision skips a step. ``healthy`` (0-dim bool, on the device) is the run's "every
+    loss so far was finite": without ``skip_nonfinite`` this step's finiteness is and-ed into it
+    in place, so after a non-finite loss no later step updates anything, and the caller, reading
+    the losses later (at --log_every), stops the run at the first non-finite one with the weights
+    as they were before it; with ``skip_nonfinite`` only this step's own finiteness counts. The
+    schedule advances either way. Across processes the flag is the minimum of all (a NaN on one
+    rank reaches every rank's averaged gradients). Returns the detached losses."""
+    optimizer.zero_grad(set_to_none=True)
+    losses = []
+    for task, batch in batches:
+        with autocast or contextlib.nullcontext():
+            loss = step(task, batch)
+        loss.backward()
+        losses.append(loss.detach())
+    finite = torch.isfinite(torch.stack(losses)).all()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        everywhere = finite.to(torch.int32)
+        torch.distributed.all_reduce(everywhere, op=torch.distributed.ReduceOp.MIN)
+        finite = everywhere.bool()
+    if not skip_nonfinite:
+        finite = healthy.logical_and_(finite)
+    optimizer.step(apply_if=finite)
+    optimizer.zero_grad(set_to_none=True)
+    if scheduler is not None:
+        scheduler.step()
+    return losses

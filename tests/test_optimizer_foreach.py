@@ -6,6 +6,7 @@ gradient only in their own task's steps), within 1e-7. Instructor-only, as the p
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -25,10 +26,13 @@ def model(tiny_checkpoint):
     return build_model(settings, TASKS, dropout=0.0)
 
 
-def train(model, make_optimizer, steps: int = 100) -> dict[str, torch.Tensor]:
+def train(
+    model, make_optimizer, steps: int = 100, apply: Callable[[int], bool | None] = lambda s: None
+) -> dict[str, torch.Tensor]:
     """Parameters after ``steps`` updates with seeded random gradients: the shared encoder gets
     one every step, a task's head only in its own steps (task = step mod 3), so step counts
-    differ between parameters, as in a multitask run."""
+    differ between parameters, as in a multitask run. ``apply(step)``: None, a plain step;
+    True or False, a step through the device flag (False: a skipped step, its gradients NaN)."""
     model = copy.deepcopy(model)
     optimizer = make_optimizer(model)
     generator = torch.Generator().manual_seed(1)
@@ -38,7 +42,15 @@ def train(model, make_optimizer, steps: int = 100) -> dict[str, torch.Tensor]:
             other_head = name.startswith("heads.") and not name.startswith(f"heads.{task}.")
             grad = torch.randn(p.shape, generator=generator)
             p.grad = None if other_head else grad
-        optimizer.step()
+        flag = apply(step)
+        if flag is None:
+            optimizer.step()
+            continue
+        if not flag:
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.fill_(float("nan"))
+        optimizer.step(apply_if=torch.tensor(flag))
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
@@ -70,3 +82,42 @@ def test_state_dicts_interchange_and_the_driver_uses_the_foreach_path(model):
     loop = AdamW(param_groups(model, 0.01, 1e-3), lr=1e-3)
     loop.load_state_dict(optimizer.state_dict())
     assert loop.state_dict()["state"].keys() == optimizer.state_dict()["state"].keys()
+
+
+def groups_of(m):
+    return param_groups(m, weight_decay=0.01, lr=1e-3, layer_decay=0.8)
+
+
+def test_the_device_flag_path_equals_the_host_path(model):
+    """apply_if=True every step (t and the bias corrections on the device) gives the host
+    path's numbers up to float rounding."""
+    host = train(model, lambda m: ForeachAdamW(groups_of(m), lr=1e-3))
+    flagged = train(model, lambda m: ForeachAdamW(groups_of(m), lr=1e-3), apply=lambda s: True)
+    assert largest_difference(flagged, host) <= 1e-6
+
+
+def test_a_step_flagged_off_changes_nothing(model):
+    """Steps whose flag is False (their gradients NaN) leave θ, m, v and t exactly as they were:
+    skipping steps 0 (the very first, t = 0), 40 and 41 equals never drawing them, which is
+    training with those steps' gradients left out of the sequence."""
+    skipped = {0, 40, 41}
+
+    def apply(step: int) -> bool:
+        return step not in skipped
+
+    flagged = train(model, lambda m: ForeachAdamW(groups_of(m), lr=1e-3), apply=apply)
+    reference = copy.deepcopy(model)
+    optimizer = ForeachAdamW(groups_of(reference), lr=1e-3)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(100):  # the same gradients, the skipped steps' drawn and dropped
+        task = TASKS[step % len(TASKS)]
+        for name, p in reference.named_parameters():
+            other_head = name.startswith("heads.") and not name.startswith(f"heads.{task}.")
+            grad = torch.randn(p.shape, generator=generator)
+            p.grad = None if other_head else grad
+        if step not in skipped:
+            optimizer.step(apply_if=torch.tensor(True))
+    expected = {name: p.detach() for name, p in reference.named_parameters()}
+    assert largest_difference(flagged, expected) == 0.0
+    counts = {float(s["step"]) for s in optimizer.state.values()}
+    assert max(counts) == 100 - len(skipped)

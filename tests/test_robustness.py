@@ -154,8 +154,17 @@ def nan_on_third_step(monkeypatch):
     monkeypatch.setattr(multitask.step, "batch_loss", loss_with_a_nan)
 
 
+@pytest.fixture(params=["host", "unread"])
+def step_path(request, monkeypatch):
+    """Both ways a step learns its losses are finite: read on the host every step (the CPU), or
+    a flag kept on the device and read at --log_every (a GPU; here tried on the CPU)."""
+    if request.param == "unread":
+        monkeypatch.setattr(train_multitask, "UNREAD_ON", ("cuda", "cpu"))
+    return request.param
+
+
 def test_nan_loss_stops_and_names_step_and_task(
-    tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step
+    tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step, step_path
 ):
     extra = ("--epochs", "2", "--steps_per_epoch", "2", "--option", "finetune")
     assert (
@@ -173,7 +182,7 @@ def test_nan_loss_stops_and_names_step_and_task(
 
 
 def test_nan_loss_can_skip_the_batch(
-    tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step
+    tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step, step_path
 ):
     extra = ("--epochs", "2", "--steps_per_epoch", "2", "--nonfinite", "skip")
     assert (
@@ -184,6 +193,29 @@ def test_nan_loss_can_skip_the_batch(
     )
     assert "step 3 on task" in capsys.readouterr().err
     assert all(all(v == v for v in m.values()) for m in metrics(tmp_path))
+
+
+@pytest.mark.parametrize("option", ["finetune", "adapter"])
+def test_a_step_that_reads_nothing_trains_as_one_that_reads_its_losses(
+    tiny_checkpoint, tiny_data, tmp_path, monkeypatch, option
+):
+    """The GPU's path (the finiteness of the losses a flag on the device, AdamW's step counts and
+    bias corrections there) gives the host path's metrics and losses to 1e-6 (the same
+    arithmetic up to float rounding)."""
+    extra = ("--epochs", "2", "--steps_per_epoch", "4", "--option", option, "--log_every", "2")
+    argv = driver_argv(tiny_checkpoint, tiny_data, tmp_path / "host", "--no_plots", *extra)
+    assert train_multitask.main(argv) == 0
+    monkeypatch.setattr(train_multitask, "UNREAD_ON", ("cuda", "cpu"))
+    argv = driver_argv(tiny_checkpoint, tiny_data, tmp_path / "unread", "--no_plots", *extra)
+    assert train_multitask.main(argv) == 0
+    for name in ("metrics.jsonl", "train_log.jsonl"):
+        rows = [(tmp_path / run / name).read_text().splitlines() for run in ("host", "unread")]
+        for a, b in zip(*rows, strict=True):
+            a, b = json.loads(a), json.loads(b)
+            assert a.keys() == b.keys()
+            for key in a:
+                same = a[key] == b[key]
+                assert same or abs(a[key] - b[key]) <= 1e-6, (name, key, a[key], b[key])
 
 
 class RunsCode:
