@@ -33,6 +33,7 @@ import course_references as ref  # noqa: E402
 
 from minbert.course.dropout import MODES, recorded_dropout  # noqa: E402
 from minbert.course.registry import COURSE_DATA  # noqa: E402
+from minbert.course.seal import seal  # noqa: E402
 
 # What the grader prints for each known mistake, by exercise (the key is course_references'
 # ``mistake`` argument).
@@ -169,8 +170,9 @@ def state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def case(component: str, compute, modes=MODES) -> dict:
-    """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}}."""
+def case(component: str, compute, modes=MODES, tolerance: float | None = None) -> dict:
+    """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}},
+    sealed (``with_mistakes``)."""
 
     def run(mode: str, mistake):
         context = recorded_dropout(SEED) if mode == "train" else contextlib.nullcontext()
@@ -179,20 +181,24 @@ def case(component: str, compute, modes=MODES) -> dict:
 
     return {
         mode: with_mistakes(
-            run(mode, None), {t: run(mode, k) for k, t in MISTAKES[component].items()}
+            run(mode, None),
+            {t: run(mode, k) for k, t in MISTAKES[component].items()},
+            tolerance,
         )
         for mode in modes
     }
 
 
-def with_mistakes(expected: dict, mistakes: dict) -> dict:
+def with_mistakes(expected: dict, mistakes: dict, tolerance: float | None = None) -> dict:
     """A stored case: the expected outputs and, per mistake, only the outputs that differ from
-    them (the grader takes a left-out one as expected), so the file stays small."""
+    them (the grader takes a left-out one as expected), each sealed (``minbert.course.seal``:
+    the file is copied into the student tree, so it holds no output in full). ``tolerance``: the
+    check's, needed to seal a small floating-point output."""
     return {
-        "expected": expected,
+        "expected": {name: seal(name, t, tolerance) for name, t in expected.items()},
         "mistakes": {
             text: {
-                name: t
+                name: seal(name, t, tolerance)
                 for name, t in outputs.items()
                 if t.shape != expected[name].shape or not torch.equal(t, expected[name])
             }
@@ -343,11 +349,11 @@ def adamw_data() -> dict:
     expected = trajectory(None)
     assert (torch.stack(rows) - expected).abs().max() < 1e-12, "reference AdamW != torch's"
     mistakes = {text: {"θ": trajectory(key)} for key, text in MISTAKES["adamw"].items()}
-    return {"state": start, "x": x, "y": y, "expected": {"θ": expected}, "mistakes": mistakes}
+    return {"state": start, "x": x, "y": y} | with_mistakes({"θ": expected}, mistakes)
 
 
 def sampler_data() -> dict:
-    from minbert.course.checks.sampling import ALPHAS, EPOCHS, SAMPLER_SIZES
+    from minbert.course.checks.sampling import ALPHAS, EPOCHS, SAMPLER_SIZES, SAMPLER_TOLERANCE
 
     pairs = [(e, E) for E in EPOCHS for e in range(1, E + 1)]
 
@@ -366,16 +372,16 @@ def sampler_data() -> dict:
         return torch.tensor(values, dtype=torch.float64)
 
     return {
-        "alpha": {
-            "expected": {"α": alphas(None)},
-            "mistakes": {t: {"α": alphas(k)} for k, t in MISTAKES["sampler_alpha"].items()},
-        },
-        "probabilities": {
-            "expected": {"p": probabilities(None)},
-            "mistakes": {
-                t: {"p": probabilities(k)} for k, t in MISTAKES["sampler_probabilities"].items()
-            },
-        },
+        "alpha": with_mistakes(
+            {"α": alphas(None)},
+            {t: {"α": alphas(k)} for k, t in MISTAKES["sampler_alpha"].items()},
+            SAMPLER_TOLERANCE,
+        ),
+        "probabilities": with_mistakes(
+            {"p": probabilities(None)},
+            {t: {"p": probabilities(k)} for k, t in MISTAKES["sampler_probabilities"].items()},
+            SAMPLER_TOLERANCE,
+        ),
     }
 
 
@@ -547,7 +553,7 @@ def pals_data() -> dict:
 
 
 def smart_data() -> dict:
-    from minbert.course.checks.smart import SMART_CASES, smart_problem
+    from minbert.course.checks.smart import KL_TOLERANCE, SMART_CASES, smart_problem
     from minbert.smart import SmartConfig
 
     embeddings, forward = smart_problem()
@@ -567,24 +573,23 @@ def smart_data() -> dict:
     g = torch.Generator().manual_seed(12)
     p, q = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
     return {
-        "perturbation": {
-            "expected": deltas(None),
-            "mistakes": {t: deltas(k) for k, t in MISTAKES["smart"].items()},
-        },
-        "kl": {
-            "p": p,
-            "q": q,
-            "expected": {"divergence": ref.symmetric_kl(p, q)},
-            "mistakes": {
+        "perturbation": with_mistakes(
+            deltas(None), {t: deltas(k) for k, t in MISTAKES["smart"].items()}
+        ),
+        "kl": {"p": p, "q": q}
+        | with_mistakes(
+            {"divergence": ref.symmetric_kl(p, q)},
+            {
                 t: {"divergence": ref.symmetric_kl(p, q, k)}
                 for k, t in MISTAKES["symmetric_kl"].items()
             },
-        },
+            KL_TOLERANCE,
+        ),
     }
 
 
 def mlm_data() -> dict:
-    from minbert.course.checks.mlm import MASKING_CASES, MLM_VOCAB, mlm_batch
+    from minbert.course.checks.mlm import MASKING_CASES, MLM_LOSS_TOLERANCE, MLM_VOCAB, mlm_batch
 
     input_ids, attention_mask, continuation = mlm_batch()
     v = MLM_VOCAB
@@ -625,7 +630,11 @@ def mlm_data() -> dict:
             masks(None), {t: masks(k) for k, t in MISTAKES["masking"].items()}
         ),
         "loss": {"logits": logits, "labels": labels}
-        | with_mistakes(losses(None), {t: losses(k) for k, t in MISTAKES["mlm_loss"].items()}),
+        | with_mistakes(
+            losses(None),
+            {t: losses(k) for k, t in MISTAKES["mlm_loss"].items()},
+            MLM_LOSS_TOLERANCE,
+        ),
     }
 
 

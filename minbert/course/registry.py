@@ -57,6 +57,7 @@ from pathlib import Path
 import torch
 
 from minbert.checkpoint import load_trusted
+from minbert.course import seal
 
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
 
@@ -196,6 +197,15 @@ class Context:
         return self._outputs[key]
 
 
+def distinct(got: float, expected: float) -> tuple[str, str]:
+    """Two numbers printed with as few significant digits as show them apart (6 to 17)."""
+    for digits in (6, 9, 12, 17):
+        a, b = f"{got:.{digits}g}", f"{expected:.{digits}g}"
+        if a != b:
+            break
+    return a, b
+
+
 def compare(
     name: str,
     got: torch.Tensor,
@@ -204,7 +214,9 @@ def compare(
     axes: tuple[str, ...] = ("sentence", "token", "dim"),
 ) -> Measurement:
     """max |got − expected| over the positions where ``mask`` (B, T) is true (all if None), and
-    where it occurs, naming the position along ``axes``."""
+    where it occurs, naming the position along ``axes``. For tensors the grader has in full (the
+    whole-model reference, a weight before merging); a stored expected output is sealed
+    (``grade``)."""
     if not isinstance(got, torch.Tensor):
         return Measurement(math.inf, f"{name} is a {type(got).__name__}, expected a tensor")
     if got.shape != expected.shape:
@@ -217,11 +229,20 @@ def compare(
     if diff.numel() == 0:
         return Measurement(0.0)
     where = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-    axes = axes[-diff.ndim :] if len(axes) >= diff.ndim else axes + ("index",) * diff.ndim
-    at = ", ".join(f"{axis} {i}" for axis, i in zip(axes, where))
-    hint = f"{name} differs most at {at}: got {got[where].item():.6g}, expected "
-    hint += f"{expected[where].item():.6g}"
+    a, b = distinct(got[where].item(), expected[where].item())
+    hint = f"{name} differs most at {_position(where, axes)}: got {a}, expected {b}"
     return Measurement(diff.max().item(), hint)
+
+
+def _axis_names(axes: tuple[str, ...], ndim: int) -> tuple[str, ...]:
+    """The names of ``ndim`` axes: the last ``ndim`` of ``axes``, "index" for any beyond them."""
+    return axes[-ndim:] if len(axes) >= ndim else tuple(axes) + ("index",) * (ndim - len(axes))
+
+
+def _position(where: tuple[int, ...], axes: tuple[str, ...]) -> str:
+    """ "sentence 1, token 3" for the index ``where``, naming its axes from the end of ``axes``."""
+    names = _axis_names(axes, len(where)) if len(axes) != len(where) else axes
+    return ", ".join(f"{axis} {i}" for axis, i in zip(names, where))
 
 
 def _distance(got: torch.Tensor, other: torch.Tensor) -> float:
@@ -238,23 +259,102 @@ def grade(
     case: dict, got: dict[str, torch.Tensor], label: str = "", axes: tuple[str, ...] = ()
 ) -> Measurement:
     """What the student's code computed (``got``: name -> tensor) against a stored case:
-    ``case["expected"]`` (name -> tensor) and ``case["mistakes"]`` (description of a known
-    mistake -> the outputs it gives, name -> tensor; a name it leaves out is as expected). The
-    measurement is the worst ``compare`` of the expected tensors, and it carries the distance to
-    every known mistake, which ``run_check`` uses to name the mistake when the check fails."""
-    expected: dict[str, torch.Tensor] = case["expected"]
-    found = []
-    for name, tensor in expected.items():
-        kwargs = {"axes": axes} if axes else {}
-        found.append(compare(f"{label}{name}", got.get(name), tensor, **kwargs))
+    ``case["expected"]`` (name -> the sealed output, ``minbert/course/seal.py``) and
+    ``case["mistakes"]`` (description of a known mistake -> the sealed outputs it gives; a name
+    it leaves out is as expected). The measurement is the worst of the expected outputs
+    (``measure_sealed``), and it carries the distance to every known mistake, in the same sealed
+    form, which ``run_check`` uses to name the mistake when the check fails."""
+    expected: dict[str, dict] = case["expected"]
+    seen = {name: Observed(name, got.get(name), sealed) for name, sealed in expected.items()}
+    found = [
+        measure_sealed(f"{label}{name}", seen[name], sealed, axes or ("sentence", "token", "dim"))
+        for name, sealed in expected.items()
+    ]
     worst = worst_of(found)
     worst.mistakes = {
-        mistake: max(
-            _distance(got.get(name), outputs.get(name, expected[name])) for name in expected
-        )
+        mistake: max(seen[name].distance(outputs.get(name, expected[name])) for name in expected)
         for mistake, outputs in case.get("mistakes", {}).items()
     }
     return worst
+
+
+class Observed:
+    """The student's output ``got`` in the sealed form of the stored output ``name``: its
+    projection, the digests of the buckets around its values, or its digest (``seal.py``);
+    ``None`` when it is not a tensor of the stored shape."""
+
+    def __init__(self, name: str, got: object, sealed: dict) -> None:
+        self.got, self.kind, self.form = got, sealed["kind"], None
+        if not isinstance(got, torch.Tensor) or list(got.shape) != list(sealed["shape"]):
+            return
+        got = got.detach()
+        if self.kind == "projection":
+            self.form = seal.project(name, got)
+        elif self.kind == "rounded":
+            values = got.double().reshape(-1).tolist()
+            self.form = [seal.nearby_digests(name, i, x, sealed["q"]) for i, x in enumerate(values)]
+        else:
+            integral = got.is_floating_point() and bool((got == got.round()).all())
+            self.form = seal.exact_digest(name, got.to(torch.int64) if integral else got)
+
+    def offsets(self, sealed: dict) -> list[int | None]:
+        """``rounded``: per value, how many buckets from the stored one (None: not near)."""
+        found = []
+        for digests, stored in zip(self.form, sealed["digests"]):
+            found.append(next((j for j, d in enumerate(digests) if d == stored), None))
+        return [None if j is None else (j + 1) // 2 for j in found]  # nearest first: 0, ±1, ±2
+
+    def distance(self, sealed: dict) -> float:
+        """How far the output is from the stored one, in the stored form: the largest projected
+        difference, or 0 (the same digests) or inf; inf when the shape differs."""
+        if self.form is None:
+            return math.inf
+        if self.kind == "projection":
+            return _distance(self.form, sealed["values"])
+        if self.kind == "rounded":
+            return 0.0 if None not in self.offsets(sealed) else math.inf
+        return 0.0 if self.form == sealed["digest"] else math.inf
+
+
+def measure_sealed(
+    name: str, seen: Observed, sealed: dict, axes: tuple[str, ...] = ("sentence", "token", "dim")
+) -> Measurement:
+    """The student's output against a sealed expected output, and where it differs.
+    ``projection``: the largest projected difference (a lower bound of max |got − expected|,
+    never above it) and the slice where it is; ``rounded``: 0 when every value is within the
+    tolerance (the buckets say no more), inf and the first value that is not otherwise;
+    ``exact``: 0 or inf."""
+    shape = tuple(sealed["shape"])
+    if not isinstance(seen.got, torch.Tensor):
+        return Measurement(math.inf, f"{name} is a {type(seen.got).__name__}, expected a tensor")
+    if seen.form is None:
+        return Measurement(math.inf, f"{name} has shape {tuple(seen.got.shape)}, expected {shape}")
+    if seen.kind == "exact":
+        if seen.form == sealed["digest"]:
+            return Measurement(0.0)
+        return Measurement(math.inf, f"{name} differs from the expected (compared exactly)")
+    if seen.kind == "rounded":
+        offsets = seen.offsets(sealed)
+        if None not in offsets:
+            return Measurement(max((max(j - 1, 0) * sealed["q"] for j in offsets), default=0.0))
+        i = offsets.index(None)
+        value = seen.got.detach().double().reshape(-1)[i].item()
+        at = f"[{', '.join(str(int(j)) for j in torch.unravel_index(torch.tensor(i), shape))}]"
+        return Measurement(
+            math.inf,
+            f"{name}{at if shape else ''} is {value:.17g}, not within the tolerance of the "
+            "expected value",
+        )
+    diff = (seen.form - sealed["values"]).abs().amax(-1)  # (*leading)
+    if diff.isnan().any():
+        worst, where = math.nan, diff.isnan().nonzero()[0]
+    else:
+        worst, where = diff.max().item(), torch.unravel_index(diff.argmax(), diff.shape)
+    where = tuple(int(i) for i in where)
+    at = f" at {_position(where, _axis_names(axes, len(shape))[: len(where)])}"
+    hint = f"{name} differs most{at if where else ''}: by at least {worst:.3g}"
+    hint += " (a fixed random projection of the values there)"
+    return Measurement(worst, hint)
 
 
 def diagnose(measurement: Measurement, tolerance: float) -> str:
