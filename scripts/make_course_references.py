@@ -172,21 +172,27 @@ def state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def case(component: str, compute, modes=MODES, tolerance: float | None = None) -> dict:
     """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}},
-    sealed (``with_mistakes``)."""
+    sealed (``with_mistakes``); in training mode also the reference's "dropout calls" (shape, p),
+    which a check prints when the student's calls draw other masks."""
+
+    calls = {}
 
     def run(mode: str, mistake):
         context = recorded_dropout(SEED) if mode == "train" else contextlib.nullcontext()
-        with context, torch.no_grad():
-            return compute(mode, mistake)
+        with context as recorder, torch.no_grad():
+            out = compute(mode, mistake)
+        if recorder is not None and mistake is None:
+            calls[mode] = [(list(shape), p) for shape, p in recorder.calls]
+        return out
 
-    return {
-        mode: with_mistakes(
-            run(mode, None),
-            {t: run(mode, k) for k, t in MISTAKES[component].items()},
-            tolerance,
-        )
-        for mode in modes
-    }
+    stored = {}
+    for mode in modes:
+        expected = run(mode, None)
+        mistakes = {t: run(mode, k) for k, t in MISTAKES[component].items()}
+        stored[mode] = with_mistakes(expected, mistakes, tolerance)
+        if mode in calls:  # the dropout calls of the reference, for the messages
+            stored[mode]["dropout calls"] = calls[mode]
+    return stored
 
 
 def with_mistakes(expected: dict, mistakes: dict, tolerance: float | None = None) -> dict:
@@ -638,6 +644,20 @@ def mlm_data() -> dict:
     }
 
 
+def exercise_functions() -> dict[str, list[str]]:
+    """path -> the qualified names of the functions that hold an exercise: the student tree has
+    no markers, and the grader locates an error at the student's function by them."""
+    from minbert.course.scaffold import find_exercises
+
+    found: dict[str, list[str]] = {}
+    for regions in find_exercises(ROOT).values():
+        for region in regions:
+            names = found.setdefault(region.path, [])
+            if region.function not in names:
+                names.append(region.function)
+    return {path: found[path] for path in sorted(found)}
+
+
 def make() -> dict:
     """The stored data, computed on one thread: float sums on more threads may differ in the last
     bit, and the up-to-date test compares the stored data exactly."""
@@ -653,6 +673,7 @@ def _make() -> dict:
     torch.manual_seed(0)
     return {
         "seed": SEED,
+        "exercise functions": exercise_functions(),
         "embeddings": embeddings_data(),
         "attention_function": attention_function_data(),
         "self_attention": self_attention_data(),

@@ -47,8 +47,10 @@ the exercise to GUIDE.md. A new checks file is imported in ``minbert/course/chec
 
 from __future__ import annotations
 
+import ast
 import functools
 import math
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +60,7 @@ import torch
 
 from minbert.checkpoint import load_trusted
 from minbert.course import seal
+from minbert.course.dropout import DropoutRecorder, explain_calls
 
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
 
@@ -256,14 +259,20 @@ def _distance(got: torch.Tensor, other: torch.Tensor) -> float:
 
 
 def grade(
-    case: dict, got: dict[str, torch.Tensor], label: str = "", axes: tuple[str, ...] = ()
+    case: dict,
+    got: dict[str, torch.Tensor],
+    label: str = "",
+    axes: tuple[str, ...] = (),
+    dropout: DropoutRecorder | None = None,
 ) -> Measurement:
     """What the student's code computed (``got``: name -> tensor) against a stored case:
     ``case["expected"]`` (name -> the sealed output, ``minbert/course/seal.py``) and
     ``case["mistakes"]`` (description of a known mistake -> the sealed outputs it gives; a name
     it leaves out is as expected). The measurement is the worst of the expected outputs
     (``measure_sealed``), and it carries the distance to every known mistake, in the same sealed
-    form, which ``run_check`` uses to name the mistake when the check fails."""
+    form, which ``run_check`` uses to name the mistake when the check fails. ``dropout``: the
+    recorder the student's code ran under in training mode; where its calls drew other masks
+    than the reference's, the message says how they differ (``explain_calls``)."""
     expected: dict[str, dict] = case["expected"]
     seen = {name: Observed(name, got.get(name), sealed) for name, sealed in expected.items()}
     found = [
@@ -275,6 +284,7 @@ def grade(
         mistake: max(seen[name].distance(outputs.get(name, expected[name])) for name in expected)
         for mistake, outputs in case.get("mistakes", {}).items()
     }
+    worst.hint = explain_calls(worst.hint, dropout, case)
     return worst
 
 
@@ -371,21 +381,98 @@ def diagnose(measurement: Measurement, tolerance: float) -> str:
 INSTALLED_PARTS = {"site-packages", "dist-packages", ".venv", "venv"}
 
 
-def student_frame(err: BaseException) -> traceback.FrameSummary:
-    """Where the error comes from in the student's code: the last frame of the traceback that is
-    in the project but not in the grader (``minbert/course``, ``sanity_check.py``); the last frame
-    when there is none (an error in the grader itself)."""
+def _in_project(filename: str) -> bool:
+    """In the project but not in the grader (``minbert/course``, ``sanity_check.py``) nor in an
+    installed package."""
+    path = Path(filename).resolve()
+    if not path.is_relative_to(PROJECT_ROOT) or path.is_relative_to(COURSE_DIR):
+        return False
+    if INSTALLED_PARTS & set(path.parts):  # torch in a virtual environment inside the project
+        return False
+    return path != PROJECT_ROOT / "sanity_check.py"
+
+
+def _relative(filename: str) -> str:
+    path = Path(filename).resolve()
+    return path.relative_to(PROJECT_ROOT).as_posix() if path.is_relative_to(PROJECT_ROOT) else ""
+
+
+def _frames(err: BaseException) -> list[tuple[str, traceback.FrameSummary]]:
+    """(qualified function name, frame) of every frame of the traceback, outermost first."""
     frames = traceback.extract_tb(err.__traceback__)
-    for frame in reversed(frames):
-        path = Path(frame.filename).resolve()
-        if not path.is_relative_to(PROJECT_ROOT) or path.is_relative_to(COURSE_DIR):
-            continue
-        if INSTALLED_PARTS & set(path.parts):  # torch in a virtual environment inside the project
-            continue
-        if path == PROJECT_ROOT / "sanity_check.py":
-            continue
-        return frame
+    names = [f.f_code.co_qualname for f, _ in traceback.walk_tb(err.__traceback__)]
+    return list(zip(names, frames))
+
+
+def student_frame(
+    err: BaseException, functions: dict[str, list[str]] | None = None
+) -> traceback.FrameSummary:
+    """Where the error comes from in the student's code: the innermost frame of the traceback
+    inside one of the student's ``functions`` (path -> qualified names of the functions that hold
+    an exercise), else the innermost frame that is in the project but not in the grader
+    (``minbert/course``, ``sanity_check.py``); the last frame when there is none (an error in the
+    grader itself)."""
+    return _student_frame(err, functions)[1]
+
+
+def _student_frame(
+    err: BaseException, functions: dict[str, list[str]] | None
+) -> tuple[str, traceback.FrameSummary]:
+    frames = _frames(err)
+    for name, frame in reversed(frames):
+        if _owner(name, (functions or {}).get(_relative(frame.filename), ())):
+            return name, frame
+    for name, frame in reversed(frames):
+        if _in_project(frame.filename):
+            return name, frame
     return frames[-1]
+
+
+def _owner(qualname: str, names: list[str] | tuple[str, ...]) -> str | None:
+    """The student's function among ``names`` that ``qualname`` is, or is defined inside."""
+    return next((n for n in names if qualname == n or qualname.startswith(n + ".<locals>.")), None)
+
+
+def locate(err: BaseException, functions: dict[str, list[str]] | None = None) -> str:
+    """ "path:line" of ``student_frame``. When that frame is in given code (none of the student's
+    ``functions``) and its line calls one of them, the error comes from what the student's
+    function returned (a shape the given code cannot use): say so, and where that function is."""
+    qualname, frame = _student_frame(err, functions)
+    here = where(frame)
+    path = _relative(frame.filename)
+    names = (functions or {}).get(path, [])
+    if _owner(qualname, names):
+        return here
+    called = set(re.findall(r"(\w+)\s*\(", frame.line or ""))
+    for name in names:
+        if name.rsplit(".", 1)[-1] in called:
+            line = _definition_line(PROJECT_ROOT / path, name)
+            return (
+                f"raised in given code at {here}, in {qualname}, on what your {name} returned: "
+                f"{path}:{line}"
+            )
+    return here
+
+
+def _definition_line(path: Path, qualname: str) -> int | str:
+    """The line of ``def`` of the function ``qualname`` in the file, or "?"."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return "?"
+
+    def visit(node: ast.AST, prefix: str) -> int | None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if name == qualname:
+                    return child.lineno
+                found = visit(child, name + ".")
+                if found is not None:
+                    return found
+        return None
+
+    return visit(tree, "") or "?"
 
 
 def where(frame: traceback.FrameSummary) -> str:
@@ -433,6 +520,15 @@ def not_implemented_message(err: BaseException) -> str | None:
     return None
 
 
+def student_functions(ctx: Context) -> dict[str, list[str]]:
+    """path -> the qualified names of the functions that hold an exercise, stored by the
+    generator (the student tree has no markers to find them by); empty when there are none."""
+    try:
+        return ctx.course_data.get("exercise functions", {})
+    except Exception:  # no stored data: locate by path alone
+        return {}
+
+
 def run_check(check: Check, ctx: Context) -> Result:
     """Run one check; never raises (a broken check is a FAIL, a missing exercise NOT
     IMPLEMENTED)."""
@@ -441,7 +537,7 @@ def run_check(check: Check, ctx: Context) -> Result:
     except Exception as err:  # one broken check must not stop the others
         todo = not_implemented_message(err)
         detail = todo if todo is not None else f"{type(err).__name__}: {err}"
-        detail += f" ({where(student_frame(err))})"
+        detail += f" ({locate(err, student_functions(ctx))})"
         return Result(check, NOT_IMPLEMENTED if todo is not None else FAIL, None, detail)
     diff = measurement.max_abs_diff
     passed = diff <= check.tolerance  # NaN compares false: fails

@@ -51,12 +51,12 @@ def check_lora_linear(ctx: Context) -> Measurement:
     found = []
     for name in MODES:
         got = {}
-        with mode(plugin, name, ctx.course_data["seed"]):
+        with mode(plugin, name, ctx.course_data["seed"]) as recorder:
             for key, x in data["x"].items():
                 task, _, layer, target = key.split()
                 y = torch.nn.functional.linear(x, bases[target].weight, bases[target].bias)
                 got[key] = plugin.linear(int(layer), task, target, bases[target], x, y)
-        found.append(grade(data[name], got, f"({name} mode) "))
+        found.append(grade(data[name], got, f"({name} mode) ", dropout=recorder))
     return worst_of(found)
 
 
