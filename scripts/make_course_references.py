@@ -456,14 +456,17 @@ def lora_data() -> dict:
     config = BertConfig.tiny()
     plugin = LoRA(config, PLUGIN_TASKS, **LORA_OPTIONS)
     randomize(plugin, g)
+    plugin.double()  # float64: outputs of size 20-60, where float32 steps are about 1e-6
     bases, inputs = {}, {}
     for name in LORA_NAMES:
         d_in, d_out = target_shape(config, name)
         bases[name] = torch.nn.Linear(d_in, d_out)
         randomize(bases[name], g)
+        bases[name].double()
         for task in PLUGIN_TASKS:
             for layer in range(config.num_hidden_layers):
-                inputs[f"{task} layer {layer} {name}"] = torch.randn(2, 5, d_in, generator=g)
+                x = torch.randn(2, 5, d_in, generator=g)
+                inputs[f"{task} layer {layer} {name}"] = x.double()
     scale = LORA_OPTIONS["alpha"] / LORA_OPTIONS["rank"]
 
     def compute(mode, mistake):
@@ -497,9 +500,11 @@ def lora_data() -> dict:
     g = torch.Generator().manual_seed(8)
     model = BertModel(BertConfig.tiny(**LORA_MERGE_CONFIG))
     randomize(model, g)
+    model.double()
     model_state = state(model)
     merge_plugin = add_plugin(model, "lora", PLUGIN_TASKS, **LORA_OPTIONS)
     randomize(merge_plugin, g)
+    merge_plugin.double()
     layers = list(model.encoder.layer)
 
     def merged(mode, mistake):
