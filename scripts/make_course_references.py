@@ -170,6 +170,32 @@ def state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+# The check (the start of its name) that grades each component's stored case: its tolerance
+# sets the buckets of the sealed outputs (minbert.course.seal).
+GRADED_BY = {
+    "embeddings": "embeddings:",
+    "attention_function": "attention: scaled_dot_product_attention",
+    "self_attention": "attention: BertSelfAttention",
+    "layer": "layer:",
+    "adapter": "adapter:",
+    "lhuc": "lhuc:",
+    "lora_linear": "lora: LoRA linear",
+    "lora_merge": "lora: merge",
+    "pals": "pals:",
+    "smart": "smart: adversarial",
+}
+
+
+def check_tolerance(name_start: str) -> float:
+    """The smallest tolerance of the checks whose name starts with ``name_start``."""
+    from minbert.course.checks import CHECKS
+
+    found = [c.tolerance for c in CHECKS if c.name.startswith(name_start)]
+    if not found:
+        raise ValueError(f"no check named {name_start}...")
+    return min(found)
+
+
 def case(component: str, compute, modes=MODES, tolerance: float | None = None) -> dict:
     """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}},
     sealed (``with_mistakes``); in training mode also the reference's "dropout calls" (shape, p),
@@ -185,6 +211,8 @@ def case(component: str, compute, modes=MODES, tolerance: float | None = None) -
             calls[mode] = [(list(shape), p) for shape, p in recorder.calls]
         return out
 
+    if tolerance is None:
+        tolerance = check_tolerance(GRADED_BY[component])
     stored = {}
     for mode in modes:
         expected = run(mode, None)
@@ -204,7 +232,7 @@ def with_mistakes(expected: dict, mistakes: dict, tolerance: float | None = None
         "expected": {name: seal(name, t, tolerance) for name, t in expected.items()},
         "mistakes": {
             text: {
-                name: seal(name, t, tolerance)
+                name: seal(name, t, tolerance, answer=False)
                 for name, t in outputs.items()
                 if t.shape != expected[name].shape or not torch.equal(t, expected[name])
             }
@@ -318,7 +346,7 @@ def layer_data() -> dict:
 
 
 def adamw_data() -> dict:
-    from minbert.course.checks.optimizer import ADAMW_SETTINGS, adamw_model
+    from minbert.course.checks.optimizer import ADAMW_SETTINGS, ADAMW_TOLERANCE, adamw_model
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(32, 4, generator=g, dtype=torch.float64)
@@ -355,7 +383,9 @@ def adamw_data() -> dict:
     expected = trajectory(None)
     assert (torch.stack(rows) - expected).abs().max() < 1e-12, "reference AdamW != torch's"
     mistakes = {text: {"θ": trajectory(key)} for key, text in MISTAKES["adamw"].items()}
-    return {"state": start, "x": x, "y": y} | with_mistakes({"θ": expected}, mistakes)
+    return {"state": start, "x": x, "y": y} | with_mistakes(
+        {"θ": expected}, mistakes, ADAMW_TOLERANCE
+    )
 
 
 def sampler_data() -> dict:
@@ -585,7 +615,9 @@ def smart_data() -> dict:
     p, q = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
     return {
         "perturbation": with_mistakes(
-            deltas(None), {t: deltas(k) for k, t in MISTAKES["smart"].items()}
+            deltas(None),
+            {t: deltas(k) for k, t in MISTAKES["smart"].items()},
+            check_tolerance(GRADED_BY["smart"]),
         ),
         "kl": {"p": p, "q": q}
         | with_mistakes(

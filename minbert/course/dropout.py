@@ -85,14 +85,15 @@ def explain_calls(hint: str, recorder: DropoutRecorder | None, case: dict) -> st
     if recorder is None or expected is None or units(recorder.calls) == units(expected):
         return hint
     return (
-        f"{hint}; your code called dropout {describe_calls(recorder.calls)}, the reference "
+        f"{hint}; in training mode your code {describe_calls(recorder.calls)}, the reference "
         f"{describe_calls(expected)}"
     )
 
 
 def describe_calls(calls: list[tuple[tuple[int, ...], float]]) -> str:
-    """ "4 times on (3, 1, 6, 6) with p 0.1" or "once on (3, 4, 6, 6) with p 0.1, then ...";
-    "never" for no call. Runs of the same call are counted."""
+    """ "called dropout 4 times on (3, 1, 6, 6) with p 0.1", "called dropout once on
+    (3, 4, 6, 6) with p 0.1, then ...", or "never called dropout". Runs of the same call are
+    counted."""
     runs: list[list] = []
     for call in calls:
         if runs and runs[-1][0] == call:
@@ -100,9 +101,9 @@ def describe_calls(calls: list[tuple[tuple[int, ...], float]]) -> str:
         else:
             runs.append([call, 1])
     if not runs:
-        return "never"
+        return "never called dropout"
     times = {1: "once", 2: "twice"}
-    return ", then ".join(
+    return "called dropout " + ", then ".join(
         f"{times.get(n, f'{n} times')} on {tuple(shape)} with p {p:g}" for (shape, p), n in runs
     )
 

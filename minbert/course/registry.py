@@ -289,12 +289,13 @@ def grade(
 
 
 class Observed:
-    """The student's output ``got`` in the sealed form of the stored output ``name``: its
-    projection, the digests of the buckets around its values, or its digest (``seal.py``);
-    ``None`` when it is not a tensor of the stored shape."""
+    """The student's output ``got`` in the sealed form of the stored output ``name``
+    (``seal.py``): its projection, its digest, or the digests of the buckets around its values;
+    ``form`` is None when it is not a tensor of the stored shape."""
 
     def __init__(self, name: str, got: object, sealed: dict) -> None:
-        self.got, self.kind, self.form = got, sealed["kind"], None
+        self.name, self.got, self.kind, self.form = name, got, sealed["kind"], None
+        self._near: list | None = None
         if not isinstance(got, torch.Tensor) or list(got.shape) != list(sealed["shape"]):
             return
         got = got.detach()
@@ -308,14 +309,22 @@ class Observed:
             self.form = seal.exact_digest(name, got.to(torch.int64) if integral else got)
 
     def offsets(self, sealed: dict) -> list[int | None]:
-        """``rounded``: per value, how many buckets from the stored one (None: not near)."""
-        found = []
-        for digests, stored in zip(self.form, sealed["digests"]):
-            found.append(next((j for j, d in enumerate(digests) if d == stored), None))
+        """Per value, how many buckets it is from the stored one (0 to 2; None: farther), by the
+        digests (``rounded``, or a ``projection`` that holds them: an expected output)."""
+        if self.kind == "rounded":
+            near, stored = self.form, sealed["digests"]
+        else:
+            if self._near is None:
+                values = self.got.detach().double().reshape(-1).tolist()
+                self._near = seal.value_digests(self.name, values, sealed["q"], near=True)
+            near, stored = self._near, sealed["digests"].tolist()
+        found = [
+            next((j for j, d in enumerate(row) if d == s), None) for row, s in zip(near, stored)
+        ]
         return [None if j is None else (j + 1) // 2 for j in found]  # nearest first: 0, ±1, ±2
 
     def distance(self, sealed: dict) -> float:
-        """How far the output is from the stored one, in the stored form: the largest projected
+        """How far the output is from a stored one, in the stored form: the largest projected
         difference, or 0 (the same digests) or inf; inf when the shape differs."""
         if self.form is None:
             return math.inf
@@ -329,11 +338,11 @@ class Observed:
 def measure_sealed(
     name: str, seen: Observed, sealed: dict, axes: tuple[str, ...] = ("sentence", "token", "dim")
 ) -> Measurement:
-    """The student's output against a sealed expected output, and where it differs.
-    ``projection``: the largest projected difference (a lower bound of max |got − expected|,
-    never above it) and the slice where it is; ``rounded``: 0 when every value is within the
-    tolerance (the buckets say no more), inf and the first value that is not otherwise;
-    ``exact``: 0 or inf."""
+    """The student's output against a sealed expected output, and where it differs. A value
+    outside the tolerance by the digests fails the check; the difference reported is the
+    largest projected one (a lower bound of max |got − expected|), or just above the tolerance
+    when the projections see less than the digests do. ``rounded``: 0 when every value is
+    within the tolerance, inf otherwise; ``exact``: 0 or inf."""
     shape = tuple(sealed["shape"])
     if not isinstance(seen.got, torch.Tensor):
         return Measurement(math.inf, f"{name} is a {type(seen.got).__name__}, expected a tensor")
@@ -343,28 +352,34 @@ def measure_sealed(
         if seen.form == sealed["digest"]:
             return Measurement(0.0)
         return Measurement(math.inf, f"{name} differs from the expected (compared exactly)")
-    if seen.kind == "rounded":
-        offsets = seen.offsets(sealed)
-        if None not in offsets:
-            return Measurement(max((max(j - 1, 0) * sealed["q"] for j in offsets), default=0.0))
-        i = offsets.index(None)
-        value = seen.got.detach().double().reshape(-1)[i].item()
-        at = f"[{', '.join(str(int(j)) for j in torch.unravel_index(torch.tensor(i), shape))}]"
-        return Measurement(
-            math.inf,
-            f"{name}{at if shape else ''} is {value:.17g}, not within the tolerance of the "
-            "expected value",
+    offsets = seen.offsets(sealed)
+    outside = offsets.index(None) if None in offsets else None
+    values = seen.got.detach().double().reshape(-1)
+    names = _axis_names(axes, len(shape))
+    if outside is not None:
+        at = tuple(int(j) for j in torch.unravel_index(torch.tensor(outside), shape))
+        first = (
+            f"{name}{' at ' + _position(at, names) if shape else ''} is "
+            f"{values[outside].item():.9g}, more than the tolerance from the expected value"
         )
+    if seen.kind == "rounded":
+        if outside is None:
+            return Measurement(max((max(j - 1, 0) * sealed["q"] for j in offsets), default=0.0))
+        return Measurement(math.inf, first)
     diff = (seen.form - sealed["values"]).abs().amax(-1)  # (*leading)
     if diff.isnan().any():
         worst, where = math.nan, diff.isnan().nonzero()[0]
     else:
         worst, where = diff.max().item(), torch.unravel_index(diff.argmax(), diff.shape)
     where = tuple(int(i) for i in where)
-    at = f" at {_position(where, _axis_names(axes, len(shape))[: len(where)])}"
-    hint = f"{name} differs most{at if where else ''}: by at least {worst:.3g}"
-    hint += " (a fixed random projection of the values there)"
-    return Measurement(worst, hint)
+    at = f" at {_position(where, names[: len(where)])}" if where else ""
+    most = f"{name} differs most{at}: by at least {worst:.3g} (fixed random projections there)"
+    if outside is None:
+        return Measurement(worst, most)
+    tolerance = seal.WINDOW * sealed["q"]
+    if not worst > tolerance:  # the digests see it, the projections do not
+        return Measurement(math.nextafter(tolerance, math.inf), first)
+    return Measurement(worst, f"{most}; {first}")
 
 
 def diagnose(measurement: Measurement, tolerance: float) -> str:

@@ -6,25 +6,32 @@ So the file holds only what the comparison needs, in one of three forms, chosen 
 
 * ``exact`` (integer and boolean outputs, graded exactly: the masking): a SHA-256 digest of the
   shape and the values. Equal digests mean equal outputs; the digest says nothing else.
-* ``rounded`` (at most ``SMALL`` floating-point values: a loss, the sampler's α and
-  probabilities): per value, a slow digest (PBKDF2) of the bucket ⌊x / q⌋, with q = tolerance / 2.
-  A value within the tolerance of the expected one falls at most two buckets away, so the grader
-  hashes the five buckets around the student's value and passes when one of them is stored: every
-  value within the tolerance passes, and none 1.25 tolerances or more away does. A few values are
-  few enough to guess, bucket by bucket; the slow digest makes that search take hours, not a
-  lookup.
-* ``projection`` (larger floating-point outputs): the output cut into slices along its leading
-  axes (each slice is the last axis, or the last axes together when that one is shorter than
-  ``MIN_SLICE``), and each slice projected on ``directions(m)`` fixed random directions, each
-  scaled to unit ℓ1 norm. Since |u·d| ≤ ‖u‖₁·max|dᵢ| = max|dᵢ|, a projected difference is never
-  larger than the largest difference of the slice: every output within the max-abs tolerance
-  passes, and the projected difference, a lower bound of the true one, is what the check reports.
-  A slice of m values keeps one or two of its m degrees of freedom, which is not enough to
-  rebuild it. The grader knows where (which slice) an output differs, not by how much each value
-  does.
+* ``projection`` (floating-point outputs of more than ``SMALL`` values), two parts:
 
-The directions are seeded by the output's name and shape, so the generator and the grader draw
-the same ones; knowing them does not help, since a few projections of a slice do not determine it.
+  - per value, a digest of its bucket ⌊x / q⌋ with q = tolerance / 2 (salted with the output's
+    name and the value's index). A value within the tolerance of the expected one falls at most
+    two buckets away, so the grader hashes the five buckets around the student's value and the
+    value passes when one of them is the stored digest: every value within the tolerance passes,
+    none more than 1.5 tolerances away does, and the grader knows which value is outside (not by
+    how much). Finding a value that matches a digest means trying bucket after bucket, value by
+    value: a search, not a lookup;
+  - the output cut into slices along its leading axes (each slice is the last axis, or the last
+    axes together when that one is shorter than ``MIN_SLICE``), each slice projected on one or
+    two fixed random directions scaled to unit ℓ1 norm. Since |u·d| ≤ ‖u‖₁·max|dᵢ| = max|dᵢ|, a
+    projected difference is never larger than the largest difference of the slice: it is a lower
+    bound of the true difference, which is what the check reports (how far, and where), and what
+    a known mistake is matched by. A slice keeps at most a quarter of its degrees of freedom
+    (one for a slice of 4 to 15 values) and no lookup can rebuild it; a vector with the stored
+    projections is easy to make, which is why the digests decide.
+
+  A known mistake's output is stored as its projections only (it names the mistake, it is not an
+  answer).
+* ``rounded`` (at most ``SMALL`` floating-point values: a loss, the sampler's α and
+  probabilities): the bucket digests alone, made slow (PBKDF2): with so few values a search
+  bucket by bucket is short, and the slow digest makes it take hours instead of seconds.
+
+The directions and the salts come from the output's name, so the generator and the grader agree
+without storing them.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import torch
 
 SMALL = 64  # at most this many floating-point values: ``rounded``, else ``projection``
 MIN_SLICE = 4  # a slice of fewer values is merged with the next axis
-ROUNDING_ITERATIONS = 2000  # of PBKDF2: about half a millisecond a digest
+ROUNDING_ITERATIONS = 2000  # of PBKDF2 for ``rounded``: about half a millisecond a digest
 WINDOW = 2  # buckets either side of the student's value (q = tolerance / WINDOW)
 
 
@@ -59,16 +66,37 @@ def bucket(x: float, q: float) -> str:
 
 
 def bucket_digest(name: str, index: int, label: str) -> str:
+    """The slow digest of one value's bucket (``rounded``)."""
     return _digest(f"{index}:{label}".encode(), name, ROUNDING_ITERATIONS)
 
 
-def nearby_digests(name: str, index: int, x: float, q: float) -> list[str]:
-    """The digests of the buckets within ``WINDOW`` of x's, nearest first."""
+def nearby_buckets(x: float, q: float) -> list[str]:
+    """The buckets within ``WINDOW`` of x's, nearest first (0, −1, +1, −2, +2)."""
     if not math.isfinite(x):
-        return [bucket_digest(name, index, bucket(x, q))]
+        return [bucket(x, q)]
     b = math.floor(x / q)
-    order = sorted(range(-WINDOW, WINDOW + 1), key=abs)
-    return [bucket_digest(name, index, str(b + j)) for j in order]
+    return [str(b + j) for j in sorted(range(-WINDOW, WINDOW + 1), key=abs)]
+
+
+def nearby_digests(name: str, index: int, x: float, q: float) -> list[str]:
+    """The slow digests of the buckets near x (``rounded``), nearest first."""
+    return [bucket_digest(name, index, label) for label in nearby_buckets(x, q)]
+
+
+def value_digests(name: str, values: list[float], q: float, near: bool) -> list[list[int]]:
+    """Per value, the fast digest (64 bits of SHA-256, salted with the name and the index) of
+    its bucket, or with ``near`` of the buckets near it, nearest first (``projection``)."""
+    salted = hashlib.sha256(name.encode() + b"\0")
+    found = []
+    for i, x in enumerate(values):
+        labels = nearby_buckets(x, q) if near else [bucket(x, q)]
+        row = []
+        for label in labels:
+            h = salted.copy()
+            h.update(f"{i}:{label}".encode())
+            row.append(int.from_bytes(h.digest()[:8], "little", signed=True))
+        found.append(row)
+    return found
 
 
 def slice_shape(shape: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
@@ -96,17 +124,22 @@ def project(name: str, t: torch.Tensor) -> torch.Tensor:
     return rows @ directions(name, m)
 
 
-def seal(name: str, t: torch.Tensor, tolerance: float | None = None) -> dict:
-    """The stored form of the output ``name`` (see the module docstring); ``tolerance`` is needed
-    for a small floating-point output (``rounded``)."""
+def seal(name: str, t: torch.Tensor, tolerance: float | None = None, answer: bool = True) -> dict:
+    """The stored form of the output ``name`` (see the module docstring). ``tolerance``: the
+    check's, which sets the buckets; ``answer`` False for a known mistake's output (a large one
+    keeps its projections only)."""
     shape = list(t.shape)
     if not t.is_floating_point():
         return {"kind": "exact", "shape": shape, "digest": exact_digest(name, t)}
+    if tolerance is None or tolerance <= 0:
+        raise ValueError(f"{name}: a floating-point output needs the check's tolerance (> 0)")
+    q = tolerance / WINDOW
+    values = t.detach().double().reshape(-1).tolist()
     if t.numel() <= SMALL:
-        if tolerance is None or tolerance <= 0:
-            raise ValueError(f"{name}: a small floating-point output needs a tolerance > 0")
-        q = tolerance / WINDOW
-        values = t.detach().double().reshape(-1).tolist()
         digests = [bucket_digest(name, i, bucket(x, q)) for i, x in enumerate(values)]
         return {"kind": "rounded", "shape": shape, "q": q, "digests": digests}
-    return {"kind": "projection", "shape": shape, "values": project(name, t)}
+    sealed = {"kind": "projection", "shape": shape, "values": project(name, t)}
+    if answer:
+        digests = [row[0] for row in value_digests(name, values, q, near=False)]
+        sealed |= {"q": q, "digests": torch.tensor(digests, dtype=torch.int64)}
+    return sealed
