@@ -230,6 +230,16 @@ def test_the_store_holds_no_expected_output_in_full() -> None:
                 assert not same, f"the store holds {name} in full"
 
 
+def test_the_whole_model_reference_holds_no_output_in_full() -> None:
+    """sanity_check_reference.pt is copied into the student tree too: its outputs are sealed."""
+    reference = torch.load(COURSE_DATA.parents[2] / "sanity_check_reference.pt", weights_only=True)
+    for batch in ("single", "pair"):
+        for name in ("last_hidden_state", "pooler_output"):
+            entry = reference[batch][name]
+            assert isinstance(entry, dict) and entry["kind"] == "projection", (batch, name)
+            assert len(entry["digests"]) == torch.Size(entry["shape"]).numel()
+
+
 def test_a_projection_never_exceeds_the_largest_difference() -> None:
     """The tolerance carries over: a projected difference is at most max |got − expected|, so
     every output within the max-abs tolerance passes; a projected difference is seen where a
