@@ -21,19 +21,28 @@ The rules a check keeps:
 
 * it measures the largest absolute difference between what minBERT computes and a reference,
   and passes when that is at most its ``tolerance``; ``compare`` measures two tensors and says
-  where they differ most, ``worst_of`` keeps the worst of several measurements;
+  where they differ most (printing numbers with digits enough to differ), ``worst_of`` keeps the
+  worst of several measurements. The tolerance fits the data's scale: a check whose outputs are
+  large, or that must tell equivalent computations from mistakes by little (LoRA, AdamW), runs in
+  float64;
 * a component check feeds stored inputs and weights (``Context.course_data``, the file
   ``minbert/course/reference_data.pt``) to the student's code and compares with the stored
-  outputs (``grade``); the equations that made them are instructor-only
-  (``scripts/course_references.py``, run by ``scripts/make_course_references.py``), so the student
-  tree holds no solution. The stored outputs of each exercise's known mistakes let a failing
-  check name the mistake (``diagnose``). Components with dropout run in eval and in training mode
-  under seeded dropout (``minbert/course/dropout.py``);
+  outputs (``grade``). The file is copied into the student tree, so the outputs are sealed
+  (``minbert/course/seal.py``: digests and projections, no output in full) and no lookup of the
+  stored data passes (``measure_sealed``; ``tests/test_grader_store.py``); the equations that made
+  them are instructor-only (``scripts/course_references.py``, run by
+  ``scripts/make_course_references.py``), so the student tree holds no solution. The sealed
+  outputs of each exercise's known mistakes let a failing check name the mistake (``diagnose``).
+  Components with dropout run in eval and in training mode under seeded dropout
+  (``minbert/course/dropout.py``: masks per head, so a loop over the heads is graded like one
+  call; ``grade`` says how the dropout calls differ when they draw other masks);
 * it calls no exercise but its own (the layer and PAL checks swap in stand-ins for attention,
   the plug-in checks call the plug-in's own sites, SMART runs on a small model defined in its
   check), so a missing attention does not fail the AdamW check;
 * an exception raised in the student's code is reported at the student's file and line
-  (``student_frame``), not inside torch;
+  (``student_frame``: the innermost frame in a function that holds an exercise, stored by the
+  generator since the student tree has no markers), not inside torch; one raised in given code
+  on what a student's function returned names that function (``locate``);
 * it imports the graded code inside the function, so a module that cannot be imported fails
   only the checks that need it;
 * it names the course exercises it depends on (``exercises``: the ids of ``python -m
@@ -156,8 +165,8 @@ class Context:
 
     @functools.cached_property
     def course_data(self) -> dict:
-        """The stored cases of the component checks (``COURSE_DATA``): inputs, weights, the
-        expected outputs and the outputs of known mistakes."""
+        """The stored cases of the component checks (``COURSE_DATA``): inputs, weights, and the
+        expected outputs and the outputs of known mistakes, sealed (``seal.py``)."""
         if not COURSE_DATA.is_file():
             raise FileNotFoundError(
                 f"{COURSE_DATA} is missing; the instructor regenerates it with "

@@ -10,8 +10,9 @@ on the project's tiny config, then the whole model against Hugging Face.
   and the mask), so it does not need the attention exercise;
 * whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
   attention, float32, eval mode), whose outputs ``scripts/make_reference.py`` saved in
-  ``sanity_check_reference.pt`` (so transformers is not needed here): last_hidden_state on the
-  real (non-padding) tokens and pooler_output, for a padded batch of single sentences and a batch
+  ``sanity_check_reference.pt`` (so transformers is not needed here), sealed
+  (``minbert/course/seal.py``): last_hidden_state on the real (non-padding) tokens and
+  pooler_output, for a padded batch of single sentences and a batch
   of sentence pairs. They need the embeddings, attention and layer exercises all done.
 """
 
