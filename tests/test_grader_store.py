@@ -256,6 +256,22 @@ def test_a_projection_never_exceeds_the_largest_difference() -> None:
     assert p[1, 2] > 1e-3 and p.argmax() == 1 * 6 + 2
 
 
+def test_one_value_beyond_the_tolerance_fails_where_the_projections_miss_it() -> None:
+    """The digests decide: one value 3 tolerances off moves a projection by far less than the
+    tolerance, and the check still fails there, naming the value; within the tolerance every
+    value passes."""
+    from minbert.course.registry import Observed, measure_sealed
+
+    expected = torch.randn(3, 70, generator=torch.Generator().manual_seed(1))
+    sealed = seal.seal("w", expected, 1e-5)
+    got = expected.clone()
+    got[2, 5] += 3e-5
+    found = measure_sealed("w", Observed("w", got, sealed), sealed)
+    assert found.max_abs_diff > 1e-5 and "token 2, dim 5" in found.hint, found
+    near = expected + (torch.rand(3, 70, generator=torch.Generator().manual_seed(2)) - 0.5) * 2e-5
+    assert measure_sealed("w", Observed("w", near, sealed), sealed).max_abs_diff <= 1e-5
+
+
 def test_rounded_values_pass_within_the_tolerance_and_fail_beyond() -> None:
     from minbert.course.registry import Observed, measure_sealed
 

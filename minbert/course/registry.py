@@ -386,8 +386,19 @@ def measure_sealed(
     if outside is None:
         return Measurement(worst, most)
     tolerance = seal.WINDOW * sealed["q"]
+    if math.isnan(worst):
+        return Measurement(worst, first)
     if not worst > tolerance:  # the digests see it, the projections do not
         return Measurement(math.nextafter(tolerance, math.inf), first)
+    m = seal.slice_shape(shape)[1]  # a value outside the tolerance in the slice that differs most
+    start = sum(i * math.prod(diff.shape[k + 1 :]) for k, i in enumerate(where)) * m
+    inside = [i for i in range(start, start + m) if offsets[i] is None]
+    if inside:
+        i = inside[0]
+        at = tuple(int(j) for j in torch.unravel_index(torch.tensor(i), shape))
+        return Measurement(
+            worst, f"{most}; at {_position(at, names)} you have {values[i].item():.9g}"
+        )
     return Measurement(worst, f"{most}; {first}")
 
 
@@ -575,6 +586,8 @@ def format_result(result: Result, width: int, shown_hints: set[str] | None = Non
     FAIL's hint already printed (``shown_hints``, updated here) reads "hint: as above"."""
     check = result.check
     diff = "-" if result.max_abs_diff is None else f"{result.max_abs_diff:.2e}"
+    if result.status == FAIL and diff == f"{check.tolerance:.2e}":  # just above: say so
+        diff = f">{diff}"
     line = f"{check.name:<{width}}  max_abs_diff {diff:<9}  tol {check.tolerance:<7.0e}  "
     line += result.status
     if result.status == FAIL:
