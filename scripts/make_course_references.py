@@ -5,8 +5,13 @@ it is the solution, so the student tree has neither, only the data they produce.
 For each component check it stores the fixed inputs and weights the check feeds to the student's
 code, the outputs the reference equations (``course_references.py``) give for them, in eval mode
 and in training mode under ``minbert.course.dropout.recorded_dropout`` where the component has
-dropout, and the outputs of each known mistake of that exercise, under the description the
-grader prints when a student's output matches it (``MISTAKES`` below).
+dropout (with the reference's dropout calls, for the messages), and the outputs of each known
+mistake of that exercise, under the description the grader prints when a student's output
+matches it (``MISTAKES`` below). The outputs are stored sealed (``minbert.course.seal``: digests
+and projections, with buckets set by the grading check's tolerance, ``GRADED_BY``): the file is
+copied into the student tree and must not be an answer key. It also stores the functions that
+hold an exercise, by file, so that the grader can locate an error at the student's function in a
+student tree, which has no markers.
 
     python scripts/make_course_references.py            # writes minbert/course/reference_data.pt
 
@@ -33,6 +38,7 @@ import course_references as ref  # noqa: E402
 
 from minbert.course.dropout import MODES, recorded_dropout  # noqa: E402
 from minbert.course.registry import COURSE_DATA  # noqa: E402
+from minbert.course.seal import seal  # noqa: E402
 
 # What the grader prints for each known mistake, by exercise (the key is course_references'
 # ``mistake`` argument).
@@ -169,30 +175,69 @@ def state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def case(component: str, compute, modes=MODES) -> dict:
-    """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}}."""
+# The check (the start of its name) that grades each component's stored case: its tolerance
+# sets the buckets of the sealed outputs (minbert.course.seal).
+GRADED_BY = {
+    "embeddings": "embeddings:",
+    "attention_function": "attention: scaled_dot_product_attention",
+    "self_attention": "attention: BertSelfAttention",
+    "layer": "layer:",
+    "adapter": "adapter:",
+    "lhuc": "lhuc:",
+    "lora_linear": "lora: LoRA linear",
+    "lora_merge": "lora: merge",
+    "pals": "pals:",
+    "smart": "smart: adversarial",
+}
+
+
+def check_tolerance(name_start: str) -> float:
+    """The smallest tolerance of the checks whose name starts with ``name_start``."""
+    from minbert.course.checks import CHECKS
+
+    found = [c.tolerance for c in CHECKS if c.name.startswith(name_start)]
+    if not found:
+        raise ValueError(f"no check named {name_start}...")
+    return min(found)
+
+
+def case(component: str, compute, modes=MODES, tolerance: float | None = None) -> dict:
+    """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}},
+    sealed (``with_mistakes``); in training mode also the reference's "dropout calls" (shape, p),
+    which a check prints when the student's calls draw other masks."""
+
+    calls = {}
 
     def run(mode: str, mistake):
         context = recorded_dropout(SEED) if mode == "train" else contextlib.nullcontext()
-        with context, torch.no_grad():
-            return compute(mode, mistake)
+        with context as recorder, torch.no_grad():
+            out = compute(mode, mistake)
+        if recorder is not None and mistake is None:
+            calls[mode] = [(list(shape), p) for shape, p in recorder.calls]
+        return out
 
-    return {
-        mode: with_mistakes(
-            run(mode, None), {t: run(mode, k) for k, t in MISTAKES[component].items()}
-        )
-        for mode in modes
-    }
+    if tolerance is None:
+        tolerance = check_tolerance(GRADED_BY[component])
+    stored = {}
+    for mode in modes:
+        expected = run(mode, None)
+        mistakes = {t: run(mode, k) for k, t in MISTAKES[component].items()}
+        stored[mode] = with_mistakes(expected, mistakes, tolerance)
+        if mode in calls:  # the dropout calls of the reference, for the messages
+            stored[mode]["dropout calls"] = calls[mode]
+    return stored
 
 
-def with_mistakes(expected: dict, mistakes: dict) -> dict:
+def with_mistakes(expected: dict, mistakes: dict, tolerance: float | None = None) -> dict:
     """A stored case: the expected outputs and, per mistake, only the outputs that differ from
-    them (the grader takes a left-out one as expected), so the file stays small."""
+    them (the grader takes a left-out one as expected), each sealed (``minbert.course.seal``:
+    the file is copied into the student tree, so it holds no output in full). ``tolerance``: the
+    check's, needed to seal a small floating-point output."""
     return {
-        "expected": expected,
+        "expected": {name: seal(name, t, tolerance) for name, t in expected.items()},
         "mistakes": {
             text: {
-                name: t
+                name: seal(name, t, tolerance, answer=False)
                 for name, t in outputs.items()
                 if t.shape != expected[name].shape or not torch.equal(t, expected[name])
             }
@@ -306,7 +351,7 @@ def layer_data() -> dict:
 
 
 def adamw_data() -> dict:
-    from minbert.course.checks.optimizer import ADAMW_SETTINGS, adamw_model
+    from minbert.course.checks.optimizer import ADAMW_SETTINGS, ADAMW_TOLERANCE, adamw_model
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(32, 4, generator=g, dtype=torch.float64)
@@ -343,11 +388,13 @@ def adamw_data() -> dict:
     expected = trajectory(None)
     assert (torch.stack(rows) - expected).abs().max() < 1e-12, "reference AdamW != torch's"
     mistakes = {text: {"θ": trajectory(key)} for key, text in MISTAKES["adamw"].items()}
-    return {"state": start, "x": x, "y": y, "expected": {"θ": expected}, "mistakes": mistakes}
+    return {"state": start, "x": x, "y": y} | with_mistakes(
+        {"θ": expected}, mistakes, ADAMW_TOLERANCE
+    )
 
 
 def sampler_data() -> dict:
-    from minbert.course.checks.sampling import ALPHAS, EPOCHS, SAMPLER_SIZES
+    from minbert.course.checks.sampling import ALPHAS, EPOCHS, SAMPLER_SIZES, SAMPLER_TOLERANCE
 
     pairs = [(e, E) for E in EPOCHS for e in range(1, E + 1)]
 
@@ -366,16 +413,16 @@ def sampler_data() -> dict:
         return torch.tensor(values, dtype=torch.float64)
 
     return {
-        "alpha": {
-            "expected": {"α": alphas(None)},
-            "mistakes": {t: {"α": alphas(k)} for k, t in MISTAKES["sampler_alpha"].items()},
-        },
-        "probabilities": {
-            "expected": {"p": probabilities(None)},
-            "mistakes": {
-                t: {"p": probabilities(k)} for k, t in MISTAKES["sampler_probabilities"].items()
-            },
-        },
+        "alpha": with_mistakes(
+            {"α": alphas(None)},
+            {t: {"α": alphas(k)} for k, t in MISTAKES["sampler_alpha"].items()},
+            SAMPLER_TOLERANCE,
+        ),
+        "probabilities": with_mistakes(
+            {"p": probabilities(None)},
+            {t: {"p": probabilities(k)} for k, t in MISTAKES["sampler_probabilities"].items()},
+            SAMPLER_TOLERANCE,
+        ),
     }
 
 
@@ -444,14 +491,17 @@ def lora_data() -> dict:
     config = BertConfig.tiny()
     plugin = LoRA(config, PLUGIN_TASKS, **LORA_OPTIONS)
     randomize(plugin, g)
+    plugin.double()  # float64: outputs of size 20-60, where float32 steps are about 1e-6
     bases, inputs = {}, {}
     for name in LORA_NAMES:
         d_in, d_out = target_shape(config, name)
         bases[name] = torch.nn.Linear(d_in, d_out)
         randomize(bases[name], g)
+        bases[name].double()
         for task in PLUGIN_TASKS:
             for layer in range(config.num_hidden_layers):
-                inputs[f"{task} layer {layer} {name}"] = torch.randn(2, 5, d_in, generator=g)
+                x = torch.randn(2, 5, d_in, generator=g)
+                inputs[f"{task} layer {layer} {name}"] = x.double()
     scale = LORA_OPTIONS["alpha"] / LORA_OPTIONS["rank"]
 
     def compute(mode, mistake):
@@ -485,9 +535,11 @@ def lora_data() -> dict:
     g = torch.Generator().manual_seed(8)
     model = BertModel(BertConfig.tiny(**LORA_MERGE_CONFIG))
     randomize(model, g)
+    model.double()
     model_state = state(model)
     merge_plugin = add_plugin(model, "lora", PLUGIN_TASKS, **LORA_OPTIONS)
     randomize(merge_plugin, g)
+    merge_plugin.double()
     layers = list(model.encoder.layer)
 
     def merged(mode, mistake):
@@ -547,7 +599,7 @@ def pals_data() -> dict:
 
 
 def smart_data() -> dict:
-    from minbert.course.checks.smart import SMART_CASES, smart_problem
+    from minbert.course.checks.smart import KL_TOLERANCE, SMART_CASES, smart_problem
     from minbert.smart import SmartConfig
 
     embeddings, forward = smart_problem()
@@ -567,24 +619,25 @@ def smart_data() -> dict:
     g = torch.Generator().manual_seed(12)
     p, q = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
     return {
-        "perturbation": {
-            "expected": deltas(None),
-            "mistakes": {t: deltas(k) for k, t in MISTAKES["smart"].items()},
-        },
-        "kl": {
-            "p": p,
-            "q": q,
-            "expected": {"divergence": ref.symmetric_kl(p, q)},
-            "mistakes": {
+        "perturbation": with_mistakes(
+            deltas(None),
+            {t: deltas(k) for k, t in MISTAKES["smart"].items()},
+            check_tolerance(GRADED_BY["smart"]),
+        ),
+        "kl": {"p": p, "q": q}
+        | with_mistakes(
+            {"divergence": ref.symmetric_kl(p, q)},
+            {
                 t: {"divergence": ref.symmetric_kl(p, q, k)}
                 for k, t in MISTAKES["symmetric_kl"].items()
             },
-        },
+            KL_TOLERANCE,
+        ),
     }
 
 
 def mlm_data() -> dict:
-    from minbert.course.checks.mlm import MASKING_CASES, MLM_VOCAB, mlm_batch
+    from minbert.course.checks.mlm import MASKING_CASES, MLM_LOSS_TOLERANCE, MLM_VOCAB, mlm_batch
 
     input_ids, attention_mask, continuation = mlm_batch()
     v = MLM_VOCAB
@@ -625,8 +678,26 @@ def mlm_data() -> dict:
             masks(None), {t: masks(k) for k, t in MISTAKES["masking"].items()}
         ),
         "loss": {"logits": logits, "labels": labels}
-        | with_mistakes(losses(None), {t: losses(k) for k, t in MISTAKES["mlm_loss"].items()}),
+        | with_mistakes(
+            losses(None),
+            {t: losses(k) for k, t in MISTAKES["mlm_loss"].items()},
+            MLM_LOSS_TOLERANCE,
+        ),
     }
+
+
+def exercise_functions() -> dict[str, list[str]]:
+    """path -> the qualified names of the functions that hold an exercise: the student tree has
+    no markers, and the grader locates an error at the student's function by them."""
+    from minbert.course.scaffold import find_exercises
+
+    found: dict[str, list[str]] = {}
+    for regions in find_exercises(ROOT).values():
+        for region in regions:
+            names = found.setdefault(region.path, [])
+            if region.function not in names:
+                names.append(region.function)
+    return {path: found[path] for path in sorted(found)}
 
 
 def make() -> dict:
@@ -644,6 +715,7 @@ def _make() -> dict:
     torch.manual_seed(0)
     return {
         "seed": SEED,
+        "exercise functions": exercise_functions(),
         "embeddings": embeddings_data(),
         "attention_function": attention_function_data(),
         "self_attention": self_attention_data(),

@@ -787,6 +787,85 @@ CORRECT = [
         PALS,
         (TRAIN_P, "dropout_p = float(self.training) * self.dropout_p"),
     ),
+    # each head on its own: dropout called once per head on (B, 1, T, T), not once on (B, nh, T, T)
+    m(
+        "heads-loop-written-out",
+        "attention",
+        BERT,
+        (
+            "y = scaled_dot_product_attention(q, k, v, mask, dropout_p)",
+            "y = torch.cat([scaled_dot_product_attention(q[:, h : h + 1], k[:, h : h + 1], "
+            "v[:, h : h + 1], mask, dropout_p) for h in range(self.num_heads)], dim=1)",
+        ),
+    ),
+    m(
+        "heads-loop-fused",
+        "attention",
+        BERT,
+        (
+            "y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)",
+            "y = torch.cat([F.scaled_dot_product_attention(q[:, [h]], k[:, [h]], v[:, [h]], "
+            "attn_mask=mask, dropout_p=dropout_p) for h in range(self.num_heads)], dim=1)",
+        ),
+    ),
+    # the equation itself per head, on (B, T, T) slices
+    m(
+        "attention-loop-over-heads",
+        "attention",
+        BERT,
+        (
+            SCORES,
+            "outs = []\n"
+            "    for h in range(q.size(1)):\n"
+            "        m_h = mask.expand(q.size(0), q.size(1), q.size(2), k.size(2))[:, h]\n"
+            "        s = q[:, h] @ k[:, h].transpose(-2, -1) / math.sqrt(q.size(-1)) + m_h\n"
+            "        outs.append(F.dropout(s.softmax(dim=-1), p=dropout_p) @ v[:, h])\n"
+            "    return torch.stack(outs, 1)",
+        ),
+    ),
+    m(
+        "lora-merged-matrix",
+        "lora",
+        LORA,
+        (
+            LORA_ADD,
+            "if not self.training:  # through the merged matrix W + (α/r)·B A\n"
+            "            merged = module.weight + self.scale * update.delta_weight()\n"
+            "            return F.linear(x, merged, module.bias)\n"
+            "        return y + F.linear(self.dropout(x), self.scale * update.delta_weight())",
+        ),
+    ),
+    m(
+        "attention-masked-fill",
+        "attention",
+        BERT,
+        (
+            SCORES,
+            "scores = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill("
+            'mask != 0, float("-inf"))',
+        ),
+    ),
+    m(
+        "attention-einsum-both",
+        "attention",
+        BERT,
+        (SCORES, 'scores = torch.einsum("bhqd,bhkd->bhqk", q / math.sqrt(q.size(-1)), k) + mask'),
+        ("return probs @ v", 'return torch.einsum("bhqk,bhkd->bhqd", probs, v)'),
+    ),
+    m(
+        "attention-baddbmm",
+        "attention",
+        BERT,
+        (
+            SCORES,
+            "b, h, t, d = q.shape\n"
+            "    s = k.size(-2)\n"
+            "    m_ = mask.expand(b, h, t, s).reshape(b * h, t, s)\n"
+            "    q3, k3 = q.reshape(b * h, t, d), k.reshape(b * h, s, d)\n"
+            "    scores = torch.baddbmm(m_, q3, k3.transpose(1, 2), alpha=d**-0.5)\n"
+            "    scores = scores.view(b, h, t, s)",
+        ),
+    ),
 ]
 
 

@@ -10,8 +10,9 @@ on the project's tiny config, then the whole model against Hugging Face.
   and the mask), so it does not need the attention exercise;
 * whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
   attention, float32, eval mode), whose outputs ``scripts/make_reference.py`` saved in
-  ``sanity_check_reference.pt`` (so transformers is not needed here): last_hidden_state on the
-  real (non-padding) tokens and pooler_output, for a padded batch of single sentences and a batch
+  ``sanity_check_reference.pt`` (so transformers is not needed here), sealed
+  (``minbert/course/seal.py``): last_hidden_state on the real (non-padding) tokens and
+  pooler_output, for a padded batch of single sentences and a batch
   of sentence pairs. They need the embeddings, attention and layer exercises all done.
 """
 
@@ -25,7 +26,16 @@ import torch
 import torch.nn.functional as F
 
 from minbert.course.dropout import MODES, mode, recorded_dropout
-from minbert.course.registry import Context, Measurement, check, compare, grade, worst_of
+from minbert.course.registry import (
+    Context,
+    Measurement,
+    Observed,
+    check,
+    compare,
+    grade,
+    measure_sealed,
+    worst_of,
+)
 
 if TYPE_CHECKING:
     from minbert.sites import LayerSites
@@ -58,9 +68,9 @@ def check_embeddings(ctx: Context) -> Measurement:
     embeddings.load_state_dict(data["state"])
     found = []
     for name in MODES:
-        with mode(embeddings, name, ctx.course_data["seed"]):
+        with mode(embeddings, name, ctx.course_data["seed"]) as recorder:
             got = embeddings(data["input_ids"], data["token_type_ids"])
-        found.append(grade(data[name], {"embeddings": got}, f"({name} mode) "))
+        found.append(grade(data[name], {"embeddings": got}, f"({name} mode) ", dropout=recorder))
     return worst_of(found)
 
 
@@ -81,10 +91,10 @@ def check_attention_function(ctx: Context) -> Measurement:
     for name in MODES:
         p = data["dropout_p"] if name == "train" else 0.0
         context = recorded_dropout(ctx.course_data["seed"]) if p else contextlib.nullcontext()
-        with context, torch.no_grad():
+        with context as recorder, no_fused_attention(), torch.no_grad():
             got = scaled_dot_product_attention(data["q"], data["k"], data["v"], data["mask"], p)
         label = f"(dropout_p {p}) "
-        found.append(grade(data[name], {"attention output": got}, label, axes))
+        found.append(grade(data[name], {"attention output": got}, label, axes, recorder))
     return worst_of(found)
 
 
@@ -133,17 +143,64 @@ def site_variants() -> list[tuple[str, LayerSites]]:
     return [("no sites", NO_SITES), ("sites", TestSites())]
 
 
+WRITTEN_OUT_CALLS_FUSED = (
+    "the written-out scaled_dot_product_attention calls torch's fused "
+    "F.scaled_dot_product_attention: write the equation out there, softmax(QKᵀ/√d_k + M)·V "
+    "(the fused op draws its own dropout masks, which the grader cannot see)"
+)
+
+
+@contextlib.contextmanager
+def no_fused_attention() -> Iterator[None]:
+    """While the written-out equation is graded, torch's fused attention raises
+    ``WRITTEN_OUT_CALLS_FUSED`` (reported at the student's call)."""
+    saved = F.scaled_dot_product_attention
+
+    def fused(*args, **kwargs):
+        raise RuntimeError(WRITTEN_OUT_CALLS_FUSED)
+
+    F.scaled_dot_product_attention = fused
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = saved
+
+
 @contextlib.contextmanager
 def fused_through_written_out() -> Iterator[None]:
     """In training mode, torch's fused attention draws its own dropout masks, which recorded
     dropout cannot see: route it through the student's written-out scaled_dot_product_attention
-    (the same exercise) for the duration."""
+    (the same exercise) for the duration. The arguments are first checked by torch's own fused
+    op (without dropout), so a wrong argument is reported at the student's fused call, not in
+    the written-out equation; the written-out equation calling the fused op is a sentence, not a
+    RecursionError."""
     from minbert import bert
 
     saved = F.scaled_dot_product_attention
+    inside: list[bool] = []
 
-    def fused(q, k, v, attn_mask=None, dropout_p=0.0, **kwargs):
-        return bert.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p)
+    def fused(
+        query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs
+    ):
+        if inside:
+            raise RuntimeError(WRITTEN_OUT_CALLS_FUSED)
+        options = {"is_causal": is_causal, "scale": scale, **kwargs}
+        saved(query, key, value, attn_mask=attn_mask, dropout_p=0.0, **options)  # torch's checks
+        T, S = query.shape[-2], key.shape[-2]
+        mask = torch.zeros(T, S, dtype=query.dtype)
+        if is_causal:
+            mask = mask.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            mask = mask.masked_fill(~attn_mask, float("-inf"))
+        elif attn_mask is not None:
+            mask = mask + attn_mask
+        if scale is not None:  # the written-out equation divides by √d_k
+            query = query * (scale * query.shape[-1] ** 0.5)
+        inside.append(True)
+        try:
+            return bert.scaled_dot_product_attention(query, key, value, mask, dropout_p)
+        finally:
+            inside.pop()
 
     F.scaled_dot_product_attention = fused
     try:
@@ -174,10 +231,11 @@ def check_self_attention(ctx: Context) -> Measurement:
         for name in MODES:
             got = {}
             context = fused_through_written_out() if name == "train" else contextlib.nullcontext()
-            with context, mode(attention, name, ctx.course_data["seed"]):
+            with context, mode(attention, name, ctx.course_data["seed"]) as recorder:
                 for label, sites in site_variants():  # one mask sequence, in this order
                     got[label] = attention(data["x"], data["mask"], sites)
-            found.append(grade(data[name], got, f"heads ({path} path, {name} mode) "))
+            label = f"heads ({path} path, {name} mode) "
+            found.append(grade(data[name], got, label, dropout=recorder))
     attention.use_fast_path = True
     return worst_of(found)
 
@@ -212,9 +270,11 @@ def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
         cases = data["sites" if with_sites else "plain"]
         found = []
         for name in MODES:
-            with mode(layer, name, ctx.course_data["seed"]):
+            with mode(layer, name, ctx.course_data["seed"]) as recorder:
                 got = layer(data["x"], data["mask"], sites)
-            found.append(grade(cases[name], {"layer output": got}, f"({label}, {name} mode) "))
+            found.append(
+                grade(cases[name], {"layer output": got}, f"({label}, {name} mode) ", (), recorder)
+            )
         return worst_of(found)
 
     return run
@@ -241,18 +301,31 @@ check(
 # Model against the Hugging Face reference
 
 
+BERT_TOLERANCE = 1e-5
+
+
+def whole_model(name: str, got: torch.Tensor, expected, axes: tuple[str, ...]) -> Measurement:
+    """A whole-model output against the reference file's: sealed (``scripts/make_reference.py``
+    stores digests and projections, so the file is no answer key), or a tensor in a reference
+    made by an older script."""
+    if isinstance(expected, torch.Tensor):
+        return compare(name, got, expected, axes=axes)
+    return measure_sealed(name, Observed(name, got, expected), expected, axes)
+
+
 def hidden_state_check(batch: str, fast_attention: bool = True) -> Callable[[Context], Measurement]:
-    """last_hidden_state on the real tokens of the reference batch ``batch``."""
+    """last_hidden_state on the real tokens of the reference batch ``batch`` (padding zeroed in
+    both: it is not compared)."""
 
     def run(ctx: Context) -> Measurement:
         ref = ctx.reference[batch]
         out = ctx.outputs(batch, fast_attention)
-        return compare(
-            "last_hidden_state",
-            out["last_hidden_state"],
-            ref["last_hidden_state"],
-            ref["attention_mask"].bool(),
-        )
+        real = ref["attention_mask"].bool()[..., None]
+        got = torch.where(real, out["last_hidden_state"], 0.0)
+        expected = ref["last_hidden_state"]
+        if isinstance(expected, torch.Tensor):
+            expected = torch.where(real, expected, 0.0)
+        return whole_model("last_hidden_state", got, expected, ("sentence", "token", "dim"))
 
     return run
 
@@ -263,7 +336,7 @@ def pooler_check(batch: str) -> Callable[[Context], Measurement]:
     def run(ctx: Context) -> Measurement:
         out = ctx.outputs(batch)
         expected = ctx.reference[batch]["pooler_output"]
-        return compare("pooler_output", out["pooler_output"], expected, axes=("sentence", "dim"))
+        return whole_model("pooler_output", out["pooler_output"], expected, ("sentence", "dim"))
 
     return run
 
@@ -275,31 +348,31 @@ BERT_HINT = (
 
 check(
     "bert: last_hidden_state, padded single sentences",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(hidden_state_check("single"))
 check(
     "bert: pooler_output, padded single sentences",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(pooler_check("single"))
 check(
     "bert: last_hidden_state, sentence pairs",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(hidden_state_check("pair"))
 check(
     "bert: pooler_output, sentence pairs",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(pooler_check("pair"))
 check(
     "bert: last_hidden_state, pairs, written-out attention",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(hidden_state_check("pair", fast_attention=False))

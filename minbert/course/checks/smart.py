@@ -12,6 +12,7 @@ from minbert.course.registry import Context, Measurement, check, grade
 
 # (norm, ascent steps K, output kind) of each perturbation graded.
 SMART_CASES = (("linf", 1, "multiclass"), ("l2", 3, "multiclass"), ("linf", 2, "regression"))
+KL_TOLERANCE = 1e-6
 
 
 def smart_problem() -> tuple[list[torch.Tensor], Callable[[list[torch.Tensor]], torch.Tensor]]:
@@ -32,7 +33,7 @@ def smart_problem() -> tuple[list[torch.Tensor], Callable[[list[torch.Tensor]], 
 
 @check(
     "smart: symmetric KL vs KL(P‖Q) + KL(Q‖P)",
-    tolerance=1e-6,
+    tolerance=KL_TOLERANCE,
     hint="the KL divergence in both directions between the two softmax distributions, summed "
     "over classes, averaged over the batch",
     exercises=("smart",),
