@@ -88,17 +88,26 @@ class Measurement:
 
 def worst_of(measurements: list[Measurement]) -> Measurement:
     """The measurement with the largest difference (NaN first); 0 when there is none. A known
-    mistake keeps its largest distance over all of them (it must match every one)."""
+    mistake keeps its largest distance over all of them: in a measurement that declares it, the
+    distance to its output; in one that does not (a mistake declared for some cases only: one
+    path, one mode), the distance to the expected output, since there the mistake changes
+    nothing. So a partial mistake is named when the cases it affects match it and the others
+    are right."""
     worst = Measurement(0.0)
     for m in measurements:
         if m.is_worse_than(worst):
             worst = Measurement(m.max_abs_diff, m.hint, worst.mistakes)
-    mistakes: dict[str, float] = {}
-    for m in measurements:
-        for name, distance in m.mistakes.items():
-            mistakes[name] = max(mistakes.get(name, 0.0), distance)
-    worst.mistakes = mistakes
+    names = dict.fromkeys(name for m in measurements for name in m.mistakes)
+    worst.mistakes = {
+        name: max(_as_distance(m.mistakes.get(name, m.max_abs_diff)) for m in measurements)
+        for name in names
+    }
     return worst
+
+
+def _as_distance(d: float) -> float:
+    """A difference as a distance: NaN (a broken comparison) is infinitely far."""
+    return math.inf if math.isnan(d) else d
 
 
 @dataclass(frozen=True)
@@ -225,13 +234,17 @@ def compare(
 
 
 def _distance(got: torch.Tensor, other: torch.Tensor) -> float:
-    """max |got − other| (inf when the shapes differ or a value is NaN)."""
+    """max |got − other|, where NaN matches NaN and an infinity the same infinity (so a known
+    mistake whose output is NaN or inf in some places matches a student's output broken in the
+    same places); inf when the shapes differ or one side alone is NaN or infinite."""
     if not isinstance(got, torch.Tensor) or got.shape != other.shape:
         return math.inf
     if got.numel() == 0:
         return 0.0
-    d = (got.detach().double() - other.double()).abs().max().item()
-    return math.inf if math.isnan(d) else d
+    a, b = got.detach().double(), other.detach().double()
+    same = (a.isnan() & b.isnan()) | (a == b)  # a == b holds for equal infinities too
+    d = torch.where(same, 0.0, (a - b).abs()).nan_to_num(nan=math.inf).max().item()
+    return d
 
 
 def grade(

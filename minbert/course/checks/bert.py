@@ -18,6 +18,7 @@ on the project's tiny config, then the whole model against Hugging Face.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 EMBEDDINGS_CONFIG = {"vocab_size": 50}
 ATTENTION_CONFIG: dict = {}
 LAYER_CONFIG = {"hidden_act": "gelu"}
+# The two paths of BertSelfAttention (``use_fast_path`` True, False), each a case of its check.
+PATHS = ("fused", "written-out")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -72,7 +75,9 @@ def check_embeddings(ctx: Context) -> Measurement:
 )
 def check_attention_function(ctx: Context) -> Measurement:
     """scaled_dot_product_attention on stored padded random heads, without and with dropout (under
-    recorded dropout), against the stored softmax(QKᵀ/√d_k + M)·V."""
+    recorded dropout), against the stored softmax(QKᵀ/√d_k + M)·V. With dropout it runs as in
+    training, with gradients enabled, and the backward pass must go through: an in-place
+    operation on a tensor autograd saved gives the right numbers but fails there."""
     from minbert.bert import scaled_dot_product_attention
 
     data = ctx.course_data["attention_function"]
@@ -81,11 +86,30 @@ def check_attention_function(ctx: Context) -> Measurement:
     for name in MODES:
         p = data["dropout_p"] if name == "train" else 0.0
         context = recorded_dropout(ctx.course_data["seed"]) if p else contextlib.nullcontext()
-        with context, torch.no_grad():
-            got = scaled_dot_product_attention(data["q"], data["k"], data["v"], data["mask"], p)
+        qkv = [data[t].clone().requires_grad_(name == "train") for t in ("q", "k", "v")]
+        with context, torch.set_grad_enabled(name == "train"):
+            got = scaled_dot_product_attention(*qkv, data["mask"], p)
+        if name == "train" and (problem := backward_problem(got, qkv)):
+            return Measurement(math.inf, problem)
         label = f"(dropout_p {p}) "
         found.append(grade(data[name], {"attention output": got}, label, axes))
     return worst_of(found)
+
+
+def backward_problem(out: torch.Tensor, inputs: list[torch.Tensor]) -> str:
+    """Why the backward pass from ``out`` to ``inputs`` fails, as it would in training ("" when
+    it goes through)."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return "the output does not depend on q, k, v through autograd (detached?): no gradient"
+    try:
+        torch.autograd.grad(out.sum(), inputs, allow_unused=True)
+    except RuntimeError as err:
+        first = str(err).split(". ")[0]
+        return (
+            f"the backward pass fails, as it would in training: {first} (an in-place operation "
+            "on a tensor autograd saved; use the out-of-place form)"
+        )
+    return ""
 
 
 class ScalingSites:
@@ -168,16 +192,15 @@ def check_self_attention(ctx: Context) -> Measurement:
     attention = BertSelfAttention(BertConfig.tiny(**ATTENTION_CONFIG))
     attention.load_state_dict(data["state"])
     found = []
-    for fast in (True, False):
-        attention.use_fast_path = fast
-        path = "fused" if fast else "written-out"
+    for path in PATHS:
+        attention.use_fast_path = path == "fused"
         for name in MODES:
             got = {}
             context = fused_through_written_out() if name == "train" else contextlib.nullcontext()
             with context, mode(attention, name, ctx.course_data["seed"]):
                 for label, sites in site_variants():  # one mask sequence, in this order
                     got[label] = attention(data["x"], data["mask"], sites)
-            found.append(grade(data[name], got, f"heads ({path} path, {name} mode) "))
+            found.append(grade(data[path][name], got, f"heads ({path} path, {name} mode) "))
     attention.use_fast_path = True
     return worst_of(found)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from minbert.course.registry import Context, Measurement, check
+from minbert.course.registry import Context, Measurement, _distance, check
 
 # The AdamW problem: a small float64 regression model, two parameter groups (module index, lr,
 # weight decay), ``steps`` steps. In float64 every correct formulation of AdamW (torch's, the
@@ -77,10 +77,7 @@ def check_adamw(ctx: Context) -> Measurement:
             f"{where[1]} of group {where[0]} (lr {where[2]}, weight decay {where[3]}) is "
             f"{got[step, i].item():.10g}, expected {expected[step, i].item():.10g}"
         )
-    mistakes = {
-        name: (got - outputs["θ"]).abs().max().nan_to_num(float("inf")).item()
-        for name, outputs in data["mistakes"].items()
-    }
+    mistakes = {name: _distance(got, outputs["θ"]) for name, outputs in data["mistakes"].items()}
     return Measurement(worst, hint, mistakes)
 
 

@@ -48,13 +48,19 @@ def check_annealed_alpha(ctx: Context) -> Measurement:
     exercises=("sampler",),
 )
 def check_task_probabilities(ctx: Context) -> Measurement:
-    """task_probabilities(sizes, α) for several sizes and α against the stored values."""
+    """task_probabilities(sizes, α) for several sizes and α against the stored values. α = 0
+    is among them (uniform sampling); a ZeroDivisionError there (every weight 0, as α·N_i
+    gives) is graded as the NaN that 0/0 is, so the known mistake that gives it is named."""
     from minbert.sampling import task_probabilities
 
-    values, labels = [], []
+    values, labels, errors = [], [], []
     for sizes in SAMPLER_SIZES:
         for alpha in ALPHAS:
-            got = task_probabilities(sizes, alpha)
+            try:
+                got = task_probabilities(sizes, alpha)
+            except ZeroDivisionError as err:  # graded as NaN (0/0), so the mistake can be named
+                errors.append(f"ZeroDivisionError: {err} with α = {alpha} and sizes {sizes}")
+                got = dict.fromkeys(sizes, math.nan)
             if list(got) != list(sizes):
                 return Measurement(
                     math.inf, f"tasks {list(got)}, expected {list(sizes)} (in order)"
@@ -64,9 +70,11 @@ def check_task_probabilities(ctx: Context) -> Measurement:
     got = torch.tensor(values, dtype=torch.float64)
     case = ctx.course_data["sampler"]["probabilities"]
     measurement = grade(case, {"p": got})
-    if measurement.max_abs_diff > 0:
+    if not measurement.max_abs_diff <= 0:  # NaN included
         i = int((got - case["expected"]["p"]).abs().nan_to_num(math.inf).argmax())
         measurement.hint = (
             f"{labels[i]}: got {got[i].item():.6g}, expected {case['expected']['p'][i].item():.6g}"
         )
+    if errors:
+        measurement.hint = f"{errors[0]} ({len(errors)} cases); {measurement.hint}"
     return measurement
