@@ -59,7 +59,9 @@ def embeddings(module, input_ids, token_type_ids, training, mistake=None):
         x = x + module.position_embeddings.weight[1 : T + 1][None]
     elif mistake != "no_positions":
         x = x + module.position_embeddings.weight[:T][None]
-    if mistake != "no_token_types":
+    if mistake == "token_types_zero":  # right for a single sentence, wrong for a pair
+        x = x + module.token_type_embeddings.weight[torch.zeros_like(token_type_ids)]
+    elif mistake != "no_token_types":
         x = x + module.token_type_embeddings.weight[token_type_ids]
     p = module.dropout.p
     if mistake == "dropout_before_norm":
@@ -315,6 +317,8 @@ def lhuc(h, r, mistake=None):
         return h * 2.0 * r
     if mistake == "sigmoid_of_2r":
         return h * (1.0 / (1.0 + torch.exp(-2.0 * r)))
+    if mistake == "exp":
+        return h * torch.exp(r)
     if mistake == "added":
         return h + 2.0 / (1.0 + torch.exp(-r))
     return h * (2.0 / (1.0 + torch.exp(-r)))
@@ -413,11 +417,13 @@ def perturbation(forward, embeddings, clean, kind, config, seed, mistake=None):
             perturbed = forward([e + d for e, d in zip(base, deltas)])
             objective = divergence(clean.detach().float(), perturbed)
             grads = torch.autograd.grad(objective, deltas, allow_unused=True)
-        # an embedding the outputs do not read has no gradient: its δ takes no step
-        grads = [torch.zeros_like(d) if g is None else g for d, g in zip(deltas, grads)]
         sign = -1.0 if mistake == "descent" else 1.0
-        steps_ = [ascent_direction(g, norm, mistake) for g in grads]
-        deltas = [project(d.detach() + sign * config.step_size * s) for d, s in zip(deltas, steps_)]
+        stepped = []
+        for d, g in zip(deltas, grads):
+            if g is not None:  # an embedding the outputs do not read has none: no step
+                d = d.detach() + sign * config.step_size * ascent_direction(g, norm, mistake)
+            stepped.append(project(d.detach()))
+        deltas = stepped
     return [d.detach() for d in deltas]
 
 

@@ -46,6 +46,8 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "no_dropout": "the dropout is missing",
         "dropout_before_norm": "the dropout comes before the LayerNorm instead of after it",
         "positions_from_one": "the positions count from 1 instead of 0",
+        "token_types_zero": "every token gets the type-0 embedding: the token_type_ids are "
+        "ignored, which is right for single sentences and wrong for the second sentence of a pair",
         "norm_word_only": "the LayerNorm is applied to the word embeddings alone, before the "
         "position and token type embeddings are added",
     },
@@ -143,6 +145,7 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "no_sigmoid": "the sigmoid of r is missing",
         "sigmoid_of_2r": "the scale is σ(2r) instead of 2·σ(r)",
         "added": "the scale 2·σ(r) is added to h instead of multiplying it",
+        "exp": "the scale is exp(r) instead of 2·σ(r)",
     },
     "lora_linear": {
         "no_scale": "the update is not scaled by α/r",

@@ -167,7 +167,8 @@ def fused_through_written_out() -> Iterator[None]:
     saved = F.scaled_dot_product_attention
 
     def fused(q, k, v, attn_mask=None, dropout_p=0.0, **kwargs):
-        return bert.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p)
+        mask = q.new_zeros(()) if attn_mask is None else attn_mask  # no mask: adds nothing
+        return bert.scaled_dot_product_attention(q, k, v, mask, dropout_p)
 
     F.scaled_dot_product_attention = fused
     try:
