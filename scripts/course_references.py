@@ -83,6 +83,8 @@ def attention(q, k, v, mask, dropout_p, training=True, mistake=None):
         scores = scores / math.sqrt(d_k)
     if mistake == "mask_subtracted":
         scores = scores - mask
+    elif mistake == "mask_on_queries":  # (B, 1, T, 1): each padded query row is masked
+        scores = scores + mask.transpose(-2, -1)
     elif mistake == "mask_as_keep":  # M read as 1 = keep: the real tokens are masked out
         scores = scores.masked_fill(mask == 0, -math.inf)
     elif mistake not in ("no_mask", "mask_after_softmax"):

@@ -64,6 +64,8 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "mask_as_keep": "the additive mask M is read as 1 = keep (masked_fill(M == 0, −inf)): "
         "the real tokens are masked out and a row of real tokens only becomes NaN",
         "scale_after_softmax": "the division by √d_k comes after the softmax instead of before",
+        "mask_on_queries": "the mask is applied along the queries (rows, M transposed) instead "
+        "of the keys (columns)",
     },
     "self_attention": {
         "merge_without_transpose": "the heads are merged without transposing (B, nh, T, hs) "

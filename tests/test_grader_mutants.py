@@ -611,6 +611,16 @@ MUTANTS += [
         named="read as 1 = keep",
     ),
     m(
+        "att-mask-on-queries",
+        "attention",
+        BERT,
+        (
+            SCORES,
+            "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + mask.transpose(-2, -1)",
+        ),
+        named="along the queries",
+    ),
+    m(
         "att-scale-after-softmax",
         "attention",
         BERT,
@@ -1214,6 +1224,124 @@ CORRECT = [
         PALS,
         (TRAIN_P, "dropout_p = float(self.training) * self.dropout_p"),
     ),
+    # more correct forms (each passes in eval and training mode)
+    m(
+        "adamw-hat-addcdiv",
+        "adamw",
+        OPT,
+        (STEP_SIZE, "m_hat = m / bias_correction1"),
+        (DENOM, "v_hat = v / bias_correction2"),
+        (
+            "p.addcdiv_(m, denom, value=-step_size)",
+            "p.addcdiv_(m_hat, v_hat.sqrt().add_(eps), value=-lr)",
+        ),
+    ),
+    m("adamw-decay-sub-lr", "adamw", OPT, (DECAY, "p.sub_(lr * weight_decay * p)")),
+    m(
+        "adapter-gelu-erf-written-out",
+        "adapter",
+        ADAPTER,
+        (
+            ADAPTER_Z,
+            "z = self.down(h)\n        z = 0.5 * z * (1.0 + torch.erf(z / math.sqrt(2.0)))",
+        ),
+    ),
+    m(
+        "embeddings-layernorm-written-out",
+        "embeddings",
+        BERT,
+        (
+            "return self.dropout(self.LayerNorm(x))",
+            "n = self.LayerNorm\n"
+            "        mu = x.mean(-1, keepdim=True)\n"
+            "        var = x.var(-1, keepdim=True, unbiased=False)\n"
+            "        x = (x - mu) / torch.sqrt(var + n.eps) * n.weight + n.bias\n"
+            "        return self.dropout(x)",
+        ),
+    ),
+    m(
+        "lora-scale-on-input",
+        "lora",
+        LORA,
+        (LORA_ADD, "return y + update(self.dropout(x) * self.scale)"),
+    ),
+    m(
+        "lora-dropout-functional",
+        "lora",
+        LORA,
+        (LORA_ADD, "return y + self.scale * update(F.dropout(x, self.dropout.p, self.training))"),
+    ),
+    m("lhuc-sigmoid-method", "lhuc", LHUC, (LHUC_SCALE, "h * r.sigmoid() * 2")),
+    m(
+        "kl-div-batchmean",
+        "smart",
+        SMART,
+        (
+            KL,
+            'return F.kl_div(log_q, log_p, reduction="batchmean", log_target=True) + F.kl_div(\n'
+            '        log_p, log_q, reduction="batchmean", log_target=True\n    )',
+        ),
+    ),
+    m(
+        "smart-normalise-by-hand",
+        "smart",
+        SMART,
+        (
+            SMART_STEP,
+            "config.step_size * grad / (\n"
+            '            grad.abs().amax(-1, keepdim=True) if config.norm == "linf"\n'
+            "            else grad.norm(dim=-1, keepdim=True)\n        ).clamp_min(1e-12)",
+        ),
+    ),
+    m(
+        "mask-labels-masked-fill",
+        "masking",
+        MLM,
+        (LABELS, "labels = input_ids.masked_fill(~chosen, IGNORE)"),
+    ),
+    m(
+        "loss-nll-of-log-softmax",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "return F.nll_loss(F.log_softmax(logits.flatten(0, -2).float(), -1), labels.flatten(), "
+            "ignore_index=IGNORE)",
+        ),
+    ),
+    m(
+        "alpha-max-guard",
+        "sampler",
+        SAMPLING,
+        ("    if epochs == 1:\n        return 1.0\n", ""),
+        (ALPHA, "return 1.0 - 0.8 * (epoch - 1) / max(epochs - 1, 1)"),
+    ),
+    m(
+        "layer-dropout-functional",
+        "layer",
+        BERT,
+        (
+            DROP2,
+            'h = F.dropout(sites.linear("output", self.dense, h), self.dropout.p, self.training)',
+        ),
+    ),
+    m(  # out of place: the backward pass of the training-mode case goes through
+        "att-softmax-written-out",
+        "attention",
+        BERT,
+        (
+            PROBS,
+            "w = (scores - scores.amax(-1, keepdim=True)).exp()\n"
+            "    probs = F.dropout(w / w.sum(-1, keepdim=True), p=dropout_p)",
+        ),
+    ),
+    m(
+        "heads-unflatten",
+        "attention",
+        BERT,
+        (SPLIT, "t.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)"),
+        (MERGE, "y.transpose(1, 2).flatten(2)"),
+    ),
 ]
 
 
@@ -1304,10 +1432,35 @@ def test_stored_reference_data_are_up_to_date() -> None:
 
 
 def test_the_corpus_is_large_enough() -> None:
-    assert len(MUTANTS) >= 40
-    assert sum(m.named is not None for m in MUTANTS) >= 25
-    assert len(CORRECT) >= 10
+    assert len(MUTANTS) >= 130
+    assert sum(m.named is not None for m in MUTANTS) >= 90
+    assert len(CORRECT) >= 30
     assert len({m.id for m in MUTANTS + CORRECT}) == len(MUTANTS + CORRECT)
+
+
+# Known mistakes no mutant can make the grader name, and why.
+UNPLANTABLE = {
+    ("lora_merge", "delta_transposed"): "a transposed ΔW of a non-square target (the "
+    "intermediate layer) raises in the given merge code before there is an output to compare",
+}
+
+
+def test_every_known_mistake_is_named_by_a_mutant() -> None:
+    """Each known mistake of scripts/make_course_references.py has a mutant in the corpus whose
+    diagnosis phrase is part of its description (so it is stored, reachable and printed)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import make_course_references
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    phrases = [m.named for m in MUTANTS if m.named is not None]
+    missing = []
+    for component, mistakes in make_course_references.MISTAKES.items():
+        for key, value in mistakes.items():
+            text = value if isinstance(value, str) else value[0]  # (text, cases) when partial
+            if not any(p in text for p in phrases) and (component, key) not in UNPLANTABLE:
+                missing.append((component, key))
+    assert not missing
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.id)
