@@ -701,6 +701,12 @@ MUTANTS += [
         (OUT1, 'return x + sites.norm("attention", self.LayerNorm, sites.after_attention(h))'),
         named="attention sub-layer only",
     ),
+    m(  # input: right numbers, but the in-place add overwrites a, which the backward pass needs
+        "layer-inplace-ffn-residual",
+        "layer",
+        BERT,
+        (FFN_ADD, "x += sites.after_feed_forward(h)\n        h = x"),
+    ),
     m(
         "layer-dropout-after-add",
         "layer",

@@ -100,7 +100,7 @@ def backward_problem(out: torch.Tensor, inputs: list[torch.Tensor]) -> str:
     """Why the backward pass from ``out`` to ``inputs`` fails, as it would in training ("" when
     it goes through)."""
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        return "the output does not depend on q, k, v through autograd (detached?): no gradient"
+        return "the output does not depend on the inputs through autograd (detached?): no gradient"
     try:
         torch.autograd.grad(out.sum(), inputs, allow_unused=True)
     except RuntimeError as err:
@@ -222,7 +222,9 @@ class StandInSelfAttention(torch.nn.Module):
 
 def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
     """BertLayer (its attention swapped for a stand-in) on stored weights, eval and training
-    mode, against the stored post-norm layer."""
+    mode, against the stored post-norm layer. Training mode runs as training does, with
+    gradients, and the backward pass must go through: an in-place residual add on a tensor
+    autograd saved gives the right numbers but fails there."""
 
     def run(ctx: Context) -> Measurement:
         from minbert.bert import BertConfig, BertLayer
@@ -236,8 +238,14 @@ def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
         cases = data["sites" if with_sites else "plain"]
         found = []
         for name in MODES:
-            with mode(layer, name, ctx.course_data["seed"]):
-                got = layer(data["x"], data["mask"], sites)
+            x = data["x"].clone().requires_grad_(name == "train")
+            with (
+                mode(layer, name, ctx.course_data["seed"]),
+                torch.set_grad_enabled(name == "train"),
+            ):
+                got = layer(x, data["mask"], sites)
+            if name == "train" and (problem := backward_problem(got, [x])):
+                return Measurement(math.inf, problem)
             found.append(grade(cases[name], {"layer output": got}, f"({label}, {name} mode) "))
         return worst_of(found)
 
