@@ -27,8 +27,10 @@ The rules a check keeps:
   outputs (``grade``); the equations that made them are instructor-only
   (``scripts/course_references.py``, run by ``scripts/make_course_references.py``), so the student
   tree holds no solution. The stored outputs of each exercise's known mistakes let a failing
-  check name the mistake (``diagnose``). Components with dropout run in eval and in training mode
-  under seeded dropout (``minbert/course/dropout.py``);
+  check name the mistake (``diagnose``): one declared for some cases only (one path) when those
+  cases match it and the others are right (``worst_of``), one that gives NaN or inf when the
+  student's output is NaN or inf in the same places (``_distance``). Components with dropout
+  run in eval and in training mode under seeded dropout (``minbert/course/dropout.py``);
 * it calls no exercise but its own (the layer and PAL checks swap in stand-ins for attention,
   the plug-in checks call the plug-in's own sites, SMART runs on a small model defined in its
   check), so a missing attention does not fail the AdamW check;
