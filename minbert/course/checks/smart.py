@@ -52,6 +52,7 @@ def smart_problem() -> tuple[
 
 
 def smart_label(norm: str, steps: int, kind: str, model: str, grad_mode: str) -> str:
+    """The case's part of its outputs' names, shared with the instructor's generator."""
     return f"({norm}, K = {steps}, {kind}, {model}, {grad_mode.replace('_', ' ')})"
 
 
