@@ -41,14 +41,21 @@ from minbert.course.registry import COURSE_DATA  # noqa: E402
 from minbert.course.seal import seal  # noqa: E402
 
 # What the grader prints for each known mistake, by exercise (the key is course_references'
-# ``mistake`` argument).
-MISTAKES = {
+# ``mistake`` argument). A mistake made in some cases only (one path of a check) is declared as
+# (description, the labels of those cases): it is stored in those cases alone, and the grader
+# names it when they match it and the other cases are right (``registry.worst_of``).
+MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
     "embeddings": {
         "no_positions": "the position embeddings are not added",
         "no_token_types": "the token type embeddings are not added",
         "no_norm": "the LayerNorm is missing",
         "no_dropout": "the dropout is missing",
         "dropout_before_norm": "the dropout comes before the LayerNorm instead of after it",
+        "positions_from_one": "the positions count from 1 instead of 0",
+        "token_types_zero": "every token gets the type-0 embedding: the token_type_ids are "
+        "ignored, which is right for single sentences and wrong for the second sentence of a pair",
+        "norm_word_only": "the LayerNorm is applied to the word embeddings alone, before the "
+        "position and token type embeddings are added",
     },
     "attention_function": {
         "no_scale": "QKᵀ is not divided by √d_k",
@@ -60,6 +67,11 @@ MISTAKES = {
         "no_dropout": "the dropout on the attention probabilities is missing",
         "dropout_before_softmax": "the dropout is applied to the scores before the softmax",
         "dropout_on_output": "the dropout is applied to the output instead of the probabilities",
+        "mask_as_keep": "the additive mask M is read as 1 = keep (masked_fill(M == 0, −inf)): "
+        "the real tokens are masked out and a row of real tokens only becomes NaN",
+        "scale_after_softmax": "the division by √d_k comes after the softmax instead of before",
+        "mask_on_queries": "the mask is applied along the queries (rows, M transposed) instead "
+        "of the keys (columns)",
     },
     "self_attention": {
         "merge_without_transpose": "the heads are merged without transposing (B, nh, T, hs) "
@@ -68,6 +80,12 @@ MISTAKES = {
         "without the transpose",
         "query_key_swapped": "the query and key projections are swapped",
         "no_dropout": "the attention dropout is not passed on in training mode",
+        "value_uses_key": "the values are projected with the key projection",
+        # partial: made on the fused path only, so the written-out path is right
+        "fused_no_mask": (
+            "the mask is not passed to F.scaled_dot_product_attention (fused path only)",
+            ("fused",),
+        ),
     },
     "layer": {
         "norm_before_residual": "the LayerNorm is applied before the residual is added "
@@ -82,6 +100,12 @@ MISTAKES = {
         "parallel_after_norm": "the parallel (PAL) term is added after the LayerNorm",
         "after_attention_after_add": "sites.after_attention is applied after the residual add",
         "no_after_layer": "sites.after_layer is not applied to the output",
+        "residual_adds_heads": "the residual around the attention adds the heads (the "
+        "self-attention's output) instead of the layer input x",
+        "norm_before_residual_attention": "in the attention sub-layer only, the LayerNorm is "
+        "applied before the residual is added (x + LayerNorm(h))",
+        "norm_before_residual_ffn": "in the feed-forward sub-layer only, the LayerNorm is applied "
+        "before the residual is added (a + LayerNorm(h))",
     },
     "adamw": {
         "no_bias_correction": "the bias corrections 1 − β₁ᵗ and 1 − β₂ᵗ are missing",
@@ -94,11 +118,22 @@ MISTAKES = {
         "step_count_from_zero": "the bias corrections use t − 1 (the step count before "
         "incrementing)",
         "decay_after_update": "the decay is applied after the Adam update instead of before it",
+        "only_m_corrected": "only the first moment is bias-corrected (v̂ = v)",
+        "only_v_corrected": "only the second moment is bias-corrected (m̂ = m)",
+        "corrections_swapped": "the bias corrections are swapped (m / (1 − β₂ᵗ), v / (1 − β₁ᵗ))",
+        "tf_epsilon_hat": "the update is Adam's ε̂ form (TensorFlow's: lr·√(1 − β₂ᵗ)/(1 − β₁ᵗ) "
+        "· m / (√v + ε)), where ε is not scaled by √(1 − β₂ᵗ)",
+        "decay_sign": "the decay has the wrong sign (θ ← θ + lr·λ·θ)",
+        "beta2_swapped": "β₂ and 1 − β₂ are swapped in the second moment",
+        "corrected_in_place": "the bias corrections are applied to the stored moments in place "
+        "(m and v are overwritten by m̂ and v̂)",
+        "no_eps": "ε is missing from the denominator",
     },
     "sampler_alpha": {
         "epoch_off_by_one": "α is off by one epoch (e instead of e − 1)",
         "divided_by_epochs": "α divides by E instead of E − 1",
         "ends_at_zero": "α goes from 1 to 0 instead of from 1 to 0.2",
+        "rising": "α rises from 0.2 to 1 instead of falling from 1 to 0.2",
     },
     "sampler_probabilities": {
         "not_normalised": "the weights N_i^α are not divided by their sum",
@@ -109,15 +144,24 @@ MISTAKES = {
         "no_skip": "the adapter has no skip connection (h + ...)",
         "no_activation": "the GELU between the down and up projections is missing",
         "relu": "ReLU is used instead of GELU",
+        "tanh_gelu": "GELU's tanh approximation is used instead of the exact (erf) GELU",
+        "gelu_after_up": "the GELU comes after the up-projection instead of between the "
+        "projections",
     },
     "lhuc": {
         "no_factor_2": "the factor 2 of 2·σ(r) is missing",
         "no_sigmoid": "the sigmoid of r is missing",
+        "sigmoid_of_2r": "the scale is σ(2r) instead of 2·σ(r)",
+        "added": "the scale 2·σ(r) is added to h instead of multiplying it",
+        "exp": "the scale is exp(r) instead of 2·σ(r)",
     },
     "lora_linear": {
         "no_scale": "the update is not scaled by α/r",
         "scale_inverted": "the update is scaled by r/α instead of α/r",
         "no_dropout": "the dropout on the update's input is missing",
+        "dropout_on_update": "the dropout is applied to the update's output B A x instead of "
+        "its input x",
+        "scale_one_over_rank": "the update is scaled by 1/r instead of α/r",
     },
     "lora_merge": {
         "no_scale": "the merged update is not scaled by α/r",
@@ -130,6 +174,9 @@ MISTAKES = {
     "symmetric_kl": {
         "one_sided": "the KL is one-sided (KL(P‖Q) only), not symmetric",
         "sum_over_batch": "the divergence is summed over the batch instead of averaged",
+        "mean_over_classes": "the divergence is averaged over the classes too (F.kl_div with "
+        'reduction="mean"), not summed over them and averaged over the batch',
+        "softmax_over_batch": "the softmax runs over the batch (dim 0) instead of the classes",
     },
     "smart": {
         "not_normalised": "the ascent step is not normalised by the gradient's norm",
@@ -138,6 +185,10 @@ MISTAKES = {
         "no_projection": "δ is not projected back onto the ε-ball",
         "descent": "δ moves down the gradient (descent) instead of up",
         "one_step_too_many": "one ascent step too many (K + 1)",
+        "no_zero_guard": "the per-token normalisation divides by a zero norm where the gradient "
+        "is zero (padding), which puts NaN into δ",
+        "sign": "the step is sign(g) instead of g normalised per token",
+        "l2_always": "the gradient is normalised by its ℓ2 norm whatever config.norm says",
     },
     "masking": {
         "specials_chosen": "special tokens ([CLS], [SEP], ...) can be chosen",
@@ -149,15 +200,31 @@ MISTAKES = {
         "labels_at_mask_only": "only the tokens replaced by [MASK] are labelled, not every chosen "
         "token",
         "whole_word_ignored": "with whole-word masking, each piece is chosen on its own",
+        "labels_from_masked": "the labels are taken from the masked ids instead of the original "
+        "ids",
+        "labels_zero": "the positions not chosen are labelled 0 instead of −100",
     },
     "mlm_loss": {
         "all_positions": "the loss is averaged over all positions instead of the masked ones",
         "sum": "the loss is summed over the masked positions instead of averaged",
         "no_log_softmax": "the logits are used as log-probabilities (no log-softmax)",
+        "softmax_first": "cross_entropy is given probabilities (a softmax before cross_entropy, "
+        "which applies its own log-softmax)",
     },
 }
 
 SEED = 1234  # of the recorded dropout masks
+
+
+def declared(component: str, scope: str | None = None) -> dict[str, str]:
+    """key -> description of the known mistakes of ``component`` that belong to the case
+    ``scope``: every mistake declared for all cases, and those declared for ``scope``."""
+    found = {}
+    for key, value in MISTAKES[component].items():
+        text, scopes = (value, None) if isinstance(value, str) else value
+        if scopes is None or scope in scopes:
+            found[key] = text
+    return found
 
 
 def randomize(module: torch.nn.Module, generator: torch.Generator, std: float = 0.5) -> None:
@@ -201,10 +268,17 @@ def check_tolerance(name_start: str) -> float:
     return min(found)
 
 
-def case(component: str, compute, modes=MODES, tolerance: float | None = None) -> dict:
+def case(
+    component: str,
+    compute,
+    modes=MODES,
+    scope: str | None = None,
+    tolerance: float | None = None,
+) -> dict:
     """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}},
-    sealed (``with_mistakes``); in training mode also the reference's "dropout calls" (shape, p),
-    which a check prints when the student's calls draw other masks."""
+    with the mistakes ``declared`` for ``scope``, sealed (``with_mistakes``); in training mode
+    also the reference's "dropout calls" (shape, p), which a check prints when the student's
+    calls draw other masks."""
 
     calls = {}
 
@@ -221,7 +295,7 @@ def case(component: str, compute, modes=MODES, tolerance: float | None = None) -
     stored = {}
     for mode in modes:
         expected = run(mode, None)
-        mistakes = {t: run(mode, k) for k, t in MISTAKES[component].items()}
+        mistakes = {t: run(mode, k) for k, t in declared(component, scope).items()}
         stored[mode] = with_mistakes(expected, mistakes, tolerance)
         if mode in calls:  # the dropout calls of the reference, for the messages
             stored[mode]["dropout calls"] = calls[mode]
@@ -289,7 +363,7 @@ def attention_function_data() -> dict:
 
 def self_attention_data() -> dict:
     from minbert.bert import BertConfig, BertSelfAttention
-    from minbert.course.checks.bert import ATTENTION_CONFIG, ScalingSites
+    from minbert.course.checks.bert import ATTENTION_CONFIG, PATHS, ScalingSites
 
     g = torch.Generator().manual_seed(3)
     config = BertConfig.tiny(**ATTENTION_CONFIG)
@@ -322,8 +396,9 @@ def self_attention_data() -> dict:
             out[label] = y
         return out
 
+    # one case per path: a mistake made on one path only is stored in that path's case alone
     data = {"state": state(module), "x": x, "mask": mask}
-    return data | case("self_attention", compute)
+    return data | {path: case("self_attention", compute, scope=path) for path in PATHS}
 
 
 def layer_data() -> dict:
@@ -387,7 +462,7 @@ def adamw_data() -> dict:
         rows.append(torch.cat([p.detach().reshape(-1) for p in m.parameters()]))
     expected = trajectory(None)
     assert (torch.stack(rows) - expected).abs().max() < 1e-12, "reference AdamW != torch's"
-    mistakes = {text: {"θ": trajectory(key)} for key, text in MISTAKES["adamw"].items()}
+    mistakes = {text: {"θ": trajectory(key)} for key, text in declared("adamw").items()}
     return {"state": start, "x": x, "y": y} | with_mistakes(
         {"θ": expected}, mistakes, ADAMW_TOLERANCE
     )
@@ -415,12 +490,12 @@ def sampler_data() -> dict:
     return {
         "alpha": with_mistakes(
             {"α": alphas(None)},
-            {t: {"α": alphas(k)} for k, t in MISTAKES["sampler_alpha"].items()},
+            {t: {"α": alphas(k)} for k, t in declared("sampler_alpha").items()},
             SAMPLER_TOLERANCE,
         ),
         "probabilities": with_mistakes(
             {"p": probabilities(None)},
-            {t: {"p": probabilities(k)} for k, t in MISTAKES["sampler_probabilities"].items()},
+            {t: {"p": probabilities(k)} for k, t in declared("sampler_probabilities").items()},
             SAMPLER_TOLERANCE,
         ),
     }
@@ -599,21 +674,22 @@ def pals_data() -> dict:
 
 
 def smart_data() -> dict:
-    from minbert.course.checks.smart import KL_TOLERANCE, SMART_CASES, smart_problem
+    from minbert.course.checks.smart import KL_TOLERANCE, SMART_CASES, smart_label, smart_problem
     from minbert.smart import SmartConfig
 
-    embeddings, forward = smart_problem()
-    clean = forward(embeddings)
+    embeddings, models = smart_problem()
 
     def deltas(mistake):
         out = {}
-        for norm, steps, kind in SMART_CASES:
+        for norm, steps, kind, model, grad_mode in SMART_CASES:
             config = SmartConfig(
                 sigma=0.05, epsilon=0.1, step_size=0.04, ascent_steps=steps, norm=norm
             )
+            forward = models[model]
+            clean = forward(embeddings)
             found = ref.perturbation(forward, embeddings, clean, kind, config, 11, mistake)
             for j, d in enumerate(found):
-                out[f"δ of embedding {j} ({norm}, K = {steps}, {kind})"] = d
+                out[f"δ of embedding {j} {smart_label(norm, steps, kind, model, grad_mode)}"] = d
         return out
 
     g = torch.Generator().manual_seed(12)
@@ -621,7 +697,7 @@ def smart_data() -> dict:
     return {
         "perturbation": with_mistakes(
             deltas(None),
-            {t: deltas(k) for k, t in MISTAKES["smart"].items()},
+            {t: deltas(k) for k, t in declared("smart").items()},
             check_tolerance(GRADED_BY["smart"]),
         ),
         "kl": {"p": p, "q": q}
@@ -629,7 +705,7 @@ def smart_data() -> dict:
             {"divergence": ref.symmetric_kl(p, q)},
             {
                 t: {"divergence": ref.symmetric_kl(p, q, k)}
-                for k, t in MISTAKES["symmetric_kl"].items()
+                for k, t in declared("symmetric_kl").items()
             },
             KL_TOLERANCE,
         ),
@@ -675,12 +751,12 @@ def mlm_data() -> dict:
 
     return {
         "masking": with_mistakes(
-            masks(None), {t: masks(k) for k, t in MISTAKES["masking"].items()}
+            masks(None), {t: masks(k) for k, t in declared("masking").items()}
         ),
         "loss": {"logits": logits, "labels": labels}
         | with_mistakes(
             losses(None),
-            {t: losses(k) for k, t in MISTAKES["mlm_loss"].items()},
+            {t: losses(k) for k, t in declared("mlm_loss").items()},
             MLM_LOSS_TOLERANCE,
         ),
     }

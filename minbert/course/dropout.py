@@ -124,8 +124,9 @@ def recorded_dropout(seed: int) -> Iterator[DropoutRecorder]:
 @contextlib.contextmanager
 def mode(module: torch.nn.Module, name: str, seed: int) -> Iterator[DropoutRecorder | None]:
     """``name`` "eval": the module in eval mode, no gradients (yields None). "train": training
-    mode under ``recorded_dropout(seed)`` (yields its recorder). The module is left in eval mode
-    afterwards."""
+    mode under ``recorded_dropout(seed)`` (yields its recorder), no gradients either: a check
+    that runs the backward pass (the layer check) enables them inside. The module is left in
+    eval mode afterwards."""
     module.train(name == "train")
     try:
         with torch.no_grad():

@@ -32,8 +32,11 @@ The rules a check keeps:
   stored data passes (``measure_sealed``; ``tests/test_grader_store.py``); the equations that made
   them are instructor-only (``scripts/course_references.py``, run by
   ``scripts/make_course_references.py``), so the student tree holds no solution. The sealed
-  outputs of each exercise's known mistakes let a failing check name the mistake (``diagnose``).
-  Components with dropout run in eval and in training mode under seeded dropout
+  outputs of each exercise's known mistakes let a failing check name the mistake (``diagnose``):
+  one declared for some cases only (one path) when those cases match it and the others are right
+  (``worst_of``), one that gives NaN or inf when the student's output is NaN or inf in the same
+  places (``_distance``, on the projections: a slice holding NaN projects to NaN). Components
+  with dropout run in eval and in training mode under seeded dropout
   (``minbert/course/dropout.py``: masks per head, so a loop over the heads is graded like one
   call; ``grade`` says how the dropout calls differ when they draw other masks);
 * it calls no exercise but its own (the layer and PAL checks swap in stand-ins for attention,
@@ -101,17 +104,26 @@ class Measurement:
 
 def worst_of(measurements: list[Measurement]) -> Measurement:
     """The measurement with the largest difference (NaN first); 0 when there is none. A known
-    mistake keeps its largest distance over all of them (it must match every one)."""
+    mistake keeps its largest distance over all of them: in a measurement that declares it, the
+    distance to its output; in one that does not (a mistake declared for some cases only: one
+    path, one mode), the distance to the expected output, since there the mistake changes
+    nothing. So a partial mistake is named when the cases it affects match it and the others
+    are right."""
     worst = Measurement(0.0)
     for m in measurements:
         if m.is_worse_than(worst):
             worst = Measurement(m.max_abs_diff, m.hint, worst.mistakes)
-    mistakes: dict[str, float] = {}
-    for m in measurements:
-        for name, distance in m.mistakes.items():
-            mistakes[name] = max(mistakes.get(name, 0.0), distance)
-    worst.mistakes = mistakes
+    names = dict.fromkeys(name for m in measurements for name in m.mistakes)
+    worst.mistakes = {
+        name: max(_as_distance(m.mistakes.get(name, m.max_abs_diff)) for m in measurements)
+        for name in names
+    }
     return worst
+
+
+def _as_distance(d: float) -> float:
+    """A difference as a distance: NaN (a broken comparison) is infinitely far."""
+    return math.inf if math.isnan(d) else d
 
 
 @dataclass(frozen=True)
@@ -258,13 +270,17 @@ def _position(where: tuple[int, ...], axes: tuple[str, ...]) -> str:
 
 
 def _distance(got: torch.Tensor, other: torch.Tensor) -> float:
-    """max |got − other| (inf when the shapes differ or a value is NaN)."""
+    """max |got − other|, where NaN matches NaN and an infinity the same infinity (so a known
+    mistake whose output is NaN or inf in some places matches a student's output broken in the
+    same places); inf when the shapes differ or one side alone is NaN or infinite."""
     if not isinstance(got, torch.Tensor) or got.shape != other.shape:
         return math.inf
     if got.numel() == 0:
         return 0.0
-    d = (got.detach().double() - other.double()).abs().max().item()
-    return math.inf if math.isnan(d) else d
+    a, b = got.detach().double(), other.detach().double()
+    same = (a.isnan() & b.isnan()) | (a == b)  # a == b holds for equal infinities too
+    d = torch.where(same, 0.0, (a - b).abs()).nan_to_num(nan=math.inf).max().item()
+    return d
 
 
 def grade(
@@ -277,9 +293,11 @@ def grade(
     """What the student's code computed (``got``: name -> tensor) against a stored case:
     ``case["expected"]`` (name -> the sealed output, ``minbert/course/seal.py``) and
     ``case["mistakes"]`` (description of a known mistake -> the sealed outputs it gives; a name
-    it leaves out is as expected). The measurement is the worst of the expected outputs
-    (``measure_sealed``), and it carries the distance to every known mistake, in the same sealed
-    form, which ``run_check`` uses to name the mistake when the check fails. ``dropout``: the
+    it leaves out is as expected; a mistake declared for other cases only is not in the case at
+    all, and ``worst_of`` takes it as expected here). The measurement is the worst of the
+    expected outputs (``measure_sealed``), and it carries the distance to every known mistake,
+    in the same sealed form, which ``run_check`` uses to name the mistake when the check fails
+    (``diagnose``). ``dropout``: the
     recorder the student's code ran under in training mode; where its calls drew other masks
     than the reference's, the message says how they differ (``explain_calls``)."""
     expected: dict[str, dict] = case["expected"]
@@ -334,7 +352,8 @@ class Observed:
 
     def distance(self, sealed: dict) -> float:
         """How far the output is from a stored one, in the stored form: the largest projected
-        difference, or 0 (the same digests) or inf; inf when the shape differs."""
+        difference (``_distance``: a slice NaN or infinite in both matches), or 0 (the same
+        digests: a NaN's bucket is "nan") or inf; inf when the shape differs."""
         if self.form is None:
             return math.inf
         if self.kind == "projection":

@@ -19,6 +19,7 @@ on the project's tiny config, then the whole model against Hugging Face.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 EMBEDDINGS_CONFIG = {"vocab_size": 50}
 ATTENTION_CONFIG: dict = {}
 LAYER_CONFIG = {"hidden_act": "gelu"}
+# The two paths of BertSelfAttention (``use_fast_path`` True, False), each a case of its check.
+PATHS = ("fused", "written-out")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -82,7 +85,11 @@ def check_embeddings(ctx: Context) -> Measurement:
 )
 def check_attention_function(ctx: Context) -> Measurement:
     """scaled_dot_product_attention on stored padded random heads, without and with dropout (under
-    recorded dropout), against the stored softmax(QKᵀ/√d_k + M)·V."""
+    recorded dropout), against the stored softmax(QKᵀ/√d_k + M)·V; torch's fused op raises
+    there (``no_fused_attention``). With dropout it runs as in training, with gradients enabled
+    (recorded dropout multiplies out of place, so autograd goes through its masks), and the
+    backward pass must go through: an in-place operation on a tensor autograd saved gives the
+    right numbers but fails there. The recorder's calls go to ``grade`` for the message."""
     from minbert.bert import scaled_dot_product_attention
 
     data = ctx.course_data["attention_function"]
@@ -91,11 +98,30 @@ def check_attention_function(ctx: Context) -> Measurement:
     for name in MODES:
         p = data["dropout_p"] if name == "train" else 0.0
         context = recorded_dropout(ctx.course_data["seed"]) if p else contextlib.nullcontext()
-        with context as recorder, no_fused_attention(), torch.no_grad():
-            got = scaled_dot_product_attention(data["q"], data["k"], data["v"], data["mask"], p)
+        qkv = [data[t].clone().requires_grad_(name == "train") for t in ("q", "k", "v")]
+        with context as recorder, no_fused_attention(), torch.set_grad_enabled(name == "train"):
+            got = scaled_dot_product_attention(*qkv, data["mask"], p)
+        if name == "train" and (problem := backward_problem(got, qkv)):
+            return Measurement(math.inf, problem)
         label = f"(dropout_p {p}) "
         found.append(grade(data[name], {"attention output": got}, label, axes, recorder))
     return worst_of(found)
+
+
+def backward_problem(out: torch.Tensor, inputs: list[torch.Tensor]) -> str:
+    """Why the backward pass from ``out`` to ``inputs`` fails, as it would in training ("" when
+    it goes through)."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return "the output does not depend on the inputs through autograd (detached?): no gradient"
+    try:
+        torch.autograd.grad(out.sum(), inputs, allow_unused=True)
+    except RuntimeError as err:
+        first = str(err).split(". ")[0]
+        return (
+            f"the backward pass fails, as it would in training: {first} (an in-place operation "
+            "on a tensor autograd saved; use the out-of-place form)"
+        )
+    return ""
 
 
 class ScalingSites:
@@ -225,9 +251,8 @@ def check_self_attention(ctx: Context) -> Measurement:
     attention = BertSelfAttention(BertConfig.tiny(**ATTENTION_CONFIG))
     attention.load_state_dict(data["state"])
     found = []
-    for fast in (True, False):
-        attention.use_fast_path = fast
-        path = "fused" if fast else "written-out"
+    for path in PATHS:
+        attention.use_fast_path = path == "fused"
         for name in MODES:
             got = {}
             context = fused_through_written_out() if name == "train" else contextlib.nullcontext()
@@ -235,7 +260,7 @@ def check_self_attention(ctx: Context) -> Measurement:
                 for label, sites in site_variants():  # one mask sequence, in this order
                     got[label] = attention(data["x"], data["mask"], sites)
             label = f"heads ({path} path, {name} mode) "
-            found.append(grade(data[name], got, label, dropout=recorder))
+            found.append(grade(data[path][name], got, label, dropout=recorder))
     attention.use_fast_path = True
     return worst_of(found)
 
@@ -256,7 +281,10 @@ class StandInSelfAttention(torch.nn.Module):
 
 def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
     """BertLayer (its attention swapped for a stand-in) on stored weights, eval and training
-    mode, against the stored post-norm layer."""
+    mode, against the stored post-norm layer. Training mode runs as training does, under
+    recorded dropout with gradients enabled inside ``mode`` (which turns them off), and the
+    backward pass must go through: an in-place residual add on a tensor autograd saved gives the
+    right numbers but fails there."""
 
     def run(ctx: Context) -> Measurement:
         from minbert.bert import BertConfig, BertLayer
@@ -270,8 +298,14 @@ def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
         cases = data["sites" if with_sites else "plain"]
         found = []
         for name in MODES:
-            with mode(layer, name, ctx.course_data["seed"]) as recorder:
-                got = layer(data["x"], data["mask"], sites)
+            x = data["x"].clone().requires_grad_(name == "train")
+            with (
+                mode(layer, name, ctx.course_data["seed"]) as recorder,
+                torch.set_grad_enabled(name == "train"),
+            ):
+                got = layer(x, data["mask"], sites)
+            if name == "train" and (problem := backward_problem(got, [x])):
+                return Measurement(math.inf, problem)
             found.append(
                 grade(cases[name], {"layer output": got}, f"({label}, {name} mode) ", (), recorder)
             )

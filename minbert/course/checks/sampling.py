@@ -59,13 +59,19 @@ def first_outside(got: torch.Tensor, case: dict, name: str) -> int | None:
     exercises=("sampler",),
 )
 def check_task_probabilities(ctx: Context) -> Measurement:
-    """task_probabilities(sizes, α) for several sizes and α against the stored values."""
+    """task_probabilities(sizes, α) for several sizes and α against the stored values. α = 0
+    is among them (uniform sampling); a ZeroDivisionError there (every weight 0, as α·N_i
+    gives) is graded as the NaN that 0/0 is, so the known mistake that gives it is named."""
     from minbert.sampling import task_probabilities
 
-    values, labels = [], []
+    values, labels, errors = [], [], []
     for sizes in SAMPLER_SIZES:
         for alpha in ALPHAS:
-            got = task_probabilities(sizes, alpha)
+            try:
+                got = task_probabilities(sizes, alpha)
+            except ZeroDivisionError as err:  # graded as NaN (0/0), so the mistake can be named
+                errors.append(f"ZeroDivisionError: {err} with α = {alpha} and sizes {sizes}")
+                got = dict.fromkeys(sizes, math.nan)
             if list(got) != list(sizes):
                 return Measurement(
                     math.inf, f"tasks {list(got)}, expected {list(sizes)} (in order)"
@@ -80,4 +86,6 @@ def check_task_probabilities(ctx: Context) -> Measurement:
         measurement.hint = (
             f"{labels[i]}: got {got[i].item():.17g}, not within the tolerance of the expected value"
         )
+    if errors:
+        measurement.hint = f"{errors[0]} ({len(errors)} cases); {measurement.hint}"
     return measurement
