@@ -14,15 +14,17 @@ reference, and passes when it is at most the check's stated tolerance. Two kinds
   with the outputs stored there, in eval mode and (where there is dropout) in training mode under
   seeded dropout. Those outputs come from equations written out independently in an
   instructor-only script (``scripts/make_course_references.py``), so a student tree holds no
-  solution; the file also holds the outputs of common mistakes, and a failing check names the
-  one the student's output matches. A component check calls no other exercise, so a missing
-  attention does not fail the AdamW check, nor the layer check. AdamW runs in float64 and
-  reports the first step that differs.
+  solution, and are stored sealed (``minbert/course/seal.py``: digests and projections), so the
+  file is no answer key either; it also holds the outputs of common mistakes, and a failing check
+  names the one the student's output matches. A component check calls no other exercise, so a
+  missing attention does not fail the AdamW check, nor the layer check. AdamW and LoRA run in
+  float64; AdamW reports the first step that differs.
 * whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
   attention, float32, eval mode), whose outputs ``scripts/make_reference.py`` saved in
-  ``sanity_check_reference.pt`` (so transformers is not needed here): last_hidden_state on the
-  real (non-padding) tokens and pooler_output, for a padded batch of single sentences and a batch
-  of sentence pairs. They need the embeddings, attention and layer exercises all done. The
+  ``sanity_check_reference.pt`` (so transformers is not needed here), sealed the same way:
+  last_hidden_state on the real (non-padding) tokens and pooler_output, for a padded batch of
+  single sentences and a batch of sentence pairs. They need the embeddings, attention and layer
+  exercises all done. The
   tokenizer and the warmup/decay schedule are checked too (neither is an exercise).
 
 The checks are in ``minbert/course/checks/``, one file per graded source file (``bert.py``,
@@ -37,7 +39,8 @@ normally. An exception in one check (a bug, or a ``NotImplementedError``) never 
 
 Output: one line per check, ``name  max_abs_diff X  tol Y  PASS|FAIL|NOT IMPLEMENTED``; under a
 FAIL, the tensor that differs most (and where), ``diagnosis: <mistake>`` when the output is
-that of a known common mistake, and a hint (an exception is located at the student's line);
+that of a known common mistake, and a hint (an exception is located at the student's line, or
+at the student's function whose value given code could not use);
 under a NOT IMPLEMENTED, the exercise's hint and where it was raised. The last line reads
 ``N passed, M failed`` (NOT IMPLEMENTED counts as failed); the exit code is 1 if any check
 failed.

@@ -53,14 +53,20 @@ def embeddings(module, input_ids, token_type_ids, training, mistake=None):
     """dropout(LayerNorm(word[ids] + position[0..T−1] + type[type ids]))."""
     T = input_ids.shape[1]
     x = module.word_embeddings.weight[input_ids]
-    if mistake != "no_positions":
+    if mistake == "norm_word_only":
+        x = layer_norm(x, module.LayerNorm)
+    if mistake == "positions_from_one":
+        x = x + module.position_embeddings.weight[1 : T + 1][None]
+    elif mistake != "no_positions":
         x = x + module.position_embeddings.weight[:T][None]
-    if mistake != "no_token_types":
+    if mistake == "token_types_zero":  # right for a single sentence, wrong for a pair
+        x = x + module.token_type_embeddings.weight[torch.zeros_like(token_type_ids)]
+    elif mistake != "no_token_types":
         x = x + module.token_type_embeddings.weight[token_type_ids]
     p = module.dropout.p
     if mistake == "dropout_before_norm":
         return layer_norm(dropout(x, p, training), module.LayerNorm)
-    if mistake != "no_norm":
+    if mistake not in ("no_norm", "norm_word_only"):
         x = layer_norm(x, module.LayerNorm)
     return x if mistake == "no_dropout" else dropout(x, p, training)
 
@@ -69,7 +75,7 @@ def attention(q, k, v, mask, dropout_p, training=True, mistake=None):
     """softmax(Q Kᵀ / √d_k + M) V, dropout on the probabilities, the softmax written out."""
     scores = q @ k.transpose(-2, -1)
     d_k = q.shape[-1]
-    if mistake == "no_scale":
+    if mistake in ("no_scale", "scale_after_softmax"):
         pass
     elif mistake == "scale_by_dk":
         scores = scores / d_k
@@ -77,6 +83,10 @@ def attention(q, k, v, mask, dropout_p, training=True, mistake=None):
         scores = scores / math.sqrt(d_k)
     if mistake == "mask_subtracted":
         scores = scores - mask
+    elif mistake == "mask_on_queries":  # (B, 1, T, 1): each padded query row is masked
+        scores = scores + mask.transpose(-2, -1)
+    elif mistake == "mask_as_keep":  # M read as 1 = keep: the real tokens are masked out
+        scores = scores.masked_fill(mask == 0, -math.inf)
     elif mistake not in ("no_mask", "mask_after_softmax"):
         scores = scores + mask
     axis = -2 if mistake == "softmax_wrong_axis" else -1
@@ -86,6 +96,8 @@ def attention(q, k, v, mask, dropout_p, training=True, mistake=None):
     probs = weights / weights.sum(axis, keepdim=True)
     if mistake == "mask_after_softmax":
         probs = probs + mask
+    if mistake == "scale_after_softmax":
+        probs = probs / math.sqrt(d_k)
     if mistake not in ("no_dropout", "dropout_before_softmax", "dropout_on_output"):
         probs = dropout(probs, dropout_p, training)
     out = probs @ v
@@ -104,11 +116,12 @@ def multi_head(x, mask, query, key, value, heads, dropout_p, training, mistake=N
             return t.reshape(B, heads, T, hs)
         return t.reshape(B, T, heads, hs).permute(0, 2, 1, 3)
 
-    q, k, v = split(query(x)), split(key(x)), split(value(x))
+    q, k = split(query(x)), split(key(x))
+    v = split(key(x) if mistake == "value_uses_key" else value(x))
     if mistake == "query_key_swapped":
         q, k = k, q
     p = 0.0 if mistake == "no_dropout" else dropout_p
-    y = attention(q, k, v, mask, p, training)
+    y = attention(q, k, v, mask, p, training, "no_mask" if mistake == "fused_no_mask" else None)
     if mistake == "merge_without_transpose":
         return y.reshape(B, T, D)
     return y.permute(0, 2, 1, 3).reshape(B, T, D)
@@ -142,7 +155,9 @@ def layer(layer_module, heads, x, mask, sites, training, mistake=None):
         h = dropout(h, p, training)
     if mistake == "after_attention_after_add":
         a = norm("attention", out1.LayerNorm, after_attention(x + h))
-    elif mistake == "norm_before_residual":
+    elif mistake == "residual_adds_heads":
+        a = norm("attention", out1.LayerNorm, heads + after_attention(h))
+    elif mistake in ("norm_before_residual", "norm_before_residual_attention"):
         a = x + norm("attention", out1.LayerNorm, after_attention(h))
     elif mistake == "no_attention_residual":
         a = norm("attention", out1.LayerNorm, after_attention(h))
@@ -159,7 +174,7 @@ def layer(layer_module, heads, x, mask, sites, training, mistake=None):
         h = dropout(h, p, training)
     residual = x if mistake == "ffn_residual_from_x" else a
     parallel = 0.0 if sites is None else sites.parallel(x, mask)
-    if mistake == "norm_before_residual":
+    if mistake in ("norm_before_residual", "norm_before_residual_ffn"):
         y = residual + norm("feed_forward", out2.LayerNorm, after_feed_forward(h) + parallel)
     elif mistake == "no_ffn_residual":
         y = norm("feed_forward", out2.LayerNorm, after_feed_forward(h) + parallel)
@@ -196,28 +211,51 @@ def adamw_trajectory(model, groups, x, y, steps, betas, eps, mistake=None):
                         g = g + decay * p
                     elif mistake == "decay_not_scaled_by_lr":
                         p -= decay * p
+                    elif mistake == "decay_sign":
+                        p += lr * decay * p
                     elif mistake != "decay_after_update":
                         p -= lr * decay * p
                     if mistake == "beta1_swapped":
                         m.mul_(1 - beta1).add_(beta1 * g)
                     else:
                         m.mul_(beta1).add_((1 - beta1) * g)
-                    v.mul_(beta2).add_(
-                        (1 - beta2) * (g.abs() if mistake == "v_not_squared" else g * g)
-                    )
-                    tt = t - 1 if mistake == "step_count_from_zero" else t
-                    if mistake == "no_bias_correction":
-                        m_hat, v_hat = m, v
+                    g2 = g.abs() if mistake == "v_not_squared" else g * g
+                    if mistake == "beta2_swapped":
+                        v.mul_(1 - beta2).add_(beta2 * g2)
                     else:
-                        m_hat, v_hat = m / (1 - beta1**tt), v / (1 - beta2**tt)
+                        v.mul_(beta2).add_((1 - beta2) * g2)
+                    tt = t - 1 if mistake == "step_count_from_zero" else t
+                    m_hat, v_hat = bias_corrected(m, v, beta1**tt, beta2**tt, mistake)
+                    if mistake == "corrected_in_place":  # the corrected moments are stored
+                        m.copy_(m_hat)
+                        v.copy_(v_hat)
                     if mistake == "eps_inside_sqrt":
                         p -= lr * m_hat / torch.sqrt(v_hat + eps)
+                    elif mistake == "no_eps":
+                        p -= lr * m_hat / torch.sqrt(v_hat)
+                    elif mistake == "tf_epsilon_hat":  # Adam's ε̂ form: ε not scaled by √(1 − β₂ᵗ)
+                        step = lr * math.sqrt(1 - beta2**tt) / (1 - beta1**tt)
+                        p -= step * m / (torch.sqrt(v) + eps)
                     else:
                         p -= lr * m_hat / (torch.sqrt(v_hat) + eps)
                     if mistake == "decay_after_update":
                         p -= lr * decay * p
         rows.append(torch.cat([p.detach().reshape(-1) for ps, _, _ in groups for p in ps]))
     return torch.stack(rows)
+
+
+def bias_corrected(m, v, beta1_t, beta2_t, mistake=None):
+    """m̂ = m / (1 − β₁ᵗ), v̂ = v / (1 − β₂ᵗ) (β₁ᵗ, β₂ᵗ given)."""
+    c1, c2 = 1 - beta1_t, 1 - beta2_t
+    if mistake == "no_bias_correction":
+        c1 = c2 = 1.0
+    elif mistake == "only_m_corrected":
+        c2 = 1.0
+    elif mistake == "only_v_corrected":
+        c1 = 1.0
+    elif mistake == "corrections_swapped":
+        c1, c2 = c2, c1
+    return m / c1, v / c2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -234,6 +272,8 @@ def annealed_alpha(epoch: int, epochs: int, mistake=None) -> float:
         return 1.0 - 0.8 * (epoch - 1) / epochs
     if mistake == "ends_at_zero":
         return 1.0 - (epoch - 1) / (epochs - 1)
+    if mistake == "rising":
+        return 0.2 + 0.8 * (epoch - 1) / (epochs - 1)
     return 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
 
 
@@ -257,11 +297,18 @@ def task_probabilities(sizes: list[int], alpha: float, mistake=None) -> list[flo
 
 def adapter(h, adapter_module, mistake=None):
     """h + W_up · GELU(W_down · h + b_down) + b_up."""
-    act = torch.relu if mistake == "relu" else gelu
+    act = {"relu": torch.relu, "tanh_gelu": gelu_tanh}.get(mistake, gelu)
     z = linear(h, adapter_module.down)
-    z = z if mistake == "no_activation" else act(z)
+    z = z if mistake in ("no_activation", "gelu_after_up") else act(z)
     out = linear(z, adapter_module.up)
+    if mistake == "gelu_after_up":
+        out = gelu(out)
     return out if mistake == "no_skip" else h + out
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation (GPT-2's), ≈ 1e-3 from the exact erf form."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
 def lhuc(h, r, mistake=None):
@@ -270,16 +317,26 @@ def lhuc(h, r, mistake=None):
         return h * torch.sigmoid(r)
     if mistake == "no_sigmoid":
         return h * 2.0 * r
+    if mistake == "sigmoid_of_2r":
+        return h * (1.0 / (1.0 + torch.exp(-2.0 * r)))
+    if mistake == "exp":
+        return h * torch.exp(r)
+    if mistake == "added":
+        return h + 2.0 / (1.0 + torch.exp(-r))
     return h * (2.0 / (1.0 + torch.exp(-r)))
 
 
 def lora(x, y, update, scale, alpha, rank, p, training, mistake=None):
     """y + (α/r)·B A dropout(x)."""
-    if mistake != "no_dropout":
+    if mistake not in ("no_dropout", "dropout_on_update"):
         x = dropout(x, p, training)
     delta = (x @ update.A.T) @ update.B.T
+    if mistake == "dropout_on_update":
+        delta = dropout(delta, p, training)
     if mistake == "no_scale":
         return y + delta
+    if mistake == "scale_one_over_rank":
+        return y + delta / rank
     if mistake == "scale_inverted":
         return y + (rank / alpha) * delta
     return y + scale * delta
@@ -312,7 +369,10 @@ def pal(x, mask, encoder, stand_in, decoder, dropout_p, training, mistake=None):
 def symmetric_kl(p_logits, q_logits, mistake=None):
     """KL(P‖Q) + KL(Q‖P) for P, Q the softmax of the logits; summed over classes, mean over the
     batch."""
-    log_p, log_q = torch.log_softmax(p_logits, -1), torch.log_softmax(q_logits, -1)
+    axis = 0 if mistake == "softmax_over_batch" else -1
+    log_p, log_q = torch.log_softmax(p_logits, axis), torch.log_softmax(q_logits, axis)
+    if mistake == "mean_over_classes":  # F.kl_div(..., reduction="mean"): over B·C elements
+        return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).mean()
     if mistake == "one_sided":
         return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
     if mistake == "sum_over_batch":
@@ -357,16 +417,31 @@ def perturbation(forward, embeddings, clean, kind, config, seed, mistake=None):
         deltas = [d.detach().requires_grad_(True) for d in deltas]
         with torch.enable_grad():
             perturbed = forward([e + d for e, d in zip(base, deltas)])
-            grads = torch.autograd.grad(divergence(clean.detach().float(), perturbed), deltas)
+            objective = divergence(clean.detach().float(), perturbed)
+            grads = torch.autograd.grad(objective, deltas, allow_unused=True)
         sign = -1.0 if mistake == "descent" else 1.0
-        if mistake == "not_normalised":
-            steps_ = list(grads)
-        elif mistake == "global_norm":
-            steps_ = [g / g.square().sum().sqrt().clamp(min=1e-30) for g in grads]
-        else:
-            steps_ = [g / token_norm(g).clamp(min=1e-30) for g in grads]
-        deltas = [project(d.detach() + sign * config.step_size * s) for d, s in zip(deltas, steps_)]
+        stepped = []
+        for d, g in zip(deltas, grads):
+            if g is not None:  # an embedding the outputs do not read has none: no step
+                d = d.detach() + sign * config.step_size * ascent_direction(g, norm, mistake)
+            stepped.append(project(d.detach()))
+        deltas = stepped
     return [d.detach() for d in deltas]
+
+
+def ascent_direction(g, norm, mistake=None):
+    """g / ‖g‖ per token, 0 where g is 0 (padding)."""
+    if mistake == "not_normalised":
+        return g
+    if mistake == "global_norm":
+        return g / g.square().sum().sqrt().clamp(min=1e-30)
+    if mistake == "sign":
+        return torch.sign(g)
+    if norm == "linf" and mistake != "l2_always":
+        size = g.abs().amax(-1, keepdim=True)
+    else:
+        size = g.square().sum(-1, keepdim=True).sqrt()
+    return g / size if mistake == "no_zero_guard" else g / size.clamp(min=1e-30)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -417,6 +492,10 @@ def mask_tokens(
                 masked[b, t] = r[b, t]
     if mistake == "labels_everywhere":
         labels = input_ids.clone()
+    if mistake == "labels_from_masked":
+        labels = torch.where(labels != -100, masked, labels)
+    if mistake == "labels_zero":
+        labels = torch.where(labels != -100, labels, 0)
     return masked, labels
 
 
@@ -427,6 +506,9 @@ def mlm_loss(logits, labels, mistake=None):
     log_probs = logits - logits.logsumexp(-1, keepdim=True)
     if mistake == "no_log_softmax":
         log_probs = logits
+    if mistake == "softmax_first":  # cross_entropy of probabilities: log-softmax of a softmax
+        probs = log_probs.exp()
+        log_probs = probs - probs.logsumexp(-1, keepdim=True)
     picked = log_probs[chosen].gather(1, labels[chosen][:, None])[:, 0]
     if mistake == "sum":
         return -picked.sum()

@@ -5,8 +5,13 @@ it is the solution, so the student tree has neither, only the data they produce.
 For each component check it stores the fixed inputs and weights the check feeds to the student's
 code, the outputs the reference equations (``course_references.py``) give for them, in eval mode
 and in training mode under ``minbert.course.dropout.recorded_dropout`` where the component has
-dropout, and the outputs of each known mistake of that exercise, under the description the
-grader prints when a student's output matches it (``MISTAKES`` below).
+dropout (with the reference's dropout calls, for the messages), and the outputs of each known
+mistake of that exercise, under the description the grader prints when a student's output
+matches it (``MISTAKES`` below). The outputs are stored sealed (``minbert.course.seal``: digests
+and projections, with buckets set by the grading check's tolerance, ``GRADED_BY``): the file is
+copied into the student tree and must not be an answer key. It also stores the functions that
+hold an exercise, by file, so that the grader can locate an error at the student's function in a
+student tree, which has no markers.
 
     python scripts/make_course_references.py            # writes minbert/course/reference_data.pt
 
@@ -33,16 +38,24 @@ import course_references as ref  # noqa: E402
 
 from minbert.course.dropout import MODES, recorded_dropout  # noqa: E402
 from minbert.course.registry import COURSE_DATA  # noqa: E402
+from minbert.course.seal import seal  # noqa: E402
 
 # What the grader prints for each known mistake, by exercise (the key is course_references'
-# ``mistake`` argument).
-MISTAKES = {
+# ``mistake`` argument). A mistake made in some cases only (one path of a check) is declared as
+# (description, the labels of those cases): it is stored in those cases alone, and the grader
+# names it when they match it and the other cases are right (``registry.worst_of``).
+MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
     "embeddings": {
         "no_positions": "the position embeddings are not added",
         "no_token_types": "the token type embeddings are not added",
         "no_norm": "the LayerNorm is missing",
         "no_dropout": "the dropout is missing",
         "dropout_before_norm": "the dropout comes before the LayerNorm instead of after it",
+        "positions_from_one": "the positions count from 1 instead of 0",
+        "token_types_zero": "every token gets the type-0 embedding: the token_type_ids are "
+        "ignored, which is right for single sentences and wrong for the second sentence of a pair",
+        "norm_word_only": "the LayerNorm is applied to the word embeddings alone, before the "
+        "position and token type embeddings are added",
     },
     "attention_function": {
         "no_scale": "QKᵀ is not divided by √d_k",
@@ -54,6 +67,11 @@ MISTAKES = {
         "no_dropout": "the dropout on the attention probabilities is missing",
         "dropout_before_softmax": "the dropout is applied to the scores before the softmax",
         "dropout_on_output": "the dropout is applied to the output instead of the probabilities",
+        "mask_as_keep": "the additive mask M is read as 1 = keep (masked_fill(M == 0, −inf)): "
+        "the real tokens are masked out and a row of real tokens only becomes NaN",
+        "scale_after_softmax": "the division by √d_k comes after the softmax instead of before",
+        "mask_on_queries": "the mask is applied along the queries (rows, M transposed) instead "
+        "of the keys (columns)",
     },
     "self_attention": {
         "merge_without_transpose": "the heads are merged without transposing (B, nh, T, hs) "
@@ -62,6 +80,12 @@ MISTAKES = {
         "without the transpose",
         "query_key_swapped": "the query and key projections are swapped",
         "no_dropout": "the attention dropout is not passed on in training mode",
+        "value_uses_key": "the values are projected with the key projection",
+        # partial: made on the fused path only, so the written-out path is right
+        "fused_no_mask": (
+            "the mask is not passed to F.scaled_dot_product_attention (fused path only)",
+            ("fused",),
+        ),
     },
     "layer": {
         "norm_before_residual": "the LayerNorm is applied before the residual is added "
@@ -76,6 +100,12 @@ MISTAKES = {
         "parallel_after_norm": "the parallel (PAL) term is added after the LayerNorm",
         "after_attention_after_add": "sites.after_attention is applied after the residual add",
         "no_after_layer": "sites.after_layer is not applied to the output",
+        "residual_adds_heads": "the residual around the attention adds the heads (the "
+        "self-attention's output) instead of the layer input x",
+        "norm_before_residual_attention": "in the attention sub-layer only, the LayerNorm is "
+        "applied before the residual is added (x + LayerNorm(h))",
+        "norm_before_residual_ffn": "in the feed-forward sub-layer only, the LayerNorm is applied "
+        "before the residual is added (a + LayerNorm(h))",
     },
     "adamw": {
         "no_bias_correction": "the bias corrections 1 − β₁ᵗ and 1 − β₂ᵗ are missing",
@@ -88,11 +118,22 @@ MISTAKES = {
         "step_count_from_zero": "the bias corrections use t − 1 (the step count before "
         "incrementing)",
         "decay_after_update": "the decay is applied after the Adam update instead of before it",
+        "only_m_corrected": "only the first moment is bias-corrected (v̂ = v)",
+        "only_v_corrected": "only the second moment is bias-corrected (m̂ = m)",
+        "corrections_swapped": "the bias corrections are swapped (m / (1 − β₂ᵗ), v / (1 − β₁ᵗ))",
+        "tf_epsilon_hat": "the update is Adam's ε̂ form (TensorFlow's: lr·√(1 − β₂ᵗ)/(1 − β₁ᵗ) "
+        "· m / (√v + ε)), where ε is not scaled by √(1 − β₂ᵗ)",
+        "decay_sign": "the decay has the wrong sign (θ ← θ + lr·λ·θ)",
+        "beta2_swapped": "β₂ and 1 − β₂ are swapped in the second moment",
+        "corrected_in_place": "the bias corrections are applied to the stored moments in place "
+        "(m and v are overwritten by m̂ and v̂)",
+        "no_eps": "ε is missing from the denominator",
     },
     "sampler_alpha": {
         "epoch_off_by_one": "α is off by one epoch (e instead of e − 1)",
         "divided_by_epochs": "α divides by E instead of E − 1",
         "ends_at_zero": "α goes from 1 to 0 instead of from 1 to 0.2",
+        "rising": "α rises from 0.2 to 1 instead of falling from 1 to 0.2",
     },
     "sampler_probabilities": {
         "not_normalised": "the weights N_i^α are not divided by their sum",
@@ -103,15 +144,24 @@ MISTAKES = {
         "no_skip": "the adapter has no skip connection (h + ...)",
         "no_activation": "the GELU between the down and up projections is missing",
         "relu": "ReLU is used instead of GELU",
+        "tanh_gelu": "GELU's tanh approximation is used instead of the exact (erf) GELU",
+        "gelu_after_up": "the GELU comes after the up-projection instead of between the "
+        "projections",
     },
     "lhuc": {
         "no_factor_2": "the factor 2 of 2·σ(r) is missing",
         "no_sigmoid": "the sigmoid of r is missing",
+        "sigmoid_of_2r": "the scale is σ(2r) instead of 2·σ(r)",
+        "added": "the scale 2·σ(r) is added to h instead of multiplying it",
+        "exp": "the scale is exp(r) instead of 2·σ(r)",
     },
     "lora_linear": {
         "no_scale": "the update is not scaled by α/r",
         "scale_inverted": "the update is scaled by r/α instead of α/r",
         "no_dropout": "the dropout on the update's input is missing",
+        "dropout_on_update": "the dropout is applied to the update's output B A x instead of "
+        "its input x",
+        "scale_one_over_rank": "the update is scaled by 1/r instead of α/r",
     },
     "lora_merge": {
         "no_scale": "the merged update is not scaled by α/r",
@@ -124,6 +174,9 @@ MISTAKES = {
     "symmetric_kl": {
         "one_sided": "the KL is one-sided (KL(P‖Q) only), not symmetric",
         "sum_over_batch": "the divergence is summed over the batch instead of averaged",
+        "mean_over_classes": "the divergence is averaged over the classes too (F.kl_div with "
+        'reduction="mean"), not summed over them and averaged over the batch',
+        "softmax_over_batch": "the softmax runs over the batch (dim 0) instead of the classes",
     },
     "smart": {
         "not_normalised": "the ascent step is not normalised by the gradient's norm",
@@ -132,6 +185,10 @@ MISTAKES = {
         "no_projection": "δ is not projected back onto the ε-ball",
         "descent": "δ moves down the gradient (descent) instead of up",
         "one_step_too_many": "one ascent step too many (K + 1)",
+        "no_zero_guard": "the per-token normalisation divides by a zero norm where the gradient "
+        "is zero (padding), which puts NaN into δ",
+        "sign": "the step is sign(g) instead of g normalised per token",
+        "l2_always": "the gradient is normalised by its ℓ2 norm whatever config.norm says",
     },
     "masking": {
         "specials_chosen": "special tokens ([CLS], [SEP], ...) can be chosen",
@@ -143,15 +200,31 @@ MISTAKES = {
         "labels_at_mask_only": "only the tokens replaced by [MASK] are labelled, not every chosen "
         "token",
         "whole_word_ignored": "with whole-word masking, each piece is chosen on its own",
+        "labels_from_masked": "the labels are taken from the masked ids instead of the original "
+        "ids",
+        "labels_zero": "the positions not chosen are labelled 0 instead of −100",
     },
     "mlm_loss": {
         "all_positions": "the loss is averaged over all positions instead of the masked ones",
         "sum": "the loss is summed over the masked positions instead of averaged",
         "no_log_softmax": "the logits are used as log-probabilities (no log-softmax)",
+        "softmax_first": "cross_entropy is given probabilities (a softmax before cross_entropy, "
+        "which applies its own log-softmax)",
     },
 }
 
 SEED = 1234  # of the recorded dropout masks
+
+
+def declared(component: str, scope: str | None = None) -> dict[str, str]:
+    """key -> description of the known mistakes of ``component`` that belong to the case
+    ``scope``: every mistake declared for all cases, and those declared for ``scope``."""
+    found = {}
+    for key, value in MISTAKES[component].items():
+        text, scopes = (value, None) if isinstance(value, str) else value
+        if scopes is None or scope in scopes:
+            found[key] = text
+    return found
 
 
 def randomize(module: torch.nn.Module, generator: torch.Generator, std: float = 0.5) -> None:
@@ -169,30 +242,76 @@ def state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def case(component: str, compute, modes=MODES) -> dict:
-    """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}}."""
+# The check (the start of its name) that grades each component's stored case: its tolerance
+# sets the buckets of the sealed outputs (minbert.course.seal).
+GRADED_BY = {
+    "embeddings": "embeddings:",
+    "attention_function": "attention: scaled_dot_product_attention",
+    "self_attention": "attention: BertSelfAttention",
+    "layer": "layer:",
+    "adapter": "adapter:",
+    "lhuc": "lhuc:",
+    "lora_linear": "lora: LoRA linear",
+    "lora_merge": "lora: merge",
+    "pals": "pals:",
+    "smart": "smart: adversarial",
+}
+
+
+def check_tolerance(name_start: str) -> float:
+    """The smallest tolerance of the checks whose name starts with ``name_start``."""
+    from minbert.course.checks import CHECKS
+
+    found = [c.tolerance for c in CHECKS if c.name.startswith(name_start)]
+    if not found:
+        raise ValueError(f"no check named {name_start}...")
+    return min(found)
+
+
+def case(
+    component: str,
+    compute,
+    modes=MODES,
+    scope: str | None = None,
+    tolerance: float | None = None,
+) -> dict:
+    """{mode: {"expected": compute(mode, None), "mistakes": {description: compute(mode, key)}}},
+    with the mistakes ``declared`` for ``scope``, sealed (``with_mistakes``); in training mode
+    also the reference's "dropout calls" (shape, p), which a check prints when the student's
+    calls draw other masks."""
+
+    calls = {}
 
     def run(mode: str, mistake):
         context = recorded_dropout(SEED) if mode == "train" else contextlib.nullcontext()
-        with context, torch.no_grad():
-            return compute(mode, mistake)
+        with context as recorder, torch.no_grad():
+            out = compute(mode, mistake)
+        if recorder is not None and mistake is None:
+            calls[mode] = [(list(shape), p) for shape, p in recorder.calls]
+        return out
 
-    return {
-        mode: with_mistakes(
-            run(mode, None), {t: run(mode, k) for k, t in MISTAKES[component].items()}
-        )
-        for mode in modes
-    }
+    if tolerance is None:
+        tolerance = check_tolerance(GRADED_BY[component])
+    stored = {}
+    for mode in modes:
+        expected = run(mode, None)
+        mistakes = {t: run(mode, k) for k, t in declared(component, scope).items()}
+        stored[mode] = with_mistakes(expected, mistakes, tolerance)
+        if mode in calls:  # the dropout calls of the reference, for the messages
+            stored[mode]["dropout calls"] = calls[mode]
+    return stored
 
 
-def with_mistakes(expected: dict, mistakes: dict) -> dict:
+def with_mistakes(expected: dict, mistakes: dict, tolerance: float | None = None) -> dict:
     """A stored case: the expected outputs and, per mistake, only the outputs that differ from
-    them (the grader takes a left-out one as expected), so the file stays small."""
+    them (the grader takes a left-out one as expected), each sealed (``minbert.course.seal``:
+    the file is copied into the student tree, so it holds no output in full). ``tolerance``: the
+    check's, needed to seal a small floating-point output."""
     return {
-        "expected": expected,
+        "expected": {name: seal(name, t, tolerance) for name, t in expected.items()},
         "mistakes": {
             text: {
-                name: t
+                name: seal(name, t, tolerance, answer=False)
                 for name, t in outputs.items()
                 if t.shape != expected[name].shape or not torch.equal(t, expected[name])
             }
@@ -244,7 +363,7 @@ def attention_function_data() -> dict:
 
 def self_attention_data() -> dict:
     from minbert.bert import BertConfig, BertSelfAttention
-    from minbert.course.checks.bert import ATTENTION_CONFIG, ScalingSites
+    from minbert.course.checks.bert import ATTENTION_CONFIG, PATHS, ScalingSites
 
     g = torch.Generator().manual_seed(3)
     config = BertConfig.tiny(**ATTENTION_CONFIG)
@@ -277,8 +396,9 @@ def self_attention_data() -> dict:
             out[label] = y
         return out
 
+    # one case per path: a mistake made on one path only is stored in that path's case alone
     data = {"state": state(module), "x": x, "mask": mask}
-    return data | case("self_attention", compute)
+    return data | {path: case("self_attention", compute, scope=path) for path in PATHS}
 
 
 def layer_data() -> dict:
@@ -306,7 +426,7 @@ def layer_data() -> dict:
 
 
 def adamw_data() -> dict:
-    from minbert.course.checks.optimizer import ADAMW_SETTINGS, adamw_model
+    from minbert.course.checks.optimizer import ADAMW_SETTINGS, ADAMW_TOLERANCE, adamw_model
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(32, 4, generator=g, dtype=torch.float64)
@@ -342,12 +462,14 @@ def adamw_data() -> dict:
         rows.append(torch.cat([p.detach().reshape(-1) for p in m.parameters()]))
     expected = trajectory(None)
     assert (torch.stack(rows) - expected).abs().max() < 1e-12, "reference AdamW != torch's"
-    mistakes = {text: {"θ": trajectory(key)} for key, text in MISTAKES["adamw"].items()}
-    return {"state": start, "x": x, "y": y, "expected": {"θ": expected}, "mistakes": mistakes}
+    mistakes = {text: {"θ": trajectory(key)} for key, text in declared("adamw").items()}
+    return {"state": start, "x": x, "y": y} | with_mistakes(
+        {"θ": expected}, mistakes, ADAMW_TOLERANCE
+    )
 
 
 def sampler_data() -> dict:
-    from minbert.course.checks.sampling import ALPHAS, EPOCHS, SAMPLER_SIZES
+    from minbert.course.checks.sampling import ALPHAS, EPOCHS, SAMPLER_SIZES, SAMPLER_TOLERANCE
 
     pairs = [(e, E) for E in EPOCHS for e in range(1, E + 1)]
 
@@ -366,16 +488,16 @@ def sampler_data() -> dict:
         return torch.tensor(values, dtype=torch.float64)
 
     return {
-        "alpha": {
-            "expected": {"α": alphas(None)},
-            "mistakes": {t: {"α": alphas(k)} for k, t in MISTAKES["sampler_alpha"].items()},
-        },
-        "probabilities": {
-            "expected": {"p": probabilities(None)},
-            "mistakes": {
-                t: {"p": probabilities(k)} for k, t in MISTAKES["sampler_probabilities"].items()
-            },
-        },
+        "alpha": with_mistakes(
+            {"α": alphas(None)},
+            {t: {"α": alphas(k)} for k, t in declared("sampler_alpha").items()},
+            SAMPLER_TOLERANCE,
+        ),
+        "probabilities": with_mistakes(
+            {"p": probabilities(None)},
+            {t: {"p": probabilities(k)} for k, t in declared("sampler_probabilities").items()},
+            SAMPLER_TOLERANCE,
+        ),
     }
 
 
@@ -444,14 +566,17 @@ def lora_data() -> dict:
     config = BertConfig.tiny()
     plugin = LoRA(config, PLUGIN_TASKS, **LORA_OPTIONS)
     randomize(plugin, g)
+    plugin.double()  # float64: outputs of size 20-60, where float32 steps are about 1e-6
     bases, inputs = {}, {}
     for name in LORA_NAMES:
         d_in, d_out = target_shape(config, name)
         bases[name] = torch.nn.Linear(d_in, d_out)
         randomize(bases[name], g)
+        bases[name].double()
         for task in PLUGIN_TASKS:
             for layer in range(config.num_hidden_layers):
-                inputs[f"{task} layer {layer} {name}"] = torch.randn(2, 5, d_in, generator=g)
+                x = torch.randn(2, 5, d_in, generator=g)
+                inputs[f"{task} layer {layer} {name}"] = x.double()
     scale = LORA_OPTIONS["alpha"] / LORA_OPTIONS["rank"]
 
     def compute(mode, mistake):
@@ -485,9 +610,11 @@ def lora_data() -> dict:
     g = torch.Generator().manual_seed(8)
     model = BertModel(BertConfig.tiny(**LORA_MERGE_CONFIG))
     randomize(model, g)
+    model.double()
     model_state = state(model)
     merge_plugin = add_plugin(model, "lora", PLUGIN_TASKS, **LORA_OPTIONS)
     randomize(merge_plugin, g)
+    merge_plugin.double()
     layers = list(model.encoder.layer)
 
     def merged(mode, mistake):
@@ -547,44 +674,46 @@ def pals_data() -> dict:
 
 
 def smart_data() -> dict:
-    from minbert.course.checks.smart import SMART_CASES, smart_problem
+    from minbert.course.checks.smart import KL_TOLERANCE, SMART_CASES, smart_label, smart_problem
     from minbert.smart import SmartConfig
 
-    embeddings, forward = smart_problem()
-    clean = forward(embeddings)
+    embeddings, models = smart_problem()
 
     def deltas(mistake):
         out = {}
-        for norm, steps, kind in SMART_CASES:
+        for norm, steps, kind, model, grad_mode in SMART_CASES:
             config = SmartConfig(
                 sigma=0.05, epsilon=0.1, step_size=0.04, ascent_steps=steps, norm=norm
             )
+            forward = models[model]
+            clean = forward(embeddings)
             found = ref.perturbation(forward, embeddings, clean, kind, config, 11, mistake)
             for j, d in enumerate(found):
-                out[f"δ of embedding {j} ({norm}, K = {steps}, {kind})"] = d
+                out[f"δ of embedding {j} {smart_label(norm, steps, kind, model, grad_mode)}"] = d
         return out
 
     g = torch.Generator().manual_seed(12)
     p, q = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
     return {
-        "perturbation": {
-            "expected": deltas(None),
-            "mistakes": {t: deltas(k) for k, t in MISTAKES["smart"].items()},
-        },
-        "kl": {
-            "p": p,
-            "q": q,
-            "expected": {"divergence": ref.symmetric_kl(p, q)},
-            "mistakes": {
+        "perturbation": with_mistakes(
+            deltas(None),
+            {t: deltas(k) for k, t in declared("smart").items()},
+            check_tolerance(GRADED_BY["smart"]),
+        ),
+        "kl": {"p": p, "q": q}
+        | with_mistakes(
+            {"divergence": ref.symmetric_kl(p, q)},
+            {
                 t: {"divergence": ref.symmetric_kl(p, q, k)}
-                for k, t in MISTAKES["symmetric_kl"].items()
+                for k, t in declared("symmetric_kl").items()
             },
-        },
+            KL_TOLERANCE,
+        ),
     }
 
 
 def mlm_data() -> dict:
-    from minbert.course.checks.mlm import MASKING_CASES, MLM_VOCAB, mlm_batch
+    from minbert.course.checks.mlm import MASKING_CASES, MLM_LOSS_TOLERANCE, MLM_VOCAB, mlm_batch
 
     input_ids, attention_mask, continuation = mlm_batch()
     v = MLM_VOCAB
@@ -622,11 +751,29 @@ def mlm_data() -> dict:
 
     return {
         "masking": with_mistakes(
-            masks(None), {t: masks(k) for k, t in MISTAKES["masking"].items()}
+            masks(None), {t: masks(k) for k, t in declared("masking").items()}
         ),
         "loss": {"logits": logits, "labels": labels}
-        | with_mistakes(losses(None), {t: losses(k) for k, t in MISTAKES["mlm_loss"].items()}),
+        | with_mistakes(
+            losses(None),
+            {t: losses(k) for k, t in declared("mlm_loss").items()},
+            MLM_LOSS_TOLERANCE,
+        ),
     }
+
+
+def exercise_functions() -> dict[str, list[str]]:
+    """path -> the qualified names of the functions that hold an exercise: the student tree has
+    no markers, and the grader locates an error at the student's function by them."""
+    from minbert.course.scaffold import find_exercises
+
+    found: dict[str, list[str]] = {}
+    for regions in find_exercises(ROOT).values():
+        for region in regions:
+            names = found.setdefault(region.path, [])
+            if region.function not in names:
+                names.append(region.function)
+    return {path: found[path] for path in sorted(found)}
 
 
 def make() -> dict:
@@ -644,6 +791,7 @@ def _make() -> dict:
     torch.manual_seed(0)
     return {
         "seed": SEED,
+        "exercise functions": exercise_functions(),
         "embeddings": embeddings_data(),
         "attention_function": attention_function_data(),
         "self_attention": self_attention_data(),

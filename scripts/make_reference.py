@@ -7,8 +7,11 @@ nowhere in ``minbert/``) on the packaged checkpoint in eval mode, float32, with 
 * ``single``: a padded batch of 3 sentences of different lengths;
 * ``pair``: a padded batch of 3 sentence pairs, with token types 0 / 1.
 
-For each it stores ``input_ids``, ``token_type_ids``, ``attention_mask``, ``last_hidden_state``,
-``pooler_output`` and the sentences; ``meta`` records the versions and the checkpoint used.
+For each it stores ``input_ids``, ``token_type_ids``, ``attention_mask``, the sentences, and
+``last_hidden_state`` (padding zeroed: it is not compared) and ``pooler_output`` sealed
+(``minbert/course/seal.py``): the file is copied into the student tree, so it holds digests and
+projections of the outputs, not the outputs, and a student's layer cannot return them by looking
+them up. ``meta`` records the versions and the checkpoint used.
 
 Regenerate (from the repository root; transformers is a reference-only dependency):
 
@@ -54,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     import transformers
     from transformers import AutoTokenizer, BertModel
 
+    from minbert.course.checks.bert import BERT_TOLERANCE
+    from minbert.course.seal import seal
     from minbert.pretrained import resolve_checkpoint_dir
 
     directory = resolve_checkpoint_dir(args.checkpoint)
@@ -69,12 +74,14 @@ def main(argv: list[str] | None = None) -> None:
                 token_type_ids=batch["token_type_ids"],
                 attention_mask=batch["attention_mask"],
             )
+        real = batch["attention_mask"].bool()[..., None]  # padding is not compared: zeroed
+        hidden = torch.where(real, out.last_hidden_state, 0.0)
         return {
             "input_ids": batch["input_ids"],
             "token_type_ids": batch["token_type_ids"],
             "attention_mask": batch["attention_mask"],
-            "last_hidden_state": out.last_hidden_state.contiguous(),
-            "pooler_output": out.pooler_output.contiguous(),
+            "last_hidden_state": seal("last_hidden_state", hidden, BERT_TOLERANCE),
+            "pooler_output": seal("pooler_output", out.pooler_output, BERT_TOLERANCE),
         }
 
     single = dict(tokenizer(SINGLE, padding=True, return_tensors="pt"))

@@ -21,19 +21,31 @@ The rules a check keeps:
 
 * it measures the largest absolute difference between what minBERT computes and a reference,
   and passes when that is at most its ``tolerance``; ``compare`` measures two tensors and says
-  where they differ most, ``worst_of`` keeps the worst of several measurements;
+  where they differ most (printing numbers with digits enough to differ), ``worst_of`` keeps the
+  worst of several measurements. The tolerance fits the data's scale: a check whose outputs are
+  large, or that must tell equivalent computations from mistakes by little (LoRA, AdamW), runs in
+  float64;
 * a component check feeds stored inputs and weights (``Context.course_data``, the file
   ``minbert/course/reference_data.pt``) to the student's code and compares with the stored
-  outputs (``grade``); the equations that made them are instructor-only
-  (``scripts/course_references.py``, run by ``scripts/make_course_references.py``), so the student
-  tree holds no solution. The stored outputs of each exercise's known mistakes let a failing
-  check name the mistake (``diagnose``). Components with dropout run in eval and in training mode
-  under seeded dropout (``minbert/course/dropout.py``);
+  outputs (``grade``). The file is copied into the student tree, so the outputs are sealed
+  (``minbert/course/seal.py``: digests and projections, no output in full) and no lookup of the
+  stored data passes (``measure_sealed``; ``tests/test_grader_store.py``); the equations that made
+  them are instructor-only (``scripts/course_references.py``, run by
+  ``scripts/make_course_references.py``), so the student tree holds no solution. The sealed
+  outputs of each exercise's known mistakes let a failing check name the mistake (``diagnose``):
+  one declared for some cases only (one path) when those cases match it and the others are right
+  (``worst_of``), one that gives NaN or inf when the student's output is NaN or inf in the same
+  places (``_distance``, on the projections: a slice holding NaN projects to NaN). Components
+  with dropout run in eval and in training mode under seeded dropout
+  (``minbert/course/dropout.py``: masks per head, so a loop over the heads is graded like one
+  call; ``grade`` says how the dropout calls differ when they draw other masks);
 * it calls no exercise but its own (the layer and PAL checks swap in stand-ins for attention,
   the plug-in checks call the plug-in's own sites, SMART runs on a small model defined in its
   check), so a missing attention does not fail the AdamW check;
 * an exception raised in the student's code is reported at the student's file and line
-  (``student_frame``), not inside torch;
+  (``student_frame``: the innermost frame in a function that holds an exercise, stored by the
+  generator since the student tree has no markers), not inside torch; one raised in given code
+  on what a student's function returned names that function (``locate``);
 * it imports the graded code inside the function, so a module that cannot be imported fails
   only the checks that need it;
 * it names the course exercises it depends on (``exercises``: the ids of ``python -m
@@ -47,8 +59,10 @@ the exercise to GUIDE.md. A new checks file is imported in ``minbert/course/chec
 
 from __future__ import annotations
 
+import ast
 import functools
 import math
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +71,8 @@ from pathlib import Path
 import torch
 
 from minbert.checkpoint import load_trusted
+from minbert.course import seal
+from minbert.course.dropout import DropoutRecorder, explain_calls
 
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
 
@@ -88,17 +104,26 @@ class Measurement:
 
 def worst_of(measurements: list[Measurement]) -> Measurement:
     """The measurement with the largest difference (NaN first); 0 when there is none. A known
-    mistake keeps its largest distance over all of them (it must match every one)."""
+    mistake keeps its largest distance over all of them: in a measurement that declares it, the
+    distance to its output; in one that does not (a mistake declared for some cases only: one
+    path, one mode), the distance to the expected output, since there the mistake changes
+    nothing. So a partial mistake is named when the cases it affects match it and the others
+    are right."""
     worst = Measurement(0.0)
     for m in measurements:
         if m.is_worse_than(worst):
             worst = Measurement(m.max_abs_diff, m.hint, worst.mistakes)
-    mistakes: dict[str, float] = {}
-    for m in measurements:
-        for name, distance in m.mistakes.items():
-            mistakes[name] = max(mistakes.get(name, 0.0), distance)
-    worst.mistakes = mistakes
+    names = dict.fromkeys(name for m in measurements for name in m.mistakes)
+    worst.mistakes = {
+        name: max(_as_distance(m.mistakes.get(name, m.max_abs_diff)) for m in measurements)
+        for name in names
+    }
     return worst
+
+
+def _as_distance(d: float) -> float:
+    """A difference as a distance: NaN (a broken comparison) is infinitely far."""
+    return math.inf if math.isnan(d) else d
 
 
 @dataclass(frozen=True)
@@ -152,8 +177,8 @@ class Context:
 
     @functools.cached_property
     def course_data(self) -> dict:
-        """The stored cases of the component checks (``COURSE_DATA``): inputs, weights, the
-        expected outputs and the outputs of known mistakes."""
+        """The stored cases of the component checks (``COURSE_DATA``): inputs, weights, and the
+        expected outputs and the outputs of known mistakes, sealed (``seal.py``)."""
         if not COURSE_DATA.is_file():
             raise FileNotFoundError(
                 f"{COURSE_DATA} is missing; the instructor regenerates it with "
@@ -196,6 +221,15 @@ class Context:
         return self._outputs[key]
 
 
+def distinct(got: float, expected: float) -> tuple[str, str]:
+    """Two numbers printed with as few significant digits as show them apart (6 to 17)."""
+    for digits in (6, 9, 12, 17):
+        a, b = f"{got:.{digits}g}", f"{expected:.{digits}g}"
+        if a != b:
+            break
+    return a, b
+
+
 def compare(
     name: str,
     got: torch.Tensor,
@@ -204,7 +238,9 @@ def compare(
     axes: tuple[str, ...] = ("sentence", "token", "dim"),
 ) -> Measurement:
     """max |got − expected| over the positions where ``mask`` (B, T) is true (all if None), and
-    where it occurs, naming the position along ``axes``."""
+    where it occurs, naming the position along ``axes``. For tensors the grader has in full (the
+    whole-model reference, a weight before merging); a stored expected output is sealed
+    (``grade``)."""
     if not isinstance(got, torch.Tensor):
         return Measurement(math.inf, f"{name} is a {type(got).__name__}, expected a tensor")
     if got.shape != expected.shape:
@@ -217,44 +253,172 @@ def compare(
     if diff.numel() == 0:
         return Measurement(0.0)
     where = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-    axes = axes[-diff.ndim :] if len(axes) >= diff.ndim else axes + ("index",) * diff.ndim
-    at = ", ".join(f"{axis} {i}" for axis, i in zip(axes, where))
-    hint = f"{name} differs most at {at}: got {got[where].item():.6g}, expected "
-    hint += f"{expected[where].item():.6g}"
+    a, b = distinct(got[where].item(), expected[where].item())
+    hint = f"{name} differs most at {_position(where, axes)}: got {a}, expected {b}"
     return Measurement(diff.max().item(), hint)
 
 
+def _axis_names(axes: tuple[str, ...], ndim: int) -> tuple[str, ...]:
+    """The names of ``ndim`` axes: the last ``ndim`` of ``axes``, "index" for any beyond them."""
+    return axes[-ndim:] if len(axes) >= ndim else tuple(axes) + ("index",) * (ndim - len(axes))
+
+
+def _position(where: tuple[int, ...], axes: tuple[str, ...]) -> str:
+    """ "sentence 1, token 3" for the index ``where``, naming its axes from the end of ``axes``."""
+    names = _axis_names(axes, len(where)) if len(axes) != len(where) else axes
+    return ", ".join(f"{axis} {i}" for axis, i in zip(names, where))
+
+
 def _distance(got: torch.Tensor, other: torch.Tensor) -> float:
-    """max |got − other| (inf when the shapes differ or a value is NaN)."""
+    """max |got − other|, where NaN matches NaN and an infinity the same infinity (so a known
+    mistake whose output is NaN or inf in some places matches a student's output broken in the
+    same places); inf when the shapes differ or one side alone is NaN or infinite."""
     if not isinstance(got, torch.Tensor) or got.shape != other.shape:
         return math.inf
     if got.numel() == 0:
         return 0.0
-    d = (got.detach().double() - other.double()).abs().max().item()
-    return math.inf if math.isnan(d) else d
+    a, b = got.detach().double(), other.detach().double()
+    same = (a.isnan() & b.isnan()) | (a == b)  # a == b holds for equal infinities too
+    d = torch.where(same, 0.0, (a - b).abs()).nan_to_num(nan=math.inf).max().item()
+    return d
 
 
 def grade(
-    case: dict, got: dict[str, torch.Tensor], label: str = "", axes: tuple[str, ...] = ()
+    case: dict,
+    got: dict[str, torch.Tensor],
+    label: str = "",
+    axes: tuple[str, ...] = (),
+    dropout: DropoutRecorder | None = None,
 ) -> Measurement:
     """What the student's code computed (``got``: name -> tensor) against a stored case:
-    ``case["expected"]`` (name -> tensor) and ``case["mistakes"]`` (description of a known
-    mistake -> the outputs it gives, name -> tensor; a name it leaves out is as expected). The
-    measurement is the worst ``compare`` of the expected tensors, and it carries the distance to
-    every known mistake, which ``run_check`` uses to name the mistake when the check fails."""
-    expected: dict[str, torch.Tensor] = case["expected"]
-    found = []
-    for name, tensor in expected.items():
-        kwargs = {"axes": axes} if axes else {}
-        found.append(compare(f"{label}{name}", got.get(name), tensor, **kwargs))
+    ``case["expected"]`` (name -> the sealed output, ``minbert/course/seal.py``) and
+    ``case["mistakes"]`` (description of a known mistake -> the sealed outputs it gives; a name
+    it leaves out is as expected; a mistake declared for other cases only is not in the case at
+    all, and ``worst_of`` takes it as expected here). The measurement is the worst of the
+    expected outputs (``measure_sealed``), and it carries the distance to every known mistake,
+    in the same sealed form, which ``run_check`` uses to name the mistake when the check fails
+    (``diagnose``). ``dropout``: the
+    recorder the student's code ran under in training mode; where its calls drew other masks
+    than the reference's, the message says how they differ (``explain_calls``)."""
+    expected: dict[str, dict] = case["expected"]
+    seen = {name: Observed(name, got.get(name), sealed) for name, sealed in expected.items()}
+    found = [
+        measure_sealed(f"{label}{name}", seen[name], sealed, axes or ("sentence", "token", "dim"))
+        for name, sealed in expected.items()
+    ]
     worst = worst_of(found)
     worst.mistakes = {
-        mistake: max(
-            _distance(got.get(name), outputs.get(name, expected[name])) for name in expected
-        )
+        mistake: max(seen[name].distance(outputs.get(name, expected[name])) for name in expected)
         for mistake, outputs in case.get("mistakes", {}).items()
     }
+    worst.hint = explain_calls(worst.hint, dropout, case)
     return worst
+
+
+class Observed:
+    """The student's output ``got`` in the sealed form of the stored output ``name``
+    (``seal.py``): its projection, its digest, or the digests of the buckets around its values;
+    ``form`` is None when it is not a tensor of the stored shape."""
+
+    def __init__(self, name: str, got: object, sealed: dict) -> None:
+        self.name, self.got, self.kind, self.form = name, got, sealed["kind"], None
+        self._near: list | None = None
+        if not isinstance(got, torch.Tensor) or list(got.shape) != list(sealed["shape"]):
+            return
+        got = got.detach()
+        if self.kind == "projection":
+            self.form = seal.project(name, got)
+        elif self.kind == "rounded":
+            values = got.double().reshape(-1).tolist()
+            self.form = [seal.nearby_digests(name, i, x, sealed["q"]) for i, x in enumerate(values)]
+        else:
+            integral = got.is_floating_point() and bool((got == got.round()).all())
+            self.form = seal.exact_digest(name, got.to(torch.int64) if integral else got)
+
+    def offsets(self, sealed: dict) -> list[int | None]:
+        """Per value, how many buckets it is from the stored one (0 to 2; None: farther), by the
+        digests (``rounded``, or a ``projection`` that holds them: an expected output)."""
+        if self.kind == "rounded":
+            near, stored = self.form, sealed["digests"]
+        else:
+            if self._near is None:
+                values = self.got.detach().double().reshape(-1).tolist()
+                self._near = seal.value_digests(self.name, values, sealed["q"], near=True)
+            near, stored = self._near, sealed["digests"].tolist()
+        found = [
+            next((j for j, d in enumerate(row) if d == s), None) for row, s in zip(near, stored)
+        ]
+        return [None if j is None else (j + 1) // 2 for j in found]  # nearest first: 0, ±1, ±2
+
+    def distance(self, sealed: dict) -> float:
+        """How far the output is from a stored one, in the stored form: the largest projected
+        difference (``_distance``: a slice NaN or infinite in both matches), or 0 (the same
+        digests: a NaN's bucket is "nan") or inf; inf when the shape differs."""
+        if self.form is None:
+            return math.inf
+        if self.kind == "projection":
+            return _distance(self.form, sealed["values"])
+        if self.kind == "rounded":
+            return 0.0 if None not in self.offsets(sealed) else math.inf
+        return 0.0 if self.form == sealed["digest"] else math.inf
+
+
+def measure_sealed(
+    name: str, seen: Observed, sealed: dict, axes: tuple[str, ...] = ("sentence", "token", "dim")
+) -> Measurement:
+    """The student's output against a sealed expected output, and where it differs. A value
+    outside the tolerance by the digests fails the check; the difference reported is the
+    largest projected one (a lower bound of max |got − expected|), or just above the tolerance
+    when the projections see less than the digests do. ``rounded``: 0 when every value is
+    within the tolerance, inf otherwise; ``exact``: 0 or inf."""
+    shape = tuple(sealed["shape"])
+    if not isinstance(seen.got, torch.Tensor):
+        return Measurement(math.inf, f"{name} is a {type(seen.got).__name__}, expected a tensor")
+    if seen.form is None:
+        return Measurement(math.inf, f"{name} has shape {tuple(seen.got.shape)}, expected {shape}")
+    if seen.kind == "exact":
+        if seen.form == sealed["digest"]:
+            return Measurement(0.0)
+        return Measurement(math.inf, f"{name} differs from the expected (compared exactly)")
+    offsets = seen.offsets(sealed)
+    outside = offsets.index(None) if None in offsets else None
+    values = seen.got.detach().double().reshape(-1)
+    names = _axis_names(axes, len(shape))
+    if outside is not None:
+        at = tuple(int(j) for j in torch.unravel_index(torch.tensor(outside), shape))
+        first = (
+            f"{name}{' at ' + _position(at, names) if shape else ''} is "
+            f"{values[outside].item():.9g}, more than the tolerance from the expected value"
+        )
+    if seen.kind == "rounded":
+        if outside is None:
+            return Measurement(max((max(j - 1, 0) * sealed["q"] for j in offsets), default=0.0))
+        return Measurement(math.inf, first)
+    diff = (seen.form - sealed["values"]).abs().amax(-1)  # (*leading)
+    if diff.isnan().any():
+        worst, where = math.nan, diff.isnan().nonzero()[0]
+    else:
+        worst, where = diff.max().item(), torch.unravel_index(diff.argmax(), diff.shape)
+    where = tuple(int(i) for i in where)
+    at = f" at {_position(where, names[: len(where)])}" if where else ""
+    most = f"{name} differs most{at}: by at least {worst:.3g} (fixed random projections there)"
+    if outside is None:
+        return Measurement(worst, most)
+    tolerance = seal.WINDOW * sealed["q"]
+    if math.isnan(worst):
+        return Measurement(worst, first)
+    if not worst > tolerance:  # the digests see it, the projections do not
+        return Measurement(math.nextafter(tolerance, math.inf), first)
+    m = seal.slice_shape(shape)[1]  # a value outside the tolerance in the slice that differs most
+    start = sum(i * math.prod(diff.shape[k + 1 :]) for k, i in enumerate(where)) * m
+    inside = [i for i in range(start, start + m) if offsets[i] is None]
+    if inside:
+        i = inside[0]
+        at = tuple(int(j) for j in torch.unravel_index(torch.tensor(i), shape))
+        return Measurement(
+            worst, f"{most}; at {_position(at, names)} you have {values[i].item():.9g}"
+        )
+    return Measurement(worst, f"{most}; {first}")
 
 
 def diagnose(measurement: Measurement, tolerance: float) -> str:
@@ -271,21 +435,98 @@ def diagnose(measurement: Measurement, tolerance: float) -> str:
 INSTALLED_PARTS = {"site-packages", "dist-packages", ".venv", "venv"}
 
 
-def student_frame(err: BaseException) -> traceback.FrameSummary:
-    """Where the error comes from in the student's code: the last frame of the traceback that is
-    in the project but not in the grader (``minbert/course``, ``sanity_check.py``); the last frame
-    when there is none (an error in the grader itself)."""
+def _in_project(filename: str) -> bool:
+    """In the project but not in the grader (``minbert/course``, ``sanity_check.py``) nor in an
+    installed package."""
+    path = Path(filename).resolve()
+    if not path.is_relative_to(PROJECT_ROOT) or path.is_relative_to(COURSE_DIR):
+        return False
+    if INSTALLED_PARTS & set(path.parts):  # torch in a virtual environment inside the project
+        return False
+    return path != PROJECT_ROOT / "sanity_check.py"
+
+
+def _relative(filename: str) -> str:
+    path = Path(filename).resolve()
+    return path.relative_to(PROJECT_ROOT).as_posix() if path.is_relative_to(PROJECT_ROOT) else ""
+
+
+def _frames(err: BaseException) -> list[tuple[str, traceback.FrameSummary]]:
+    """(qualified function name, frame) of every frame of the traceback, outermost first."""
     frames = traceback.extract_tb(err.__traceback__)
-    for frame in reversed(frames):
-        path = Path(frame.filename).resolve()
-        if not path.is_relative_to(PROJECT_ROOT) or path.is_relative_to(COURSE_DIR):
-            continue
-        if INSTALLED_PARTS & set(path.parts):  # torch in a virtual environment inside the project
-            continue
-        if path == PROJECT_ROOT / "sanity_check.py":
-            continue
-        return frame
+    names = [f.f_code.co_qualname for f, _ in traceback.walk_tb(err.__traceback__)]
+    return list(zip(names, frames))
+
+
+def student_frame(
+    err: BaseException, functions: dict[str, list[str]] | None = None
+) -> traceback.FrameSummary:
+    """Where the error comes from in the student's code: the innermost frame of the traceback
+    inside one of the student's ``functions`` (path -> qualified names of the functions that hold
+    an exercise), else the innermost frame that is in the project but not in the grader
+    (``minbert/course``, ``sanity_check.py``); the last frame when there is none (an error in the
+    grader itself)."""
+    return _student_frame(err, functions)[1]
+
+
+def _student_frame(
+    err: BaseException, functions: dict[str, list[str]] | None
+) -> tuple[str, traceback.FrameSummary]:
+    frames = _frames(err)
+    for name, frame in reversed(frames):
+        if _owner(name, (functions or {}).get(_relative(frame.filename), ())):
+            return name, frame
+    for name, frame in reversed(frames):
+        if _in_project(frame.filename):
+            return name, frame
     return frames[-1]
+
+
+def _owner(qualname: str, names: list[str] | tuple[str, ...]) -> str | None:
+    """The student's function among ``names`` that ``qualname`` is, or is defined inside."""
+    return next((n for n in names if qualname == n or qualname.startswith(n + ".<locals>.")), None)
+
+
+def locate(err: BaseException, functions: dict[str, list[str]] | None = None) -> str:
+    """ "path:line" of ``student_frame``. When that frame is in given code (none of the student's
+    ``functions``) and its line calls one of them, the error comes from what the student's
+    function returned (a shape the given code cannot use): say so, and where that function is."""
+    qualname, frame = _student_frame(err, functions)
+    here = where(frame)
+    path = _relative(frame.filename)
+    names = (functions or {}).get(path, [])
+    if _owner(qualname, names):
+        return here
+    called = set(re.findall(r"(\w+)\s*\(", frame.line or ""))
+    for name in names:
+        if name.rsplit(".", 1)[-1] in called:
+            line = _definition_line(PROJECT_ROOT / path, name)
+            return (
+                f"raised in given code at {here}, in {qualname}, on what your {name} returned: "
+                f"{path}:{line}"
+            )
+    return here
+
+
+def _definition_line(path: Path, qualname: str) -> int | str:
+    """The line of ``def`` of the function ``qualname`` in the file, or "?"."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return "?"
+
+    def visit(node: ast.AST, prefix: str) -> int | None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if name == qualname:
+                    return child.lineno
+                found = visit(child, name + ".")
+                if found is not None:
+                    return found
+        return None
+
+    return visit(tree, "") or "?"
 
 
 def where(frame: traceback.FrameSummary) -> str:
@@ -333,6 +574,15 @@ def not_implemented_message(err: BaseException) -> str | None:
     return None
 
 
+def student_functions(ctx: Context) -> dict[str, list[str]]:
+    """path -> the qualified names of the functions that hold an exercise, stored by the
+    generator (the student tree has no markers to find them by); empty when there are none."""
+    try:
+        return ctx.course_data.get("exercise functions", {})
+    except Exception:  # no stored data: locate by path alone
+        return {}
+
+
 def run_check(check: Check, ctx: Context) -> Result:
     """Run one check; never raises (a broken check is a FAIL, a missing exercise NOT
     IMPLEMENTED)."""
@@ -341,7 +591,7 @@ def run_check(check: Check, ctx: Context) -> Result:
     except Exception as err:  # one broken check must not stop the others
         todo = not_implemented_message(err)
         detail = todo if todo is not None else f"{type(err).__name__}: {err}"
-        detail += f" ({where(student_frame(err))})"
+        detail += f" ({locate(err, student_functions(ctx))})"
         return Result(check, NOT_IMPLEMENTED if todo is not None else FAIL, None, detail)
     diff = measurement.max_abs_diff
     passed = diff <= check.tolerance  # NaN compares false: fails
@@ -355,6 +605,8 @@ def format_result(result: Result, width: int, shown_hints: set[str] | None = Non
     FAIL's hint already printed (``shown_hints``, updated here) reads "hint: as above"."""
     check = result.check
     diff = "-" if result.max_abs_diff is None else f"{result.max_abs_diff:.2e}"
+    if result.status == FAIL and diff == f"{check.tolerance:.2e}":  # just above: say so
+        diff = f">{diff}"
     line = f"{check.name:<{width}}  max_abs_diff {diff:<9}  tol {check.tolerance:<7.0e}  "
     line += result.status
     if result.status == FAIL:

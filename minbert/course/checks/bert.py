@@ -10,14 +10,16 @@ on the project's tiny config, then the whole model against Hugging Face.
   and the mask), so it does not need the attention exercise;
 * whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
   attention, float32, eval mode), whose outputs ``scripts/make_reference.py`` saved in
-  ``sanity_check_reference.pt`` (so transformers is not needed here): last_hidden_state on the
-  real (non-padding) tokens and pooler_output, for a padded batch of single sentences and a batch
+  ``sanity_check_reference.pt`` (so transformers is not needed here), sealed
+  (``minbert/course/seal.py``): last_hidden_state on the real (non-padding) tokens and
+  pooler_output, for a padded batch of single sentences and a batch
   of sentence pairs. They need the embeddings, attention and layer exercises all done.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -25,7 +27,16 @@ import torch
 import torch.nn.functional as F
 
 from minbert.course.dropout import MODES, mode, recorded_dropout
-from minbert.course.registry import Context, Measurement, check, compare, grade, worst_of
+from minbert.course.registry import (
+    Context,
+    Measurement,
+    Observed,
+    check,
+    compare,
+    grade,
+    measure_sealed,
+    worst_of,
+)
 
 if TYPE_CHECKING:
     from minbert.sites import LayerSites
@@ -35,6 +46,8 @@ if TYPE_CHECKING:
 EMBEDDINGS_CONFIG = {"vocab_size": 50}
 ATTENTION_CONFIG: dict = {}
 LAYER_CONFIG = {"hidden_act": "gelu"}
+# The two paths of BertSelfAttention (``use_fast_path`` True, False), each a case of its check.
+PATHS = ("fused", "written-out")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -58,9 +71,9 @@ def check_embeddings(ctx: Context) -> Measurement:
     embeddings.load_state_dict(data["state"])
     found = []
     for name in MODES:
-        with mode(embeddings, name, ctx.course_data["seed"]):
+        with mode(embeddings, name, ctx.course_data["seed"]) as recorder:
             got = embeddings(data["input_ids"], data["token_type_ids"])
-        found.append(grade(data[name], {"embeddings": got}, f"({name} mode) "))
+        found.append(grade(data[name], {"embeddings": got}, f"({name} mode) ", dropout=recorder))
     return worst_of(found)
 
 
@@ -72,7 +85,11 @@ def check_embeddings(ctx: Context) -> Measurement:
 )
 def check_attention_function(ctx: Context) -> Measurement:
     """scaled_dot_product_attention on stored padded random heads, without and with dropout (under
-    recorded dropout), against the stored softmax(QKᵀ/√d_k + M)·V."""
+    recorded dropout), against the stored softmax(QKᵀ/√d_k + M)·V; torch's fused op raises
+    there (``no_fused_attention``). With dropout it runs as in training, with gradients enabled
+    (recorded dropout multiplies out of place, so autograd goes through its masks), and the
+    backward pass must go through: an in-place operation on a tensor autograd saved gives the
+    right numbers but fails there. The recorder's calls go to ``grade`` for the message."""
     from minbert.bert import scaled_dot_product_attention
 
     data = ctx.course_data["attention_function"]
@@ -81,11 +98,30 @@ def check_attention_function(ctx: Context) -> Measurement:
     for name in MODES:
         p = data["dropout_p"] if name == "train" else 0.0
         context = recorded_dropout(ctx.course_data["seed"]) if p else contextlib.nullcontext()
-        with context, torch.no_grad():
-            got = scaled_dot_product_attention(data["q"], data["k"], data["v"], data["mask"], p)
+        qkv = [data[t].clone().requires_grad_(name == "train") for t in ("q", "k", "v")]
+        with context as recorder, no_fused_attention(), torch.set_grad_enabled(name == "train"):
+            got = scaled_dot_product_attention(*qkv, data["mask"], p)
+        if name == "train" and (problem := backward_problem(got, qkv)):
+            return Measurement(math.inf, problem)
         label = f"(dropout_p {p}) "
-        found.append(grade(data[name], {"attention output": got}, label, axes))
+        found.append(grade(data[name], {"attention output": got}, label, axes, recorder))
     return worst_of(found)
+
+
+def backward_problem(out: torch.Tensor, inputs: list[torch.Tensor]) -> str:
+    """Why the backward pass from ``out`` to ``inputs`` fails, as it would in training ("" when
+    it goes through)."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return "the output does not depend on the inputs through autograd (detached?): no gradient"
+    try:
+        torch.autograd.grad(out.sum(), inputs, allow_unused=True)
+    except RuntimeError as err:
+        first = str(err).split(". ")[0]
+        return (
+            f"the backward pass fails, as it would in training: {first} (an in-place operation "
+            "on a tensor autograd saved; use the out-of-place form)"
+        )
+    return ""
 
 
 class ScalingSites:
@@ -133,17 +169,64 @@ def site_variants() -> list[tuple[str, LayerSites]]:
     return [("no sites", NO_SITES), ("sites", TestSites())]
 
 
+WRITTEN_OUT_CALLS_FUSED = (
+    "the written-out scaled_dot_product_attention calls torch's fused "
+    "F.scaled_dot_product_attention: write the equation out there, softmax(QKᵀ/√d_k + M)·V "
+    "(the fused op draws its own dropout masks, which the grader cannot see)"
+)
+
+
+@contextlib.contextmanager
+def no_fused_attention() -> Iterator[None]:
+    """While the written-out equation is graded, torch's fused attention raises
+    ``WRITTEN_OUT_CALLS_FUSED`` (reported at the student's call)."""
+    saved = F.scaled_dot_product_attention
+
+    def fused(*args, **kwargs):
+        raise RuntimeError(WRITTEN_OUT_CALLS_FUSED)
+
+    F.scaled_dot_product_attention = fused
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = saved
+
+
 @contextlib.contextmanager
 def fused_through_written_out() -> Iterator[None]:
     """In training mode, torch's fused attention draws its own dropout masks, which recorded
     dropout cannot see: route it through the student's written-out scaled_dot_product_attention
-    (the same exercise) for the duration."""
+    (the same exercise) for the duration. The arguments are first checked by torch's own fused
+    op (without dropout), so a wrong argument is reported at the student's fused call, not in
+    the written-out equation; the written-out equation calling the fused op is a sentence, not a
+    RecursionError."""
     from minbert import bert
 
     saved = F.scaled_dot_product_attention
+    inside: list[bool] = []
 
-    def fused(q, k, v, attn_mask=None, dropout_p=0.0, **kwargs):
-        return bert.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p)
+    def fused(
+        query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs
+    ):
+        if inside:
+            raise RuntimeError(WRITTEN_OUT_CALLS_FUSED)
+        options = {"is_causal": is_causal, "scale": scale, **kwargs}
+        saved(query, key, value, attn_mask=attn_mask, dropout_p=0.0, **options)  # torch's checks
+        T, S = query.shape[-2], key.shape[-2]
+        mask = torch.zeros(T, S, dtype=query.dtype)
+        if is_causal:
+            mask = mask.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            mask = mask.masked_fill(~attn_mask, float("-inf"))
+        elif attn_mask is not None:
+            mask = mask + attn_mask
+        if scale is not None:  # the written-out equation divides by √d_k
+            query = query * (scale * query.shape[-1] ** 0.5)
+        inside.append(True)
+        try:
+            return bert.scaled_dot_product_attention(query, key, value, mask, dropout_p)
+        finally:
+            inside.pop()
 
     F.scaled_dot_product_attention = fused
     try:
@@ -168,16 +251,16 @@ def check_self_attention(ctx: Context) -> Measurement:
     attention = BertSelfAttention(BertConfig.tiny(**ATTENTION_CONFIG))
     attention.load_state_dict(data["state"])
     found = []
-    for fast in (True, False):
-        attention.use_fast_path = fast
-        path = "fused" if fast else "written-out"
+    for path in PATHS:
+        attention.use_fast_path = path == "fused"
         for name in MODES:
             got = {}
             context = fused_through_written_out() if name == "train" else contextlib.nullcontext()
-            with context, mode(attention, name, ctx.course_data["seed"]):
+            with context, mode(attention, name, ctx.course_data["seed"]) as recorder:
                 for label, sites in site_variants():  # one mask sequence, in this order
                     got[label] = attention(data["x"], data["mask"], sites)
-            found.append(grade(data[name], got, f"heads ({path} path, {name} mode) "))
+            label = f"heads ({path} path, {name} mode) "
+            found.append(grade(data[path][name], got, label, dropout=recorder))
     attention.use_fast_path = True
     return worst_of(found)
 
@@ -198,7 +281,10 @@ class StandInSelfAttention(torch.nn.Module):
 
 def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
     """BertLayer (its attention swapped for a stand-in) on stored weights, eval and training
-    mode, against the stored post-norm layer."""
+    mode, against the stored post-norm layer. Training mode runs as training does, under
+    recorded dropout with gradients enabled inside ``mode`` (which turns them off), and the
+    backward pass must go through: an in-place residual add on a tensor autograd saved gives the
+    right numbers but fails there."""
 
     def run(ctx: Context) -> Measurement:
         from minbert.bert import BertConfig, BertLayer
@@ -212,9 +298,17 @@ def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
         cases = data["sites" if with_sites else "plain"]
         found = []
         for name in MODES:
-            with mode(layer, name, ctx.course_data["seed"]):
-                got = layer(data["x"], data["mask"], sites)
-            found.append(grade(cases[name], {"layer output": got}, f"({label}, {name} mode) "))
+            x = data["x"].clone().requires_grad_(name == "train")
+            with (
+                mode(layer, name, ctx.course_data["seed"]) as recorder,
+                torch.set_grad_enabled(name == "train"),
+            ):
+                got = layer(x, data["mask"], sites)
+            if name == "train" and (problem := backward_problem(got, [x])):
+                return Measurement(math.inf, problem)
+            found.append(
+                grade(cases[name], {"layer output": got}, f"({label}, {name} mode) ", (), recorder)
+            )
         return worst_of(found)
 
     return run
@@ -241,18 +335,31 @@ check(
 # Model against the Hugging Face reference
 
 
+BERT_TOLERANCE = 1e-5
+
+
+def whole_model(name: str, got: torch.Tensor, expected, axes: tuple[str, ...]) -> Measurement:
+    """A whole-model output against the reference file's: sealed (``scripts/make_reference.py``
+    stores digests and projections, so the file is no answer key), or a tensor in a reference
+    made by an older script."""
+    if isinstance(expected, torch.Tensor):
+        return compare(name, got, expected, axes=axes)
+    return measure_sealed(name, Observed(name, got, expected), expected, axes)
+
+
 def hidden_state_check(batch: str, fast_attention: bool = True) -> Callable[[Context], Measurement]:
-    """last_hidden_state on the real tokens of the reference batch ``batch``."""
+    """last_hidden_state on the real tokens of the reference batch ``batch`` (padding zeroed in
+    both: it is not compared)."""
 
     def run(ctx: Context) -> Measurement:
         ref = ctx.reference[batch]
         out = ctx.outputs(batch, fast_attention)
-        return compare(
-            "last_hidden_state",
-            out["last_hidden_state"],
-            ref["last_hidden_state"],
-            ref["attention_mask"].bool(),
-        )
+        real = ref["attention_mask"].bool()[..., None]
+        got = torch.where(real, out["last_hidden_state"], 0.0)
+        expected = ref["last_hidden_state"]
+        if isinstance(expected, torch.Tensor):
+            expected = torch.where(real, expected, 0.0)
+        return whole_model("last_hidden_state", got, expected, ("sentence", "token", "dim"))
 
     return run
 
@@ -263,7 +370,7 @@ def pooler_check(batch: str) -> Callable[[Context], Measurement]:
     def run(ctx: Context) -> Measurement:
         out = ctx.outputs(batch)
         expected = ctx.reference[batch]["pooler_output"]
-        return compare("pooler_output", out["pooler_output"], expected, axes=("sentence", "dim"))
+        return whole_model("pooler_output", out["pooler_output"], expected, ("sentence", "dim"))
 
     return run
 
@@ -275,31 +382,31 @@ BERT_HINT = (
 
 check(
     "bert: last_hidden_state, padded single sentences",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(hidden_state_check("single"))
 check(
     "bert: pooler_output, padded single sentences",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(pooler_check("single"))
 check(
     "bert: last_hidden_state, sentence pairs",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(hidden_state_check("pair"))
 check(
     "bert: pooler_output, sentence pairs",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(pooler_check("pair"))
 check(
     "bert: last_hidden_state, pairs, written-out attention",
-    tolerance=1e-5,
+    tolerance=BERT_TOLERANCE,
     hint=BERT_HINT,
     exercises=MODEL,
 )(hidden_state_check("pair", fast_attention=False))

@@ -1,6 +1,11 @@
 """Checks of ``minbert/plugins/lora.py`` (the ``lora`` exercise): the LoRA linear site on stored
 random (non-identity) weights in eval and training mode (recorded dropout on the update's
-input), and merging the update into the model's weights and back."""
+input), and merging the update into the model's weights and back.
+
+Both run in float64: the outputs are of size 20-60, where a float32 step is about 4e-6, so
+equivalent computations (through the merged matrix W + (α/r)·B A, or B (A x)) would differ by
+several steps in float32; in float64 they agree to about 1e-13, far below the tolerance, while
+every mistake moves the output by far more."""
 
 from __future__ import annotations
 
@@ -42,21 +47,23 @@ def check_lora_linear(ctx: Context) -> Measurement:
 
     data = ctx.course_data["lora"]["linear"]
     config = BertConfig.tiny()
-    plugin = LoRA(config, PLUGIN_TASKS, **LORA_OPTIONS)
+    plugin = LoRA(
+        config, PLUGIN_TASKS, **LORA_OPTIONS
+    ).double()  # float64, as stored: see the module docstring
     plugin.load_state_dict(data["state"])
     bases = {}
     for name in LORA_NAMES:
-        bases[name] = torch.nn.Linear(*target_shape(config, name))
+        bases[name] = torch.nn.Linear(*target_shape(config, name)).double()
         bases[name].load_state_dict(data["bases"][name])
     found = []
     for name in MODES:
         got = {}
-        with mode(plugin, name, ctx.course_data["seed"]):
+        with mode(plugin, name, ctx.course_data["seed"]) as recorder:
             for key, x in data["x"].items():
                 task, _, layer, target = key.split()
                 y = torch.nn.functional.linear(x, bases[target].weight, bases[target].bias)
                 got[key] = plugin.linear(int(layer), task, target, bases[target], x, y)
-        found.append(grade(data[name], got, f"({name} mode) "))
+        found.append(grade(data[name], got, f"({name} mode) ", dropout=recorder))
     return worst_of(found)
 
 
@@ -75,9 +82,9 @@ def check_lora_merge(ctx: Context) -> Measurement:
     from minbert.plugins.lora import target_module
 
     data = ctx.course_data["lora"]["merge"]
-    model = BertModel(BertConfig.tiny(**LORA_MERGE_CONFIG))
+    model = BertModel(BertConfig.tiny(**LORA_MERGE_CONFIG)).double()
     model.load_state_dict(data["model"])
-    plugin = add_plugin(model, "lora", PLUGIN_TASKS, **LORA_OPTIONS)
+    plugin = add_plugin(model, "lora", PLUGIN_TASKS, **LORA_OPTIONS).double()
     plugin.load_state_dict(data["plugin"])
     layers = list(model.encoder.layer)
     before = {

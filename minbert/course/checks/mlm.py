@@ -21,6 +21,7 @@ MASKING_CASES = (
     ("tokens, p 0.5", 22, 0.5, False),
     ("whole words, p 0.3", 23, 0.3, True),
 )
+MLM_LOSS_TOLERANCE = 1e-5
 
 
 def mlm_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -73,7 +74,7 @@ def check_masking(ctx: Context) -> Measurement:
 
 @check(
     "mlm-loss: mlm_loss vs mean cross-entropy over the masked positions",
-    tolerance=1e-5,
+    tolerance=MLM_LOSS_TOLERANCE,
     hint="the mean, over the positions whose label is not −100 only, of −log softmax(logits)"
     "[label]",
     exercises=("mlm-loss",),

@@ -53,11 +53,11 @@ def check_pals(ctx: Context) -> Measurement:
     found = []
     for name in MODES:
         got = {}
-        with mode(plugin, name, ctx.course_data["seed"]):
+        with mode(plugin, name, ctx.course_data["seed"]) as recorder:
             for task in PLUGIN_TASKS:
                 for layer in range(config.num_hidden_layers):
                     got[f"{task} layer {layer} PAL term"] = plugin.parallel(
                         layer, task, data["x"], data["mask"]
                     )
-        found.append(grade(data[name], got, f"({name} mode) "))
+        found.append(grade(data[name], got, f"({name} mode) ", dropout=recorder))
     return worst_of(found)

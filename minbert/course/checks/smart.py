@@ -3,6 +3,7 @@ SMART's adversarial step on a small model defined here, against stored outputs."
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -10,29 +11,55 @@ import torch
 
 from minbert.course.registry import Context, Measurement, check, grade
 
-# (norm, ascent steps K, output kind) of each perturbation graded.
-SMART_CASES = (("linf", 1, "multiclass"), ("l2", 3, "multiclass"), ("linf", 2, "regression"))
+# (norm, ascent steps K, output kind, model of ``smart_problem``, caller's grad mode) of each
+# perturbation graded. They hold what SMART meets in training: padded tokens, whose gradient is
+# exactly zero (a per-token normalisation without a guard puts NaN there); a caller under
+# torch.no_grad() (evaluation code, or a caller that computed the clean outputs without a graph);
+# and an embedding tensor the outputs do not read (its δ gets no gradient at all).
+SMART_CASES = (
+    ("linf", 1, "multiclass", "pair", "grad"),
+    ("l2", 3, "multiclass", "pair", "no_grad"),
+    ("linf", 2, "regression", "first only", "grad"),
+)
+# The padding of the two embedding tensors: sentence 1 ends one token early, sentence 2 two.
+SMART_MASK = ((1, 1, 1, 1), (1, 1, 1, 0), (1, 1, 0, 0))
+KL_TOLERANCE = 1e-6
 
 
-def smart_problem() -> tuple[list[torch.Tensor], Callable[[list[torch.Tensor]], torch.Tensor]]:
-    """Two (B, T, D) embedding tensors (as for a pair encoded sentence by sentence) and a small
-    fixed model from them to (B, C) outputs."""
+def smart_problem() -> tuple[
+    list[torch.Tensor], dict[str, Callable[[list[torch.Tensor]], torch.Tensor]]
+]:
+    """Two (B, T, D) embedding tensors (as for a pair encoded sentence by sentence) and small
+    fixed models from them to (B, C) outputs, by name: "pair" reads both and averages over the
+    real tokens only (``SMART_MASK``), so a padded token's gradient is exactly zero, as in BERT;
+    "first only" reads the first tensor alone, so the second's δ gets no gradient."""
     g = torch.Generator().manual_seed(10)
     B, T, D, C = 3, 4, 8, 5
     embeddings = [torch.randn(B, T, D, generator=g) for _ in range(2)]
     weights = [torch.randn(D, D, generator=g) * 0.7 for _ in range(2)]
     head = torch.randn(D, C, generator=g)
+    keep = torch.tensor(SMART_MASK, dtype=torch.float32)[..., None]  # (B, T, 1)
 
-    def forward(es: list[torch.Tensor]) -> torch.Tensor:  # (B, T, D) x 2 -> (B, C)
-        h = sum(torch.tanh(e @ w) for e, w in zip(es, weights))
-        return h.mean(1) @ head
+    def pooled(h: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, C), padding left out
+        return (h * keep).sum(1) / keep.sum(1) @ head
 
-    return embeddings, forward
+    def pair(es: list[torch.Tensor]) -> torch.Tensor:
+        return pooled(sum(torch.tanh(e @ w) for e, w in zip(es, weights)))
+
+    def first_only(es: list[torch.Tensor]) -> torch.Tensor:
+        return pooled(torch.tanh(es[0] @ weights[0]))
+
+    return embeddings, {"pair": pair, "first only": first_only}
+
+
+def smart_label(norm: str, steps: int, kind: str, model: str, grad_mode: str) -> str:
+    """The case's part of its outputs' names, shared with the instructor's generator."""
+    return f"({norm}, K = {steps}, {kind}, {model}, {grad_mode.replace('_', ' ')})"
 
 
 @check(
     "smart: symmetric KL vs KL(P‖Q) + KL(Q‖P)",
-    tolerance=1e-6,
+    tolerance=KL_TOLERANCE,
     hint="the KL divergence in both directions between the two softmax distributions, summed "
     "over classes, averaged over the batch",
     exercises=("smart",),
@@ -51,24 +78,31 @@ def check_symmetric_kl(ctx: Context) -> Measurement:
     "smart: adversarial perturbation vs reference ascent",
     tolerance=1e-6,
     hint="K times: the gradient of the divergence between the clean and perturbed outputs with "
-    "respect to δ, a step of size η along it normalised per token, then back onto the ε-ball",
+    "respect to δ (enabled even under the caller's torch.no_grad(); none for an unused δ), a step "
+    "of size η along it normalised per token (a zero step where the gradient is zero, as on "
+    "padding), then back onto the ε-ball",
     exercises=("smart",),
 )
 def check_smart(ctx: Context) -> Measurement:
-    """adversarial_perturbation on the small fixed model of ``smart_problem`` against the stored
-    perturbations: ℓ∞ and ℓ2 balls, 1 to 3 ascent steps, multiclass and regression outputs."""
+    """adversarial_perturbation on the small fixed models of ``smart_problem`` against the stored
+    perturbations: ℓ∞ and ℓ2 balls, 1 to 3 ascent steps, multiclass and regression outputs,
+    padded tokens, a caller under torch.no_grad() and an embedding the outputs do not read
+    (``SMART_CASES``)."""
     from minbert.smart import SmartConfig, adversarial_perturbation
 
-    embeddings, forward = smart_problem()
-    clean = forward(embeddings)
+    embeddings, models = smart_problem()
     got = {}
-    for norm, steps, kind in SMART_CASES:
+    for norm, steps, kind, model, grad_mode in SMART_CASES:
+        forward = models[model]
+        clean = forward(embeddings)
         config = SmartConfig(sigma=0.05, epsilon=0.1, step_size=0.04, ascent_steps=steps, norm=norm)
-        deltas = adversarial_perturbation(
-            forward, embeddings, clean, kind, config, torch.Generator().manual_seed(11)
-        )
+        caller = torch.no_grad() if grad_mode == "no_grad" else contextlib.nullcontext()
+        with caller:
+            deltas = adversarial_perturbation(
+                forward, embeddings, clean, kind, config, torch.Generator().manual_seed(11)
+            )
         if not isinstance(deltas, (list, tuple)) or len(deltas) != len(embeddings):
             return Measurement(math.inf, f"expected a list of {len(embeddings)} perturbations")
         for j, d in enumerate(deltas):
-            got[f"δ of embedding {j} ({norm}, K = {steps}, {kind})"] = d
+            got[f"δ of embedding {j} {smart_label(norm, steps, kind, model, grad_mode)}"] = d
     return grade(ctx.course_data["smart"]["perturbation"], got)

@@ -1,0 +1,145 @@
+"""Sealed outputs: what ``minbert/course/reference_data.pt`` holds instead of an expected output.
+
+The stored file is copied into the student tree, where the student's code can read it; holding
+the outputs themselves, it would be an answer key (look the output up by the input, return it).
+So the file holds only what the comparison needs, in one of three forms, chosen by ``seal``:
+
+* ``exact`` (integer and boolean outputs, graded exactly: the masking): a SHA-256 digest of the
+  shape and the values. Equal digests mean equal outputs; the digest says nothing else.
+* ``projection`` (floating-point outputs of more than ``SMALL`` values), two parts:
+
+  - per value, a digest of its bucket ⌊x / q⌋ with q = tolerance / 2 (salted with the output's
+    name and the value's index). A value within the tolerance of the expected one falls at most
+    two buckets away, so the grader hashes the five buckets around the student's value and the
+    value passes when one of them is the stored digest: every value within the tolerance passes,
+    none more than 1.5 tolerances away does, and the grader knows which value is outside (not by
+    how much). Finding a value that matches a digest means trying bucket after bucket, value by
+    value: a search, not a lookup;
+  - the output cut into slices along its leading axes (each slice is the last axis, or the last
+    axes together when that one is shorter than ``MIN_SLICE``), each slice projected on one or
+    two fixed random directions scaled to unit ℓ1 norm. Since |u·d| ≤ ‖u‖₁·max|dᵢ| = max|dᵢ|, a
+    projected difference is never larger than the largest difference of the slice: it is a lower
+    bound of the true difference, which is what the check reports (how far, and where), and what
+    a known mistake is matched by. A slice keeps at most a quarter of its degrees of freedom
+    (one for a slice of 4 to 15 values) and no lookup can rebuild it; a vector with the stored
+    projections is easy to make, which is why the digests decide.
+
+  A known mistake's output is stored as its projections only (it names the mistake, it is not an
+  answer).
+* ``rounded`` (at most ``SMALL`` floating-point values: a loss, the sampler's α and
+  probabilities): the bucket digests alone, made slow (PBKDF2): with so few values a search
+  bucket by bucket is short, and the slow digest makes it take hours instead of seconds.
+
+The directions and the salts come from the output's name, so the generator and the grader agree
+without storing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+
+SMALL = 64  # at most this many floating-point values: ``rounded``, else ``projection``
+MIN_SLICE = 4  # a slice of fewer values is merged with the next axis
+ROUNDING_ITERATIONS = 2000  # of PBKDF2 for ``rounded``: about half a millisecond a digest
+WINDOW = 2  # buckets either side of the student's value (q = tolerance / WINDOW)
+
+
+def _digest(data: bytes, salt: str, iterations: int = 1) -> str:
+    if iterations == 1:
+        return hashlib.sha256(salt.encode() + b"\0" + data).hexdigest()
+    return hashlib.pbkdf2_hmac("sha256", data, salt.encode(), iterations).hex()[:32]
+
+
+def exact_digest(name: str, t: torch.Tensor) -> str:
+    """SHA-256 of the shape and the values (as int64, or float64 bits), salted with the name."""
+    t = t.detach().cpu()
+    values = t.to(torch.float64) if t.is_floating_point() else t.to(torch.int64)
+    return _digest(repr(tuple(t.shape)).encode() + values.contiguous().numpy().tobytes(), name)
+
+
+def bucket(x: float, q: float) -> str:
+    """The bucket of x: ⌊x / q⌋, or "nan", "inf", "-inf"."""
+    return repr(x) if not math.isfinite(x) else str(math.floor(x / q))
+
+
+def bucket_digest(name: str, index: int, label: str) -> str:
+    """The slow digest of one value's bucket (``rounded``)."""
+    return _digest(f"{index}:{label}".encode(), name, ROUNDING_ITERATIONS)
+
+
+def nearby_buckets(x: float, q: float) -> list[str]:
+    """The buckets within ``WINDOW`` of x's, nearest first (0, −1, +1, −2, +2)."""
+    if not math.isfinite(x):
+        return [bucket(x, q)]
+    b = math.floor(x / q)
+    return [str(b + j) for j in sorted(range(-WINDOW, WINDOW + 1), key=abs)]
+
+
+def nearby_digests(name: str, index: int, x: float, q: float) -> list[str]:
+    """The slow digests of the buckets near x (``rounded``), nearest first."""
+    return [bucket_digest(name, index, label) for label in nearby_buckets(x, q)]
+
+
+def value_digests(name: str, values: list[float], q: float, near: bool) -> list[list[int]]:
+    """Per value, the fast digest (64 bits of SHA-256, salted with the name and the index) of
+    its bucket, or with ``near`` of the buckets near it, nearest first (``projection``)."""
+    salted = hashlib.sha256(name.encode() + b"\0")
+    found = []
+    for i, x in enumerate(values):
+        labels = nearby_buckets(x, q) if near else [bucket(x, q)]
+        row = []
+        for label in labels:
+            h = salted.copy()
+            h.update(f"{i}:{label}".encode())
+            row.append(int.from_bytes(h.digest()[:8], "little", signed=True))
+        found.append(row)
+    return found
+
+
+def slice_shape(shape: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    """(the leading axes that index the slices, the number of values in a slice)."""
+    rows, m = len(shape), 1
+    while rows > 0 and m < MIN_SLICE:
+        rows -= 1
+        m *= shape[rows]
+    return tuple(shape[:rows]), m
+
+
+def directions(name: str, m: int) -> torch.Tensor:
+    """(m, k) fixed N(0, 1) directions, each scaled to unit ℓ1 norm; k = 2 for slices of 16
+    values or more, else 1. Seeded by the name and m."""
+    k = 2 if m >= 16 else 1
+    seed = int(_digest(f"{m}".encode(), name)[:15], 16)
+    u = torch.randn(m, k, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return u / u.abs().sum(0, keepdim=True)
+
+
+def project(name: str, t: torch.Tensor) -> torch.Tensor:
+    """(*leading, k): every slice of t (``slice_shape``) on the name's directions, in float64."""
+    leading, m = slice_shape(tuple(t.shape))
+    rows = t.detach().cpu().to(torch.float64).reshape(*leading, m)
+    return rows @ directions(name, m)
+
+
+def seal(name: str, t: torch.Tensor, tolerance: float | None = None, answer: bool = True) -> dict:
+    """The stored form of the output ``name`` (see the module docstring). ``tolerance``: the
+    check's, which sets the buckets; ``answer`` False for a known mistake's output (a large one
+    keeps its projections only)."""
+    shape = list(t.shape)
+    if not t.is_floating_point():
+        return {"kind": "exact", "shape": shape, "digest": exact_digest(name, t)}
+    if tolerance is None or tolerance <= 0:
+        raise ValueError(f"{name}: a floating-point output needs the check's tolerance (> 0)")
+    q = tolerance / WINDOW
+    values = t.detach().double().reshape(-1).tolist()
+    if t.numel() <= SMALL:
+        digests = [bucket_digest(name, i, bucket(x, q)) for i, x in enumerate(values)]
+        return {"kind": "rounded", "shape": shape, "q": q, "digests": digests}
+    sealed = {"kind": "projection", "shape": shape, "values": project(name, t)}
+    if answer:
+        digests = [row[0] for row in value_digests(name, values, q, near=False)]
+        sealed |= {"q": q, "digests": torch.tensor(digests, dtype=torch.int64)}
+    return sealed
