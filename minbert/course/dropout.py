@@ -56,13 +56,10 @@ class DropoutRecorder:
         self.calls.append((tuple(input.shape), float(p)))
         if p >= 1.0:
             return input * 0.0
-        keep = self.keep_mask(tuple(input.shape), float(p)).to(input.device)
-        out = input * keep.to(input.dtype) / (1.0 - p)
-        if inplace:
-            with torch.no_grad():
-                input.copy_(out)
-            return input
-        return out
+        keep = self.keep_mask(tuple(input.shape), float(p)).to(input.device, input.dtype)
+        if inplace:  # the same arithmetic in place, seen by autograd as torch's in-place dropout
+            return input.mul_(keep).div_(1.0 - p)
+        return input * keep / (1.0 - p)
 
 
 def units(calls: list) -> list[tuple[tuple[int, ...], float]]:
