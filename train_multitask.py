@@ -33,7 +33,7 @@ from minbert.plugins import format_parameter_report, parameter_report
 from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream, length_grouped_batches, make_batch
-from multitask.collate import EncodedSplit
+from multitask.collate import EncodedSplit, to_device
 from multitask.config import TrainConfig, build_parser, parse_args
 from multitask.data import Data, encode_train, fingerprints, load_data, train_lengths
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
@@ -217,7 +217,7 @@ def one_step(run: Run, names: list[str], step: int) -> list[torch.Tensor] | None
         indices = run.dist.shard(run.streams[name].next())
         batch = make_batch(run.train[name], indices, run.device, cfg.swap_pairs)
         if name in run.teachers:  # the teacher's outputs on these examples, and λ
-            batch["teacher"] = run.teachers[name][indices].to(run.device)
+            batch["teacher"] = to_device(run.teachers[name][indices], run.device)
             total = run.steps_per_epoch * cfg.epochs
             batch["gold"] = gold_weight(step, total, cfg.teacher_weight)
         batches.append((get_task(name), batch))

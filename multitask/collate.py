@@ -11,6 +11,7 @@ A batch is a dict:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -132,15 +133,18 @@ def random_flips(n: int) -> list[bool]:
     return (torch.rand(n) < 0.5).tolist()
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``. For a GPU it is pinned first and copied without blocking: the host
+    does not wait for the GPU to finish the work it has queued (a copy from ordinary memory
+    would), so it prepares the next batch while the GPU still runs the current step."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def batch_to(batch: dict, device: torch.device) -> dict:
-    """Move a batch to ``device``. For a GPU the tensors are pinned first and copied without
-    blocking, so the copy overlaps the work the GPU still has queued."""
-
-    def move(t: torch.Tensor) -> torch.Tensor:
-        if device.type != "cuda":
-            return t.to(device)
-        return t.pin_memory().to(device, non_blocking=True)
-
+    """Move a batch to ``device`` (``to_device`` each tensor)."""
+    move = functools.partial(to_device, device=device)
     moved = dict(batch)
     moved["inputs"] = [{k: move(v) for k, v in seq.items()} for seq in batch["inputs"]]
     if batch["labels"] is not None:
