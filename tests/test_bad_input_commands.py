@@ -868,7 +868,8 @@ def test_a_batch_with_no_masked_token_is_drawn_again(tiny_checkpoint, tmp_path, 
 
 
 THREADS = str(torch.get_num_threads())  # float sums depend on it; the same in every process
-MLM_RESUME = ("--steps", "8", "--eval_every", "2", "--threads", THREADS)
+# Long enough that a signal sent once the first last.pt exists lands before the last step.
+MLM_RESUME = ("--steps", "40", "--eval_every", "2", "--threads", THREADS)
 
 
 @pytest.fixture(scope="module")
