@@ -17,7 +17,9 @@ that visits its tensors one at a time. Two contenders, on the CPU:
 
 Each contender runs ``--steps`` steps in a row, interleaved with the other, ``--repeats`` times
 (``_common.interleaved``); the figure is the median seconds per step and their ratio. Target:
-driver / bare at most 1.2. Writes benchmarks/results/host-overhead[-LABEL].md.
+driver / bare at most 1.2. Writes benchmarks/results/host-overhead[-LABEL].md. With --unread the
+driver takes the step a GPU takes (nothing read on the host; AdamW's update obeys a device flag),
+to see what that path adds on the host.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--data_dir", default=str(_common.DATA_DIR), help="the course's data files")
     p.add_argument("--limit", type=int, default=2000, help="examples per task and split")
     p.add_argument("--label", default="", help="results file suffix (host-overhead-LABEL.md)")
+    p.add_argument(
+        "--unread",
+        action="store_true",
+        help="the driver takes the GPU's step on the CPU (losses' finiteness a device flag, "
+        "read at --log_every): what that path costs the host",
+    )
     _common.add_threads_flag(p)
     return p.parse_args()
 
@@ -69,7 +77,10 @@ def driver_run(args: argparse.Namespace, work: Path):
     argv = ["--checkpoint", str(tiny_checkpoint(work / "tiny")), "--data_dir", args.data_dir]
     argv += ["--out_dir", str(work / "run"), "--limit", str(args.limit), "--no_plots"]
     argv += ["--steps_per_epoch", "100000", "--epochs", "1"]
+    if args.unread:
+        train_multitask.UNREAD_ON = ("cuda", "cpu")
     run = train_multitask.set_up(train_multitask.parse_args(argv))
+    assert (run.healthy is not None) == args.unread, "the step path was not the one asked for"
     schedule = run.sampler.schedule(1, run.steps_per_epoch)
     bar = tqdm(disable=True)
     counter = {"step": 0}
