@@ -442,11 +442,31 @@ def seed_groups(results: dict) -> dict[str, dict[str, str]]:
     }
 
 
+def taught_against_alone(groups: dict[str, dict[str, str]]) -> list[str]:
+    """The distillation suite's question in one table, task by task: each task alone (its
+    teacher), the plain multitask model (error-bars.json's finetune seeds, the same recipe
+    untaught) and each student, mean ± sd over seeds."""
+    teachers = {t: groups.get(f"teacher-{t}", {}).get(t, "-") for t in METRICS[:3]}
+    error_bars = ROOT / "benchmarks" / "results" / "error-bars.json"
+    plain = seed_groups(json.loads(error_bars.read_text())) if error_bars.exists() else {}
+    rows = [("each task alone (its teacher)", teachers)]
+    rows.append(("multitask, untaught (error-bars.md, finetune)", plain.get("finetune", {})))
+    rows += [(name, cells) for name, cells in groups.items() if not name.startswith("teacher-")]
+    lines = ["Task by task: alone, shared untaught, shared taught (mean ± sd over seeds):", ""]
+    lines += ["| model | sst acc | para acc | sts r |", "|---|---|---|---|"]
+    for name, cells in rows:
+        lines.append(f"| {name} | " + " | ".join(cells.get(k, "-") for k in METRICS[:3]) + " |")
+    return [*lines, ""]
+
+
 def markdown(suite: str, results: dict) -> str:
     order = [name for name, _ in SUITES.get(suite, [])]  # the suite's order, whatever ran first
-    results = dict(
-        sorted(results.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
-    )
+
+    def place(name: str) -> tuple[int, str]:  # a seeded row by its configuration, then seed
+        base = SEED_SUFFIX.sub("", name)
+        return (order.index(base) if base in order else len(order), name)
+
+    results = dict(sorted(results.items(), key=lambda kv: place(kv[0])))
     lines = [
         f"# Results: {suite}",
         "",
@@ -491,6 +511,8 @@ def markdown(suite: str, results: dict) -> str:
         for name, cells in groups.items():
             lines.append(f"| {name} | " + " | ".join(cells.get(k, "-") for k in METRICS) + " |")
         lines.append("")
+    if suite == "distillation" and groups:
+        lines += taught_against_alone(groups)
     for name, r in results.items():
         base = results.get(name.removesuffix("-smart"))
         if name.endswith("-smart") and base is not None:
