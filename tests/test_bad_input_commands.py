@@ -868,8 +868,7 @@ def test_a_batch_with_no_masked_token_is_drawn_again(tiny_checkpoint, tmp_path, 
 
 
 THREADS = str(torch.get_num_threads())  # float sums depend on it; the same in every process
-# Long enough that a signal sent once the first last.pt exists lands before the last step.
-MLM_RESUME = ("--steps", "40", "--eval_every", "2", "--threads", THREADS)
+MLM_RESUME = ("--steps", "8", "--eval_every", "2", "--threads", THREADS)
 
 
 @pytest.fixture(scope="module")
@@ -893,8 +892,15 @@ def test_pretrain_mlm_resumes_exactly(stop, mlm_reference, tiny_checkpoint, tiny
     143)."""
     stopped = tmp_path / "stopped"
     argv = mlm_argv(tiny_checkpoint, tiny_data, stopped, *MLM_RESUME)
+    # A shell without job control starts background commands with SIGINT ignored, and Python
+    # keeps an ignored SIGINT; the child gets the default back, as a terminal's Ctrl-C finds it.
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
     proc = subprocess.Popen(
-        [sys.executable, "pretrain_mlm.py", *argv], cwd=ROOT, stderr=subprocess.PIPE, text=True
+        [sys.executable, "pretrain_mlm.py", *argv],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     deadline = time.time() + 120
     while not (stopped / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
