@@ -67,6 +67,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import _common
@@ -331,6 +332,23 @@ def collect(run_dir: Path) -> dict:
     }
 
 
+def update_results(
+    json_path: Path,
+    change: Callable[[dict], None],
+    render: Callable[[dict], None] | None = None,
+) -> None:
+    """Apply ``change`` to a results file (name -> row) and ``render`` what it then holds, under
+    the lock every writer takes: several runners, and benchmarks/record_settings.py, may share
+    one file."""
+    with open(json_path.parent / f".{json_path.stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = json.loads(json_path.read_text()) if json_path.exists() else {}
+        change(results)
+        json_path.write_text(json.dumps(results, indent=2) + "\n")
+        if render is not None:
+            render(results)
+
+
 def filled(flags: list[str], runs_dir: str, seed: int | None = None) -> list[str]:
     """A row's flags as its run gets them: "{runs_dir}" and "{seed}" filled in, and with a seed
     (--seeds) ``--seed`` added."""
@@ -406,13 +424,11 @@ def main(argv: list[str] | None = None) -> int:
             "process_wall_clock_s": round(time.time() - start, 1),
             **collect(out_dir),
         }
-        # Other runners may share this results file: read, add and write under a lock.
-        with open(stem.parent / f".{stem.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            results = json.loads(json_path.read_text()) if json_path.exists() else {}
-            results[name] = row
-            json_path.write_text(json.dumps(results, indent=2) + "\n")
-            md_path.write_text(markdown(args.suite, results))
+        update_results(
+            json_path,
+            lambda results, name=name, row=row: results.__setitem__(name, row),
+            lambda results: md_path.write_text(markdown(args.suite, results)),
+        )
         curves = out_dir / "learning_curves.png"
         if curves.exists():
             shutil.copyfile(curves, stem.parent / f"{stem.name}-{name}.png")

@@ -23,7 +23,6 @@ is run again.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import re
 import shlex
@@ -99,12 +98,10 @@ def rows_without_settings() -> dict[str, list[tuple[Path, str, list[str]]]]:
 
 
 def update_row(path: Path, name: str, change: Callable[[dict], None]) -> None:
-    """Apply ``change`` to a row of a results file, under the lock its runner writes it with."""
-    with open(path.parent / f".{path.stem}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        results = json.loads(path.read_text())
-        change(results[name])
-        path.write_text(json.dumps(results, indent=2) + "\n")
+    """Apply ``change`` to a row of a results file, as its runner writes it (under its lock)."""
+    import multitask_runs  # a sibling script (imported here: see suite_flags)
+
+    multitask_runs.update_results(path, lambda results: change(results[name]))
 
 
 def resolve_at(commit: str, argvs: dict[str, list[str]]) -> dict[str, dict]:
@@ -143,7 +140,9 @@ def suite_flags(command: list[str]) -> list[str] | None:
     """The flags at HEAD of the suite row that ran ``command`` (its run folder is named
     ``<suite>-<row>[-seed-N]`` by multitask_runs.py), "{runs_dir}" and "{seed}" filled in as
     the run had them; None when no suite has that row any more."""
-    import multitask_runs  # a sibling script
+    # A sibling script, imported here and not above: resolve_stdin runs this file inside an
+    # older worktree, where importing it (and through it this tree's driver) would be wrong.
+    import multitask_runs
 
     out_dir = Path(command[command.index("--out_dir") + 1])
     for suite in sorted(multitask_runs.SUITES, key=len, reverse=True):

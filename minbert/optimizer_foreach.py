@@ -66,9 +66,7 @@ class ForeachAdamW(AdamW):
         grads = [p.grad for p in params]
         if any(g.is_sparse for g in grads):
             raise RuntimeError("AdamW does not support sparse gradients")
-        states = [self._state_of(p) for p in params]
-        ms = [s["exp_avg"] for s in states]
-        vs = [s["exp_avg_sq"] for s in states]
+        states, ms, vs = self._moments(params)
         # 1. t ← t + 1 (on the CPU step counters)
         steps = [self._counter(s, torch.device("cpu")) for s in states]
         torch._foreach_add_(steps, 1)
@@ -98,9 +96,7 @@ class ForeachAdamW(AdamW):
         f = flag.to(torch.float32)
         # A skipped step's gradients may be NaN, and NaN · 0 is NaN: they are set to 0 first.
         grads = [torch.where(flag, p.grad, 0.0) for p in params]
-        states = [self._state_of(p) for p in params]
-        ms = [s["exp_avg"] for s in states]
-        vs = [s["exp_avg_sq"] for s in states]
+        states, ms, vs = self._moments(params)
         # 1. t ← t + f (counters on the device)
         steps = [self._counter(s, p.device) for s, p in zip(states, params, strict=True)]
         torch._foreach_add_(steps, [f] * len(steps))
@@ -128,6 +124,11 @@ class ForeachAdamW(AdamW):
         torch._foreach_div_(updates, corrections1)
         torch._foreach_mul_(updates, -lr * f)
         torch._foreach_add_(params, updates)
+
+    def _moments(self, params: list[torch.Tensor]) -> tuple[list[dict], list, list]:
+        """Each parameter's state, and its first and second moments m and v."""
+        states = [self._state_of(p) for p in params]
+        return states, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
 
     @staticmethod
     def _counter(state: dict, device: torch.device) -> torch.Tensor:

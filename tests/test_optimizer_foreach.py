@@ -26,15 +26,15 @@ def model(tiny_checkpoint):
     return build_model(settings, TASKS, dropout=0.0)
 
 
-def train(
-    model, make_optimizer, steps: int = 100, apply: Callable[[int], bool | None] = lambda s: None
-) -> dict[str, torch.Tensor]:
-    """Parameters after ``steps`` updates with seeded random gradients: the shared encoder gets
-    one every step, a task's head only in its own steps (task = step mod 3), so step counts
-    differ between parameters, as in a multitask run. ``apply(step)``: None, a plain step;
-    True or False, a step through the device flag (False: a skipped step, its gradients NaN)."""
-    model = copy.deepcopy(model)
-    optimizer = make_optimizer(model)
+# What ``apply`` returns for a step that draws its gradients and then takes no optimizer step.
+DROPPED = "dropped"
+
+
+def train_steps(model, optimizer, steps: int, apply: Callable[[int], object]) -> None:
+    """``steps`` updates with seeded random gradients: the shared encoder gets one every step, a
+    task's head only in its own steps (task = step mod 3), so step counts differ between
+    parameters, as in a multitask run. ``apply(step)``: None, a plain step; True or False, a
+    step through the device flag (False: a skipped step, its gradients NaN); DROPPED, none."""
     generator = torch.Generator().manual_seed(1)
     for step in range(steps):
         task = TASKS[step % len(TASKS)]
@@ -45,12 +45,20 @@ def train(
         flag = apply(step)
         if flag is None:
             optimizer.step()
-            continue
-        if not flag:
-            for p in model.parameters():
-                if p.grad is not None:
-                    p.grad.fill_(float("nan"))
-        optimizer.step(apply_if=torch.tensor(flag))
+        elif flag is not DROPPED:
+            if not flag:
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad.fill_(float("nan"))
+            optimizer.step(apply_if=torch.tensor(flag))
+
+
+def train(
+    model, make_optimizer, steps: int = 100, apply: Callable[[int], object] = lambda s: None
+) -> dict[str, torch.Tensor]:
+    """The parameters of a copy of ``model`` after ``train_steps``."""
+    model = copy.deepcopy(model)
+    train_steps(model, make_optimizer(model), steps, apply)
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
@@ -108,15 +116,8 @@ def test_a_step_flagged_off_changes_nothing(model):
     flagged = train(model, lambda m: ForeachAdamW(groups_of(m), lr=1e-3), apply=apply)
     reference = copy.deepcopy(model)
     optimizer = ForeachAdamW(groups_of(reference), lr=1e-3)
-    generator = torch.Generator().manual_seed(1)
-    for step in range(100):  # the same gradients, the skipped steps' drawn and dropped
-        task = TASKS[step % len(TASKS)]
-        for name, p in reference.named_parameters():
-            other_head = name.startswith("heads.") and not name.startswith(f"heads.{task}.")
-            grad = torch.randn(p.shape, generator=generator)
-            p.grad = None if other_head else grad
-        if step not in skipped:
-            optimizer.step(apply_if=torch.tensor(True))
+    # the same gradients, the skipped steps' drawn and dropped
+    train_steps(reference, optimizer, 100, lambda step: DROPPED if step in skipped else True)
     expected = {name: p.detach() for name, p in reference.named_parameters()}
     assert largest_difference(flagged, expected) == 0.0
     counts = {float(s["step"]) for s in optimizer.state.values()}
