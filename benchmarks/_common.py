@@ -93,14 +93,18 @@ def machine() -> dict[str, str]:
     return info
 
 
+def script() -> str:
+    """The script that is running, as typed from the repository root."""
+    path = Path(sys.argv[0]).resolve()
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def command() -> str:
     """The command that ran this script, as typed from the repository root."""
-    script = Path(sys.argv[0]).resolve()
-    try:
-        script_text = str(script.relative_to(ROOT))
-    except ValueError:
-        script_text = str(script)
-    return "python " + shlex.join([script_text, *sys.argv[1:]])
+    return "python " + shlex.join([script(), *sys.argv[1:]])
 
 
 def load_average() -> str:
@@ -114,6 +118,8 @@ class Report:
     """Collects a results file: the header (machine, commit, command) is filled in here."""
 
     def __init__(self, name: str, title: str, intro: str) -> None:
+        """``name`` names the results file (benchmarks/results/<name>.md): the script's own name,
+        or it with a label (``host-overhead-before``)."""
         self.name, self.title, self.intro = name, title, intro
         self.started = time.time()
         self.load_start = load_average()
@@ -131,7 +137,7 @@ class Report:
         lines = [
             f"# {self.title}",
             "",
-            f"Written by `benchmarks/{self.name}.py`; do not edit by hand, run it again.",
+            f"Written by `{script()}`; do not edit by hand, run it again.",
             "",
             f"- Command: `{self.command}`",
             f"- Commit: `{self.commit}`",

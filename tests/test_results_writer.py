@@ -1,4 +1,5 @@
-"""benchmarks/multitask_runs.py's seed aggregation on hand-computed rows."""
+"""The results writers: benchmarks/multitask_runs.py's seed aggregation on hand-computed rows, and
+the header every benchmark's results file starts with."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import multitask_runs  # noqa: E402  (a script of benchmarks/, importable once on the path)
+import _common  # noqa: E402  (scripts of benchmarks/, importable once on the path)
+import multitask_runs  # noqa: E402
 
 
 def row(sst: float, overall: float) -> dict:
@@ -55,3 +57,15 @@ def test_a_stem_with_a_dot_keeps_its_whole_name(tmp_path):
     assert multitask_runs.main(["transfer-levers", "--render", "--results", str(stem)]) == 0
     assert (tmp_path / "layer-decay-0.8-1.md").is_file()
     assert not (tmp_path / "layer-decay-0.md").exists()
+
+
+def test_a_labelled_results_file_names_the_script_that_wrote_it(tmp_path, monkeypatch):
+    """``host_overhead.py --label before`` writes host-overhead-before.md, whose header names
+    benchmarks/host_overhead.py (it once named a script host-overhead-before.py that does not
+    exist) and the command as typed."""
+    script = Path(_common.ROOT) / "benchmarks" / "host_overhead.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--label", "before"])
+    report = _common.Report("host-overhead-before", "Title", "Intro.")
+    text = report.write(tmp_path / "host-overhead-before.md").read_text()
+    assert "Written by `benchmarks/host_overhead.py`;" in text
+    assert "- Command: `python benchmarks/host_overhead.py --label before`" in text
