@@ -73,17 +73,33 @@ def run_driver(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
     return train_multitask.main(driver_argv(checkpoint, data, out_dir, *extra))
 
 
+def signal_when_resumable(cmd: list[str], out_dir: Path, stop: int) -> tuple[int, str]:
+    """Start ``cmd`` (from the repository root) in a fresh process and send it ``stop`` as soon
+    as ``out_dir/last.pt`` exists (or after 120 s); its return code and stderr."""
+    # A shell without job control starts background commands with SIGINT ignored, and Python
+    # keeps an ignored SIGINT; the child gets the default back, as a terminal's Ctrl-C finds it.
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        cmd,
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.time() + 120
+    while not (out_dir / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(stop)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
 def kill_when_resumable(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
     """Start the driver on ``driver_argv`` in a fresh process and kill -9 it as soon as its
     ``last.pt`` exists (or after 120 s); its return code (−SIGKILL when the kill came first)."""
     cmd = [sys.executable, "train_multitask.py", *driver_argv(checkpoint, data, out_dir, *extra)]
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not (out_dir / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    return proc.wait()
+    return signal_when_resumable(cmd, out_dir, signal.SIGKILL)[0]
 
 
 def _sentence(rng: random.Random) -> str:

@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ import pretrain_mlm
 import sanity_check
 import train_multitask
 from minbert.course import scaffold
-from tests.conftest import driver_argv, run_driver
+from tests.conftest import driver_argv, run_driver, signal_when_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = ("--epochs", "1", "--steps_per_epoch", "2", "--no_plots")
@@ -892,23 +891,10 @@ def test_pretrain_mlm_resumes_exactly(stop, mlm_reference, tiny_checkpoint, tiny
     143)."""
     stopped = tmp_path / "stopped"
     argv = mlm_argv(tiny_checkpoint, tiny_data, stopped, *MLM_RESUME)
-    # A shell without job control starts background commands with SIGINT ignored, and Python
-    # keeps an ignored SIGINT; the child gets the default back, as a terminal's Ctrl-C finds it.
-    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
-    proc = subprocess.Popen(
-        [sys.executable, "pretrain_mlm.py", *argv],
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
-    )
-    deadline = time.time() + 120
-    while not (stopped / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
-    proc.send_signal(stop)
-    _, err = proc.communicate(timeout=120)
+    cmd = [sys.executable, "pretrain_mlm.py", *argv]
+    returncode, err = signal_when_resumable(cmd, stopped, stop)
     words = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated (SIGTERM)")}
-    assert proc.returncode == words.get(stop, (-stop,))[0], err
+    assert returncode == words.get(stop, (-stop,))[0], err
     if stop in words:  # Ctrl-C and SIGTERM: one line naming the step on disk
         assert f"{words[stop][1]} at step" in one_error_line(err)
         assert "pretrain_mlm.py --out_dir" in one_error_line(err)

@@ -7,9 +7,7 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ import torch
 import multitask.step
 import train_multitask
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
-from tests.conftest import driver_argv, kill_when_resumable
+from tests.conftest import driver_argv, kill_when_resumable, signal_when_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -298,19 +296,8 @@ def test_ctrl_c_or_sigterm_leaves_a_resumable_run_and_says_how_to_resume(
         "train_multitask.py",
         *driver_argv(tiny_checkpoint, tiny_data, out, *extra),
     ]
-    # A shell without job control starts background commands with SIGINT ignored, and Python
-    # keeps an ignored SIGINT; the child gets the default back, as a terminal's Ctrl-C finds it.
-    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_sigint
-    )
-    deadline = time.time() + 120
-    while not (out / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(stop)
-    _, err = proc.communicate(timeout=120)
-    err = err.decode()
-    assert proc.returncode == code, err
+    returncode, err = signal_when_resumable(cmd, out, stop)
+    assert returncode == code, err
     assert "Traceback" not in err
     message = [line for line in err.replace("\r", "\n").splitlines() if "error:" in line]
     assert len(message) == 1 and message[0].startswith("error: ") and words in message[0]
