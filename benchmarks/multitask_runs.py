@@ -39,11 +39,16 @@ the machine. Suites:
     batching   one epoch of finetune with length-grouping pools of 50, 10, 2 and 1 batch(es)
                (--batch_pool; 1 is plain random batches): quality against epoch time, beside
                the plain Hugging Face loop (benchmarks/plain_loop.py) at the same budget
-    adapter-study  the PALs report's sampling table and the adapter study's ablations, each
-               row one change from the first (adapters, annealed sampling) at one short budget
-               (3 epochs of 150 steps): round-robin, proportional and square-root sampling;
-               adapters shared in each layer, 3-shared, pfeiffer, after the LayerNorm; per-task
-               LayerNorms. The first row's run is what benchmarks/adapter_ablation.py reads.
+    adapter-study  task samplers with adapters on a frozen encoder (no trained weight shared:
+               a sampler only decides how many updates each task's adapter gets) and the
+               adapter study's ablations, each row one change from the first (adapters, annealed
+               sampling) at one short budget (3 epochs of 150 steps): round-robin, proportional
+               and square-root sampling; adapters shared in each layer, 3-shared, pfeiffer,
+               after the LayerNorm; per-task LayerNorms; the "not shared" row. The first row's
+               run is what benchmarks/adapter_ablation.py reads.
+
+Seeded suites that COMPARED names also list which of their compared pairs differ by more than
+the two seed spreads added.
 
     python benchmarks/multitask_runs.py multitask [--epochs 3] [--data_dir ../shared/data]
     python benchmarks/multitask_runs.py plugins --only adapter --seeds 1,2,3 -- --epochs 3
@@ -439,23 +444,90 @@ SEED_SUFFIX = re.compile(r"-seed-\d+$")
 METRICS = ("sst", "para", "sts", "overall")
 
 
-def seed_groups(results: dict) -> dict[str, dict[str, str]]:
-    """Configuration name -> {metric: "mean ± sd (n = k)"} over its rows ``<name>-seed-<s>``
-    (the sample standard deviation; groups of one seed are left out)."""
+def seed_stats(results: dict) -> dict[str, dict[str, tuple[float, float, int]]]:
+    """Configuration name -> {metric: (mean, sample sd, seeds)} over its rows
+    ``<name>-seed-<s>``; groups of one seed are left out."""
     groups: dict[str, list[dict]] = {}
     for name, r in results.items():
         if SEED_SUFFIX.search(name):
             groups.setdefault(SEED_SUFFIX.sub("", name), []).append(r["best"])
     return {
         name: {
-            k: f"{statistics.mean(b[k] for b in bests):.4f} ± "
-            f"{statistics.stdev(b[k] for b in bests):.4f} (n = {len(bests)})"
+            k: (
+                statistics.mean(b[k] for b in bests),
+                statistics.stdev(b[k] for b in bests),
+                len(bests),
+            )
             for k in METRICS
             if all(k in b for b in bests)
         }
         for name, bests in groups.items()
         if len(bests) > 1
     }
+
+
+def seed_groups(results: dict) -> dict[str, dict[str, str]]:
+    """Configuration name -> {metric: "mean ± sd (n = k)"}, seed_stats as the tables print it."""
+    return {
+        name: {k: f"{m:.4f} ± {sd:.4f} (n = {n})" for k, (m, sd, n) in cells.items()}
+        for name, cells in seed_stats(results).items()
+    }
+
+
+def against_first(names: list[str]) -> list[tuple[str, str]]:
+    """Each row one change from the first: compare every row with the first (seeded) row."""
+    return [(names[0], name) for name in names[1:]]
+
+
+def within_option(names: list[str]) -> list[tuple[str, str]]:
+    """Rows ``<option>-<setting>``: compare every two settings of the same option."""
+    return [
+        (a, b)
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+        if a.split("-", 1)[0] == b.split("-", 1)[0]
+    ]
+
+
+# Which seeded configurations each suite's question compares, and those words for the file.
+COMPARED = {
+    "adapter-study": (against_first, "each row against the first"),
+    "sampling-shared": (within_option, "every two samplers of the same option"),
+}
+
+
+def beyond_spread(stats: dict, pairs: list[tuple[str, str]]) -> list[str]:
+    """The differences that hold beyond the seed spread: pairs whose means on a metric differ
+    by more than the two standard deviations added, the higher named first."""
+    lines = []
+    for a, b in pairs:
+        for k in METRICS:
+            if k not in stats[a] or k not in stats[b]:
+                continue
+            (ma, sa, _), (mb, sb, _) = stats[a][k], stats[b][k]
+            if abs(ma - mb) > sa + sb:
+                (hi, mh, sh), (lo, ml, sl) = sorted([(a, ma, sa), (b, mb, sb)], key=lambda t: -t[1])
+                lines.append(
+                    f"- {k}: {hi} ahead of {lo}, {mh:.4f} ± {sh:.4f} against {ml:.4f} ± {sl:.4f}"
+                )
+    return lines
+
+
+def spread_section(suite: str, results: dict) -> list[str]:
+    """The suite's compared pairs (COMPARED) that differ beyond the seed spread, and the rest."""
+    stats = seed_stats(results)
+    if suite not in COMPARED or not stats:
+        return []
+    compare, which = COMPARED[suite]
+    pairs = compare(list(stats))
+    held = beyond_spread(stats, pairs)
+    lines = [
+        "Differences beyond the seed spread (means apart by more than the two standard "
+        f"deviations added), comparing {which} ({len(pairs)} pairs, {len(METRICS)} measures); "
+        "every other difference is inside it:",
+        "",
+    ]
+    return [*lines, *(held or ["- none"]), ""]
 
 
 def taught_against_alone(groups: dict[str, dict[str, str]]) -> list[str]:
@@ -527,6 +599,7 @@ def markdown(suite: str, results: dict) -> str:
         for name, cells in groups.items():
             lines.append(f"| {name} | " + " | ".join(cells.get(k, "-") for k in METRICS) + " |")
         lines.append("")
+    lines += spread_section(suite, results)
     if suite == "distillation" and groups:
         lines += taught_against_alone(groups)
     for name, r in results.items():

@@ -69,3 +69,25 @@ def test_a_labelled_results_file_names_the_script_that_wrote_it(tmp_path, monkey
     text = report.write(tmp_path / "host-overhead-before.md").read_text()
     assert "Written by `benchmarks/host_overhead.py`;" in text
     assert "- Command: `python benchmarks/host_overhead.py --label before`" in text
+
+
+def test_beyond_spread_names_only_differences_larger_than_both_spreads_added():
+    # sst: a 0.50 ± 0.01 (seeds 0.49, 0.50, 0.51), b 0.40 ± 0.01: apart by 0.10 > 0.02 -> held.
+    # overall: a 0.70 ± 0.10 (0.6, 0.7, 0.8), b 0.65 ± 0.01: apart by 0.05 < 0.11 -> inside.
+    results = {
+        f"{name}-seed-{i}": row(sst, overall)
+        for name, ssts, overalls in (
+            ("finetune-annealed", (0.49, 0.50, 0.51), (0.6, 0.7, 0.8)),
+            ("finetune-round-robin", (0.39, 0.40, 0.41), (0.64, 0.65, 0.66)),
+            ("pals-annealed", (0.10, 0.10, 0.10), (0.10, 0.10, 0.10)),
+        )
+        for i, (sst, overall) in enumerate(zip(ssts, overalls), 1)
+    }
+    stats = multitask_runs.seed_stats(results)
+    pairs = multitask_runs.within_option(list(stats))
+    assert pairs == [("finetune-annealed", "finetune-round-robin")]  # pals is another option
+    assert multitask_runs.beyond_spread(stats, pairs) == [
+        "- sst: finetune-annealed ahead of finetune-round-robin, "
+        "0.5000 ± 0.0100 against 0.4000 ± 0.0100"
+    ]
+    assert multitask_runs.against_first(["a", "b", "c"]) == [("a", "b"), ("a", "c")]
