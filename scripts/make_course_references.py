@@ -43,7 +43,7 @@ from minbert.course.seal import seal  # noqa: E402
 # What the grader prints for each known mistake, by exercise (the key is course_references'
 # ``mistake`` argument). A mistake made in some cases only (one path of a check) is declared as
 # (description, the labels of those cases): it is stored in those cases alone, and the grader
-# names it when they match it and the other cases are right (``registry.worst_of``).
+# names it when they match it and the other cases are right (``measure.worst_of``).
 MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
     "embeddings": {
         "no_positions": "the position embeddings are not added",

@@ -24,7 +24,8 @@ import pytest
 import torch
 
 from minbert.course import seal
-from minbert.course.registry import COURSE_DATA, FAIL, compare, distinct
+from minbert.course.measure import compare, distinct
+from minbert.course.registry import COURSE_DATA, FAIL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_grader_mutants import (  # noqa: E402
@@ -260,7 +261,7 @@ def test_one_value_beyond_the_tolerance_fails_where_the_projections_miss_it() ->
     """The digests decide: one value 3 tolerances off moves a projection by far less than the
     tolerance, and the check still fails there, naming the value; within the tolerance every
     value passes."""
-    from minbert.course.registry import Observed, measure_sealed
+    from minbert.course.measure import Observed, measure_sealed
 
     expected = torch.randn(3, 70, generator=torch.Generator().manual_seed(1))
     sealed = seal.seal("w", expected, 1e-5)
@@ -273,7 +274,7 @@ def test_one_value_beyond_the_tolerance_fails_where_the_projections_miss_it() ->
 
 
 def test_rounded_values_pass_within_the_tolerance_and_fail_beyond() -> None:
-    from minbert.course.registry import Observed, measure_sealed
+    from minbert.course.measure import Observed, measure_sealed
 
     expected = torch.tensor([0.6, 0.2, 1.0], dtype=torch.float64)
     sealed = seal.seal("α", expected, 1e-12)

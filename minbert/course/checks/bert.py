@@ -27,16 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from minbert.course.dropout import MODES, mode, recorded_dropout
-from minbert.course.registry import (
-    Context,
-    Measurement,
-    Observed,
-    check,
-    compare,
-    grade,
-    measure_sealed,
-    worst_of,
-)
+from minbert.course.measure import Measurement, Observed, compare, grade, measure_sealed, worst_of
+from minbert.course.registry import Context, check
 
 if TYPE_CHECKING:
     from minbert.sites import LayerSites

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from minbert.course.registry import PLUGIN_TASKS, Context, Measurement, check, grade
+from minbert.course.measure import Measurement, grade
+from minbert.course.registry import PLUGIN_TASKS, Context, check
 
 
 @check(

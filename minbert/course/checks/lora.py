@@ -12,15 +12,8 @@ from __future__ import annotations
 import torch
 
 from minbert.course.dropout import MODES, mode
-from minbert.course.registry import (
-    PLUGIN_TASKS,
-    Context,
-    Measurement,
-    check,
-    compare,
-    grade,
-    worst_of,
-)
+from minbert.course.measure import Measurement, compare, grade, worst_of
+from minbert.course.registry import PLUGIN_TASKS, Context, check
 
 LORA_OPTIONS = {
     "rank": 2,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from minbert.course.dropout import MODES, mode
-from minbert.course.registry import PLUGIN_TASKS, Context, Measurement, check, grade, worst_of
+from minbert.course.measure import Measurement, grade, worst_of
+from minbert.course.registry import PLUGIN_TASKS, Context, check
 
 PAL_OPTIONS = {"size": 8, "heads": 2}
 

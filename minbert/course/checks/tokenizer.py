@@ -3,7 +3,8 @@ transformers' tokenizer, saved in the reference file with the sentences they com
 
 from __future__ import annotations
 
-from minbert.course.registry import Context, Measurement, check, compare, worst_of
+from minbert.course.measure import Measurement, compare, worst_of
+from minbert.course.registry import Context, check
 
 
 @check(
