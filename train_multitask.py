@@ -267,6 +267,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     return finish(run, step, best)
 
 
+def steps_per_task(run: Run, schedule: list[str]) -> dict[str, int]:
+    """How many steps of an epoch's drawn schedule train each task (a task it never draws: 0)."""
+    counts = Counter(schedule)
+    return {task: counts[task] for task in run.data}
+
+
 def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
     """The loop: an epoch's task schedule, one batch a step, logs, evaluations and saves."""
     cfg, spe = run.cfg, run.steps_per_epoch
@@ -277,8 +283,8 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
         epoch = step // spe + 1
         schedule = run.sampler.schedule(epoch, spe)
         if step % spe == 0 and one_task:
-            steps = Counter(schedule)  # the epoch's drawn schedule: each task's share of steps
-            shares = ", ".join(f"{k} {steps[k]} ({steps[k] / spe:.3f})" for k in run.data)
+            steps = steps_per_task(run, schedule)
+            shares = ", ".join(f"{k} {n} ({n / spe:.3f})" for k, n in steps.items())
             print(f"epoch {epoch}/{cfg.epochs}: steps per task {shares}")
         run.model.train()
         with tqdm(
@@ -393,6 +399,11 @@ def finish(run: Run, step: int, best: float) -> dict[str, Any]:
         "train_examples": examples,
         "processes": run.dist.world,
     }
+    if cfg.step_gradient == "one-task":  # the sampler's schedule, fixed by seed and epoch
+        summary["steps_per_task"] = {
+            str(e): steps_per_task(run, run.sampler.schedule(e, run.steps_per_epoch))
+            for e in range(1, cfg.epochs + 1)
+        }
     folder.write_predictions(
         run.model,
         run.data,

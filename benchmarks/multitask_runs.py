@@ -547,6 +547,29 @@ def taught_against_alone(groups: dict[str, dict[str, str]]) -> list[str]:
     return [*lines, ""]
 
 
+def steps_table(results: dict) -> list[str]:
+    """The steps each task trained in each epoch (summary.json's ``steps_per_task``, the sampler's
+    drawn schedule), for the rows that record it, with each task's share of the epoch."""
+    rows = {
+        name: r["summary"]["steps_per_task"]
+        for name, r in results.items()
+        if "steps_per_task" in r["summary"]
+    }
+    if not rows:
+        return []
+    epochs = max(len(per_epoch) for per_epoch in rows.values())
+    lines = ["Steps each task trained per epoch, and its share of the epoch's steps:", ""]
+    lines += ["| run | " + " | ".join(f"epoch {e}" for e in range(1, epochs + 1)) + " |"]
+    lines += ["|---|" + "---|" * epochs]
+    for name, per_epoch in rows.items():
+        cells = []
+        for counts in per_epoch.values():
+            total = sum(counts.values())
+            cells.append(", ".join(f"{t} {n} ({n / total:.2f})" for t, n in counts.items()))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def markdown(suite: str, results: dict) -> str:
     order = [name for name, _ in SUITES.get(suite, [])]  # the suite's order, whatever ran first
 
@@ -600,6 +623,7 @@ def markdown(suite: str, results: dict) -> str:
             lines.append(f"| {name} | " + " | ".join(cells.get(k, "-") for k in METRICS) + " |")
         lines.append("")
     lines += spread_section(suite, results)
+    lines += steps_table(results)
     if suite == "distillation" and groups:
         lines += taught_against_alone(groups)
     for name, r in results.items():

@@ -607,3 +607,17 @@ def test_a_fresh_run_fits_the_cosine_head_to_the_training_labels(tiny_checkpoint
     labels = torch.tensor([e.label for e in exact])
     after = head_outputs(model, sts, exact, tokenizer, 8, cpu).squeeze(-1)
     torch.testing.assert_close(after, labels, atol=1e-4, rtol=0)
+
+
+def test_summary_counts_the_steps_each_task_trains_per_epoch(
+    tiny_checkpoint, tiny_data, tmp_path, capsys
+):
+    """Round-robin over three tasks, 3 steps an epoch: one step each, every epoch; the counts
+    the driver prints at an epoch's start are the ones summary.json keeps."""
+    out = tmp_path / "rr"
+    assert run(tiny_checkpoint, tiny_data, out, "--sampling", "round-robin", "--no_plots") == 0
+    summary = json.loads((out / "summary.json").read_text())
+    one_each = {"sst": 1, "para": 1, "sts": 1}
+    assert summary["steps_per_task"] == {"1": one_each, "2": one_each}
+    printed = capsys.readouterr().out
+    assert "epoch 2/2: steps per task sst 1 (0.333), para 1 (0.333), sts 1 (0.333)" in printed

@@ -91,3 +91,18 @@ def test_beyond_spread_names_only_differences_larger_than_both_spreads_added():
         "0.5000 ± 0.0100 against 0.4000 ± 0.0100"
     ]
     assert multitask_runs.against_first(["a", "b", "c"]) == [("a", "b"), ("a", "c")]
+
+
+def test_steps_table_gives_each_tasks_steps_and_share_per_epoch():
+    counts = {"1": {"sst": 1, "para": 2, "sts": 1}, "2": {"sst": 0, "para": 4, "sts": 0}}
+    results = {
+        "proportional": {"summary": {"steps_per_task": counts}},
+        "older-row": {"summary": {}},  # written before runs recorded it: left out
+    }
+    assert multitask_runs.steps_table(results)[2:] == [
+        "| run | epoch 1 | epoch 2 |",
+        "|---|---|---|",
+        "| proportional | sst 1 (0.25), para 2 (0.50), sts 1 (0.25) | "
+        "sst 0 (0.00), para 4 (1.00), sts 0 (0.00) |",
+        "",
+    ]
