@@ -52,6 +52,7 @@ the two seed spreads added.
 
     python benchmarks/multitask_runs.py multitask [--epochs 3] [--data_dir ../shared/data]
     python benchmarks/multitask_runs.py plugins --only adapter --seeds 1,2,3 -- --epochs 3
+    python benchmarks/multitask_runs.py sampling-shared --seeds 1,2,3 --jobs 2 -- --threads 1
 
 With --seeds, every configuration runs once per seed (rows ``<name>-seed-<s>``), and the results
 file adds a table of mean ± standard deviation over the seeds of each configuration; a
@@ -73,6 +74,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import _common
@@ -363,6 +365,58 @@ def filled(flags: list[str], runs_dir: str, seed: int | None = None) -> list[str
     return [flag.replace("{seed}", str(seed)) for flag in flags] + ["--seed", str(seed)]
 
 
+def results_files(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The suite's results files: --results (a stem) or benchmarks/results/<suite>, .json and
+    .md."""
+    stem = Path(args.results) if args.results else ROOT / "benchmarks" / "results" / args.suite
+    return stem.with_name(f"{stem.name}.json"), stem.with_name(f"{stem.name}.md")
+
+
+def run_one(
+    name: str, flags: list[str], args: argparse.Namespace, extra: list[str], log: bool = False
+) -> None:
+    """Run one configuration (``extra``: the flags given after --) and add its row to the
+    results file; ``log``: its output goes to ``<runs_dir>/<suite>-<name>.log`` (several running
+    at once), with a line here as it starts and ends."""
+    json_path, md_path = results_files(args)
+    out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
+    script, flags = (flags[0], flags[1:]) if flags[0] == PLAIN_LOOP else (DRIVER, flags)
+    cmd = [sys.executable, script, "--data_dir", args.data_dir, "--out_dir", str(out_dir)]
+    cmd += ["--overwrite", *flags, *extra]
+    print("$", shlex.join(cmd), flush=True)
+    commit = git_commit()  # the code the run starts from
+    start = time.time()
+    if log:
+        log_path = out_dir.parent / f"{out_dir.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        print(f"{name}: started, output in {log_path}", flush=True)
+        with open(log_path, "w") as out:
+            rc = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
+    else:
+        rc = subprocess.run(cmd, cwd=ROOT).returncode
+    if rc != 0:
+        print(f"{name}: exit code {rc}", file=sys.stderr, flush=True)
+        return
+    row = {
+        "command": shlex.join(cmd),
+        "commit": commit,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "process_wall_clock_s": round(time.time() - start, 1),
+        **collect(out_dir),
+    }
+    update_results(
+        json_path,
+        lambda results: results.__setitem__(name, row),
+        lambda results: md_path.write_text(markdown(args.suite, results)),
+    )
+    curves = out_dir / "learning_curves.png"
+    if curves.exists():
+        shutil.copyfile(curves, json_path.parent / f"{json_path.stem}-{name}.png")
+    if log:
+        print(f"{name}: done in {time.time() - start:.0f} s", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("suite", choices=sorted(SUITES))
@@ -381,9 +435,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--results", default=None, help="results file stem (default: benchmarks/results/<suite>)"
     )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="how many configurations run at once, each its own process (1: one after another, "
+        "output here); above 1 each run's output goes to <runs_dir>/<suite>-<name>.log. On these "
+        "2-core CPUs: --jobs 2 -- --threads 1; one GPU holds several small runs",
+    )
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []  # flags after -- go to every run
     args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if args.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {args.jobs}")
     chosen = SUITES[args.suite]
     if args.only:
         names = args.only.split(",")
@@ -393,50 +457,18 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [(f"{n}-seed-{s}", filled(f, args.runs_dir, s)) for n, f in chosen for s in seeds]
     else:
         chosen = [(n, filled(f, args.runs_dir)) for n, f in chosen]
-    stem = Path(args.results) if args.results else ROOT / "benchmarks" / "results" / args.suite
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = (stem.parent / f"{stem.name}{ext}" for ext in (".json", ".md"))
+    json_path, md_path = results_files(args)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     if args.render:
         results = json.loads(json_path.read_text()) if json_path.exists() else {}
         md_path.write_text(markdown(args.suite, results))
         return 0
-    for name, flags in chosen:
-        out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
-        script, flags = (flags[0], flags[1:]) if flags[0] == PLAIN_LOOP else (DRIVER, flags)
-        cmd = [
-            sys.executable,
-            script,
-            "--data_dir",
-            args.data_dir,
-            "--out_dir",
-            str(out_dir),
-            "--overwrite",
-            *flags,
-            *extra,
-        ]
-        print("$", shlex.join(cmd), flush=True)
-        commit = git_commit()  # the code the run starts from
-        start = time.time()
-        rc = subprocess.run(cmd, cwd=ROOT).returncode
-        if rc != 0:
-            print(f"{name}: exit code {rc}", file=sys.stderr)
-            continue
-        row = {
-            "command": shlex.join(cmd),
-            "commit": commit,
-            "machine": machine(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "process_wall_clock_s": round(time.time() - start, 1),
-            **collect(out_dir),
-        }
-        update_results(
-            json_path,
-            lambda results, name=name, row=row: results.__setitem__(name, row),
-            lambda results: md_path.write_text(markdown(args.suite, results)),
-        )
-        curves = out_dir / "learning_curves.png"
-        if curves.exists():
-            shutil.copyfile(curves, stem.parent / f"{stem.name}-{name}.png")
+    if args.jobs == 1:
+        for name, flags in chosen:
+            run_one(name, flags, args, extra)
+    else:  # each run's output to its log; the results file is shared under its lock
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(lambda c: run_one(*c, args, extra, log=True), chosen))
     return 0
 
 
