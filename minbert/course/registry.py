@@ -22,9 +22,9 @@ The rules a check keeps:
 * it measures the largest absolute difference between what minBERT computes and a reference,
   and passes when that is at most its ``tolerance`` (``minbert/course/measure.py``); ``compare``
   measures two tensors and says where they differ most (printing numbers with digits enough to
-  differ), ``worst_of`` keeps the worst of several measurements. The tolerance fits the data's scale: a check whose outputs are
-  large, or that must tell equivalent computations from mistakes by little (LoRA, AdamW), runs in
-  float64;
+  differ), ``worst_of`` keeps the worst of several measurements. The tolerance fits the data's
+  scale: a check whose outputs are large, or that must tell equivalent computations from
+  mistakes by little (LoRA, AdamW), runs in float64;
 * a component check feeds stored inputs and weights (``Context.course_data``, the file
   ``minbert/course/reference_data.pt``) to the student's code and compares with the stored
   outputs (``grade``). The file is copied into the student tree, so the outputs are sealed
