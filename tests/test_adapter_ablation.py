@@ -5,18 +5,14 @@ adapters (same weights otherwise)."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import adapter_ablation
 import pytest
 import torch
 
 from minbert.tokenizer import Tokenizer
 from multitask.evaluation import evaluate
 from tests.conftest import run_driver
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import adapter_ablation  # noqa: E402  (a script of benchmarks/, importable once on the path)
 
 
 def test_span_ablation_on_a_tiny_run(tiny_checkpoint, tiny_data, tmp_path):

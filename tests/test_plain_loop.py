@@ -4,15 +4,10 @@ driver's."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import multitask_runs
 import numpy as np
+import plain_loop
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import multitask_runs  # noqa: E402  (scripts of benchmarks/, importable once on the path)
-import plain_loop  # noqa: E402
 
 
 def test_passes_cover_every_example_once_per_pass():

@@ -6,9 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import _common  # noqa: E402  (scripts of benchmarks/, importable once on the path)
-import multitask_runs  # noqa: E402
+import _common
+import multitask_runs
 
 
 def row(sst: float, overall: float) -> dict:

@@ -4,13 +4,9 @@ its own process with its own log, every row landing in the one results file."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import multitask_runs
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import multitask_runs  # noqa: E402
 
 
 def test_jobs_runs_configurations_at_once_into_one_results_file(

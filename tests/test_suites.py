@@ -7,15 +7,10 @@ old setting or ``python benchmarks/record_settings.py`` records the row's pins."
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+import record_settings
 
 import train_multitask
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import record_settings  # noqa: E402  (a script of benchmarks/, importable once on the path)
 
 ROWS = list(record_settings.results_rows())
 
