@@ -14,12 +14,14 @@ encoder under finetune, per-task LayerNorms count as the task's). No training ru
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
 
 import _common
 import multitask_runs
+import suite_results
 import torch
 
 from minbert.bert import BertConfig, BertModel
@@ -53,10 +55,10 @@ def per_task(report: dict) -> str:
 
 def scores(results: dict, name: str) -> list[str]:
     """The study's dev metrics of ``name``: one run, or mean ± sd over its seeds."""
-    runs = [r for key, r in results.items() if multitask_runs.SEED_SUFFIX.sub("", key) == name]
-    values = [[r["best"][m] for r in runs] for m in multitask_runs.METRICS]
+    runs = [r for key, r in results.items() if suite_results.SEED_SUFFIX.sub("", key) == name]
+    values = [[r["best"][m] for r in runs] for m in suite_results.METRICS]
     if not runs:
-        return ["not run"] * len(multitask_runs.METRICS)
+        return ["not run"] * len(suite_results.METRICS)
     if len(runs) == 1:
         return [f"{v[0]:.4f}" for v in values]
     return [f"{statistics.mean(v):.4f} ± {statistics.stdev(v):.4f} (n = {len(v)})" for v in values]
@@ -74,6 +76,7 @@ def row(name: str, flags: list[str]) -> list[str]:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # only --help
     report = _common.Report(
         "parameter_table",
         "Trainable parameters beside the scores (Houlsby et al. 2019, Table 1)",
@@ -81,7 +84,7 @@ def main() -> int:
     )
     header = ["variant", "per task at BERT-base", "shared", "per task here", "shared here"]
     study = json.loads((_common.RESULTS_DIR / "adapter-study.json").read_text())
-    metrics = [f"{m} (dev)" for m in multitask_runs.METRICS]
+    metrics = [f"{m} (dev)" for m in suite_results.METRICS]
     rows = [
         row(name, flags) + scores(study, name)
         for name, flags in multitask_runs.SUITES["adapter-study"]

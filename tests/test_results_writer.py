@@ -1,4 +1,4 @@
-"""The results writers: benchmarks/multitask_runs.py's seed aggregation on hand-computed rows, and
+"""The results writers: benchmarks/suite_results.py's seed aggregation on hand-computed rows, and
 the header every benchmark's results file starts with."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import _common
 import multitask_runs
+import suite_results
 
 
 def row(sst: float, overall: float) -> dict:
@@ -22,14 +23,14 @@ def test_seed_groups_mean_and_sample_standard_deviation():
         "finetune": row(0.45, 0.71),  # no seed suffix: not aggregated
         "lora-seed-1": row(0.30, 0.60),  # one seed: nothing to aggregate
     }
-    groups = multitask_runs.seed_groups(results)
+    groups = suite_results.seed_groups(results)
     assert list(groups) == ["adapter"]
     # mean 0.5; sample sd √(((−0.1)² + 0² + 0.1²) / 2) = 0.1; overall: 0.72 ± 0.02
     assert groups["adapter"] == {
         "sst": "0.5000 ± 0.1000 (n = 3)",
         "overall": "0.7200 ± 0.0200 (n = 3)",
     }
-    text = multitask_runs.markdown(
+    text = suite_results.markdown(
         "adapter-study",
         {
             name: {
@@ -44,6 +45,7 @@ def test_seed_groups_mean_and_sample_standard_deviation():
             }
             for name, r in results.items()
         },
+        ["adapter"],
     )
     assert "| adapter | 0.5000 ± 0.1000 (n = 3) | - | - | 0.7200 ± 0.0200 (n = 3) |" in text
 
@@ -82,14 +84,14 @@ def test_beyond_spread_names_only_differences_larger_than_both_spreads_added():
         )
         for i, (sst, overall) in enumerate(zip(ssts, overalls), 1)
     }
-    stats = multitask_runs.seed_stats(results)
-    pairs = multitask_runs.within_option(list(stats))
+    stats = suite_results.seed_stats(results)
+    pairs = suite_results.within_option(list(stats))
     assert pairs == [("finetune-annealed", "finetune-round-robin")]  # pals is another option
-    assert multitask_runs.beyond_spread(stats, pairs) == [
+    assert suite_results.beyond_spread(stats, pairs) == [
         "- sst: finetune-annealed ahead of finetune-round-robin, "
         "0.5000 ± 0.0100 against 0.4000 ± 0.0100"
     ]
-    assert multitask_runs.against_first(["a", "b", "c"]) == [("a", "b"), ("a", "c")]
+    assert suite_results.against_first(["a", "b", "c"]) == [("a", "b"), ("a", "c")]
 
 
 def test_steps_table_gives_each_tasks_steps_and_share_per_epoch():
@@ -98,7 +100,7 @@ def test_steps_table_gives_each_tasks_steps_and_share_per_epoch():
         "proportional": {"summary": {"steps_per_task": counts}},
         "older-row": {"summary": {}},  # written before runs recorded it: left out
     }
-    assert multitask_runs.steps_table(results)[2:] == [
+    assert suite_results.steps_table(results)[2:] == [
         "| run | epoch 1 | epoch 2 |",
         "|---|---|---|",
         "| proportional | sst 1 (0.25), para 2 (0.50), sts 1 (0.25) | "
