@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
 import _common
@@ -54,14 +53,16 @@ def per_task(report: dict) -> str:
 
 
 def scores(results: dict, name: str) -> list[str]:
-    """The study's dev metrics of ``name``: one run, or mean ± sd over its seeds."""
-    runs = [r for key, r in results.items() if suite_results.SEED_SUFFIX.sub("", key) == name]
-    values = [[r["best"][m] for r in runs] for m in suite_results.METRICS]
-    if not runs:
-        return ["not run"] * len(suite_results.METRICS)
-    if len(runs) == 1:
-        return [f"{v[0]:.4f}" for v in values]
-    return [f"{statistics.mean(v):.4f} ± {statistics.stdev(v):.4f} (n = {len(v)})" for v in values]
+    """The study's dev metrics of ``name`` as adapter-study.md gives them: mean ± sd over its
+    seeds where it has them (its first run, at the default seed, is not one of them), else that
+    one run."""
+    groups = suite_results.seed_groups(results)
+    if name in groups:
+        return [groups[name].get(m, "-") for m in suite_results.METRICS]
+    if name in results:
+        best = results[name]["best"]
+        return [f"{best[m]:.4f}" if m in best else "-" for m in suite_results.METRICS]
+    return ["not run"] * len(suite_results.METRICS)
 
 
 def row(name: str, flags: list[str]) -> list[str]:

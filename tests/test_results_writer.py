@@ -8,6 +8,7 @@ from pathlib import Path
 
 import _common
 import multitask_runs
+import parameter_table
 import suite_results
 
 
@@ -107,3 +108,24 @@ def test_steps_table_gives_each_tasks_steps_and_share_per_epoch():
         "sst 0 (0.00), para 4 (1.00), sts 0 (0.00) |",
         "",
     ]
+
+
+def test_the_parameter_table_scores_a_variant_over_its_seeds_not_its_default_run():
+    """parameter_table.md shows each adapter-study row as adapter-study.md does: mean ± sd over
+    the ``-seed-<s>`` rows, leaving out the first run at the default seed (once it was averaged
+    in as a fourth seed)."""
+    results = {
+        "a": row(0.90, 0.90),  # the default seed's run
+        "a-seed-1": row(0.40, 0.60),
+        "a-seed-2": row(0.60, 0.80),
+        "b": row(0.45, 0.71),
+    }
+    # mean 0.5, sample sd √((0.1² + 0.1²) / 1) = 0.1414; overall 0.7 ± 0.1414
+    assert parameter_table.scores(results, "a") == [
+        "0.5000 ± 0.1414 (n = 2)",
+        "-",
+        "-",
+        "0.7000 ± 0.1414 (n = 2)",
+    ]
+    assert parameter_table.scores(results, "b") == ["0.4500", "-", "-", "0.7100"]
+    assert parameter_table.scores(results, "c") == ["not run"] * 4
