@@ -1,4 +1,4 @@
-"""Run train_multitask.py configurations one after another and collect their results.
+"""Run train_multitask.py configurations (one after another, or --jobs at once), collect results.
 
 Each configuration is a name and the flags it adds to the shared ones. Every run writes its own
 folder under --runs_dir; this script reads back its metrics.jsonl, summary.json and
