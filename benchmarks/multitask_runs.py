@@ -78,7 +78,7 @@ from pathlib import Path
 import _common
 from suite_results import markdown
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = _common.ROOT
 
 # What a configuration runs: the driver, unless its flags start with the plain loop's script.
 DRIVER, PLAIN_LOOP = "train_multitask.py", "benchmarks/plain_loop.py"
@@ -372,7 +372,7 @@ def filled(flags: list[str], runs_dir: str, seed: int | None = None) -> list[str
 def results_files(args: argparse.Namespace) -> tuple[Path, Path]:
     """The suite's results files: --results (a stem) or benchmarks/results/<suite>, .json and
     .md."""
-    stem = Path(args.results) if args.results else ROOT / "benchmarks" / "results" / args.suite
+    stem = Path(args.results) if args.results else _common.RESULTS_DIR / args.suite
     return stem.with_name(f"{stem.name}.json"), stem.with_name(f"{stem.name}.md")
 
 
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated seeds: run every configuration once per seed and report the mean "
         "± standard deviation over them",
     )
-    p.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data"))
+    p.add_argument("--data_dir", default=str(_common.DATA_DIR))
     p.add_argument("--runs_dir", default=str(ROOT / "runs" / "bench"))
     p.add_argument(
         "--results", default=None, help="results file stem (default: benchmarks/results/<suite>)"

@@ -60,8 +60,7 @@ def scores(results: dict, name: str) -> list[str]:
     if name in groups:
         return [groups[name].get(m, "-") for m in suite_results.METRICS]
     if name in results:
-        best = results[name]["best"]
-        return [f"{best[m]:.4f}" if m in best else "-" for m in suite_results.METRICS]
+        return suite_results.metric_cells(results[name]["best"])
     return ["not run"] * len(suite_results.METRICS)
 
 

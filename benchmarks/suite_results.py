@@ -20,6 +20,12 @@ SEED_SUFFIX = re.compile(r"-seed-\d+$")
 METRICS = ("sst", "para", "sts", "overall")
 
 
+def metric_cells(best: dict) -> list[str]:
+    """One run's best evaluation as the tables print it: each of METRICS to four decimals, "-"
+    for a task the run did not train."""
+    return [f"{best[k]:.4f}" if k in best else "-" for k in METRICS]
+
+
 def seed_stats(results: dict) -> dict[str, dict[str, tuple[float, float, int]]]:
     """Configuration name -> {metric: (mean, sample sd, seeds)} over its rows
     ``<name>-seed-<s>``; groups of one seed are left out."""
@@ -180,7 +186,7 @@ def markdown(suite: str, results: dict, order: list[str]) -> str:
             )
             or "-"
         )
-        cells = [f"{b[k]:.4f}" if k in b else "-" for k in ("sst", "para", "sts", "overall")]
+        cells = metric_cells(b)
         sizes = ", ".join(
             f"{k[len('task-') : -len('.safetensors')]} {v / 1024:.0f} KiB"
             for k, v in sorted(r["task_checkpoint_bytes"].items())
