@@ -2,8 +2,10 @@
 ("Parameter-Efficient Transfer Learning for NLP") puts them: counted from the code, at BERT-base's
 shape (12 layers of 768; built on the meta device, no weights) and on this project's checkpoint,
 for every row of the adapter study (benchmarks/multitask_runs.py adapter-study), with the
-study's dev scores (benchmarks/results/adapter-study.json; mean ± sd where it has seeds) beside
-them, and for each --option at its defaults.
+study's dev scores beside them, and for each --option at its defaults. The scores are mean ± sd
+over seeds where a row has them: every measure at 450 steps per epoch, where the rows separate
+beyond their seed spread (benchmarks/results/adapter-study-450-steps.json), and overall at the
+study's first budget of 150 (adapter-study.json).
 
 "Per task" counts what one task adds and trains: its plug-in parameters and its head (what a
 task's checkpoint stores); "shared" counts trainable parameters that belong to no task (the
@@ -83,10 +85,14 @@ def main() -> int:
         __doc__.split("\n\n")[1],
     )
     header = ["variant", "per task at BERT-base", "shared", "per task here", "shared here"]
-    study = json.loads((_common.RESULTS_DIR / "adapter-study.json").read_text())
-    metrics = [f"{m} (dev)" for m in suite_results.METRICS]
+    long, short = (
+        json.loads((_common.RESULTS_DIR / f"{stem}.json").read_text())
+        for stem in ("adapter-study-450-steps", "adapter-study")
+    )
+    metrics = [f"{m} (dev, 450 steps per epoch)" for m in suite_results.METRICS]
+    metrics.append("overall (dev, 150 steps per epoch)")
     rows = [
-        row(name, flags) + scores(study, name)
+        row(name, flags) + scores(long, name) + scores(short, name)[-1:]
         for name, flags in multitask_runs.SUITES["adapter-study"]
     ]
     report.add("## The adapter study\n\n" + _common.table(header + metrics, rows))
