@@ -55,9 +55,9 @@ def per_task(report: dict) -> str:
 
 
 def scores(results: dict, name: str) -> list[str]:
-    """The study's dev metrics of ``name`` as adapter-study.md gives them: mean ± sd over its
-    seeds where it has them (its first run, at the default seed, is not one of them), else that
-    one run."""
+    """The dev metrics of ``name`` in one budget's study ``results``, as its Markdown file gives
+    them: mean ± sd over its seeds where it has them (its first run, at the default seed, is not
+    one of them), else that one run."""
     groups = suite_results.seed_groups(results)
     if name in groups:
         return [groups[name].get(m, "-") for m in suite_results.METRICS]
@@ -92,7 +92,7 @@ def main() -> int:
     metrics = [f"{m} (dev, 450 steps per epoch)" for m in suite_results.METRICS]
     metrics.append("overall (dev, 150 steps per epoch)")
     rows = [
-        row(name, flags) + scores(long, name) + scores(short, name)[-1:]
+        row(name, flags) + scores(long, name) + scores(short, name)[-1:]  # METRICS ends "overall"
         for name, flags in multitask_runs.SUITES["adapter-study"]
     ]
     report.add("## The adapter study\n\n" + _common.table(header + metrics, rows))
