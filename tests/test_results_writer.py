@@ -3,6 +3,7 @@ the header every benchmark's results file starts with."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -71,6 +72,18 @@ def test_a_labelled_results_file_names_the_script_that_wrote_it(tmp_path, monkey
     text = report.write(tmp_path / "host-overhead-before.md").read_text()
     assert "Written by `benchmarks/host_overhead.py`;" in text
     assert "- Command: `python benchmarks/host_overhead.py --label before`" in text
+
+
+def test_every_committed_results_file_names_a_script_that_exists():
+    """A results file's "Written by" line is how a reader reruns it: each must name a file in
+    the repository (three once named host-overhead-LABEL.py, which never existed)."""
+    results = Path(_common.ROOT) / "benchmarks" / "results"
+    missing = []
+    for md in sorted(results.glob("*.md")):
+        written_by = re.search(r"Written by `([^`]+)`", md.read_text())
+        if written_by is None or not (Path(_common.ROOT) / written_by[1]).is_file():
+            missing.append(md.name)
+    assert missing == []
 
 
 def test_beyond_spread_names_only_differences_larger_than_both_spreads_added():
