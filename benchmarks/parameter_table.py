@@ -91,8 +91,9 @@ def main() -> int:
     )
     metrics = [f"{m} (dev, 450 steps per epoch)" for m in suite_results.METRICS]
     metrics.append("overall (dev, 150 steps per epoch)")
+    overall = suite_results.METRICS.index("overall")
     rows = [
-        row(name, flags) + scores(long, name) + scores(short, name)[-1:]  # METRICS ends "overall"
+        row(name, flags) + scores(long, name) + [scores(short, name)[overall]]
         for name, flags in multitask_runs.SUITES["adapter-study"]
     ]
     report.add("## The adapter study\n\n" + _common.table(header + metrics, rows))
