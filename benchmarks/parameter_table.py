@@ -85,15 +85,13 @@ def main() -> int:
         __doc__.split("\n\n")[1],
     )
     header = ["variant", "per task at BERT-base", "shared", "per task here", "shared here"]
-    long, short = (
-        json.loads((_common.RESULTS_DIR / f"{stem}.json").read_text())
-        for stem in ("adapter-study-450-steps", "adapter-study")
-    )
+    at_450 = json.loads((_common.RESULTS_DIR / "adapter-study-450-steps.json").read_text())
+    at_150 = json.loads((_common.RESULTS_DIR / "adapter-study.json").read_text())
     metrics = [f"{m} (dev, 450 steps per epoch)" for m in suite_results.METRICS]
     metrics.append("overall (dev, 150 steps per epoch)")
     overall = suite_results.METRICS.index("overall")
     rows = [
-        row(name, flags) + scores(long, name) + [scores(short, name)[overall]]
+        row(name, flags) + scores(at_450, name) + [scores(at_150, name)[overall]]
         for name, flags in multitask_runs.SUITES["adapter-study"]
     ]
     report.add("## The adapter study\n\n" + _common.table(header + metrics, rows))

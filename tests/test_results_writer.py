@@ -76,7 +76,7 @@ def test_a_labelled_results_file_names_the_script_that_wrote_it(tmp_path, monkey
 
 def test_every_committed_results_file_names_a_script_that_exists():
     """A results file's "Written by" line is how a reader reruns it: each must name a file in
-    the repository (three once named host-overhead-LABEL.py, which never existed)."""
+    the repository."""
     missing = []
     for md in sorted(_common.RESULTS_DIR.glob("*.md")):
         written_by = re.search(r"Written by `([^`]+)`", md.read_text())
