@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -103,8 +104,47 @@ def script() -> str:
 
 
 def command() -> str:
-    """The command that ran this script, as typed from the repository root."""
-    return "python " + shlex.join([script(), *sys.argv[1:]])
+    """The command that ran this script, as typed from the repository root (``portable``)."""
+    return "python " + shlex.join(portable_words([script(), *sys.argv[1:]]))
+
+
+# An absolute path in a command or a line of text: at the start, after a space, a quote or a
+# bracket, or after "=" or "," inside a word (--teachers TASK=DIR,...).
+ABSOLUTE_PATH = re.compile(r"(?:^|(?<=[\s`'\"(=,]))/[^\s,=`'\")]*")
+INTERPRETER = re.compile(r"/(?:[^/]+/)*python[0-9.]*")
+RUNS_FOLDER = re.compile(r"runs[0-9]*")
+
+
+def portable_path(path: str, root: Path = ROOT) -> str:
+    """An absolute path of the machine that ran a command, as a user types it from the root of
+    their own clone, so that a recorded command names nothing of one machine. In order: an
+    interpreter is ``python``; a path under the clone is relative to it; the shared data beside
+    the clone (DESIGN.md's layout) is ``../shared/data``; a run folder is ``runs/...`` from its
+    runs folder (``runs``, ``runs2``, ...) on; another data folder is the clone's ``data``. Any
+    other path is kept (and tests/test_structure.py names it)."""
+    parts = Path(path).parts
+    if INTERPRETER.fullmatch(path):
+        return "python"
+    if Path(path).is_relative_to(root):
+        return Path(path).relative_to(root).as_posix() or "."
+    shared = parts.index("shared") if "shared" in parts[:-1] else None
+    if shared is not None and parts[shared + 1] == "data":
+        return Path("..", *parts[shared:]).as_posix()
+    runs = [i for i, part in enumerate(parts) if RUNS_FOLDER.fullmatch(part)]
+    if runs:
+        return Path("runs", *parts[runs[-1] + 1 :]).as_posix()
+    if "data" in parts:
+        return Path(*parts[len(parts) - parts[::-1].index("data") - 1 :]).as_posix()
+    return path
+
+
+def portable(text: str, root: Path = ROOT) -> str:
+    """Every absolute path in a command word, a command line or a text made ``portable_path``."""
+    return ABSOLUTE_PATH.sub(lambda m: portable_path(m.group(0), root), text)
+
+
+def portable_words(words: Sequence[str], root: Path = ROOT) -> list[str]:
+    return [portable(word, root) for word in words]
 
 
 def load_average() -> str:

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from multitask_runs import ROOT, collect, git_commit, machine  # noqa: E402
+from _common import portable_words  # noqa: E402
+from multitask_runs import ROOT, collect, git_commit, machine, versions  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "mlm-pretraining"
 
@@ -126,8 +127,9 @@ def gather(
     return {
         "commit": commit,
         "machine": machine(),
+        **versions(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-        "commands": {name: shlex.join(cmd) for name, cmd in commands.items()},
+        "commands": {name: shlex.join(portable_words(cmd)) for name, cmd in commands.items()},
         "process_wall_clock_s": seconds or "not recorded (results collected with --collect)",
         "mlm_seconds": log[-1].get("seconds", "not recorded"),
         "mlm_before": log[0],

@@ -311,6 +311,14 @@ def git_commit() -> str:
     return _common.git_commit(untracked=False)
 
 
+def versions() -> dict[str, str]:
+    """The interpreter's and torch's versions, kept beside a row's command (which names the
+    interpreter only as ``python``)."""
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__}
+
+
 def machine() -> str:
     import torch
 
@@ -402,9 +410,10 @@ def run_one(
         print(f"{name}: exit code {rc}", file=sys.stderr, flush=True)
         return
     row = {
-        "command": shlex.join(cmd),
+        "command": shlex.join(_common.portable_words(cmd)),  # as a user types it
         "commit": commit,
         "machine": machine(),
+        **versions(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "process_wall_clock_s": round(time.time() - start, 1),
         **collect(out_dir),

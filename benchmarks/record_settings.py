@@ -23,6 +23,7 @@ is run again.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import shlex
@@ -59,6 +60,14 @@ def resolve(argv: list[str], parse_args) -> dict:
             kept[word[2:]], argv[i + 1] = argv[i + 1], STAND_INS[word]
     cfg = parse_args(argv)
     return {**(cfg.to_flat() if hasattr(cfg, "to_flat") else vars(cfg)), **kept}
+
+
+def head_parser() -> Callable:
+    """HEAD's driver parser for a recorded command: the command ran on another machine, so the
+    run folders it names (teachers) are checked only where they are here."""
+    import train_multitask
+
+    return functools.partial(train_multitask.parse_args, elsewhere=True)
 
 
 def resolve_stdin() -> None:
@@ -221,12 +230,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             recorded = {"settings": resolved, "settings_from": f"the command resolved at {commit}"}
             update_row(path, name, lambda row, recorded=recorded: row.update(recorded))
-    sys.path.insert(0, str(ROOT))
-    import train_multitask  # HEAD's driver
-
+    sys.path.insert(0, str(ROOT))  # HEAD's driver
     for path, name, row in results_rows():
         if "settings" in row:
-            add_pins(path, name, row, train_multitask.parse_args)
+            add_pins(path, name, row, head_parser())
     return 0
 
 

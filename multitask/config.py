@@ -270,9 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str] | None = None) -> TrainConfig:
+def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainConfig:
     """The command line as a config: a saved run's settings merged in (--resume, --evaluate,
-    --add_to), defaults resolved, every value checked."""
+    --add_to), defaults resolved, every value checked. ``elsewhere``: the command was recorded
+    on another machine (a results row), so the teacher runs it names are checked only where
+    they are here; every setting is still checked."""
     flat = vars(build_parser().parse_args(argv))
     defaults = vars(build_parser().parse_args([]))
     if empty := [k for k in (*PATH_FLAGS, *FILE_FLAGS) if flat.get(k) == ""]:
@@ -294,7 +296,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         if flag == "--evaluate":
             check_evaluate_output(flat, saved, defaults)
     config = TrainConfig.from_flat(flat).resolved()
-    check(config, explicit=[k for k in FILE_FLAGS if flat.get(k)])
+    check(config, explicit=[k for k in FILE_FLAGS if flat.get(k)], elsewhere=elsewhere)
     return config
 
 
@@ -334,7 +336,7 @@ def check_evaluate_output(flat: dict, saved: dict, defaults: dict) -> None:
         )
 
 
-def check(cfg: TrainConfig, explicit: list[str]) -> None:
+def check(cfg: TrainConfig, explicit: list[str], elsewhere: bool = False) -> None:
     """Every named file present and the settings consistent with each other and with the
     checkpoint, or a UsageError naming the flag and the fix, before anything is written. (Each
     flag's own range is checked where the config is read: ``minbert.flags.unflatten``.)"""
@@ -345,7 +347,7 @@ def check(cfg: TrainConfig, explicit: list[str]) -> None:
         parse_teachers(cfg.teachers, cfg.tasks)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    for message in problems(cfg, explicit, checkpoint):
+    for message in problems(cfg, explicit, checkpoint, elsewhere):
         raise UsageError(message)
     pick_device(cfg.device)
 
@@ -359,8 +361,11 @@ def not_a_checkpoint(checkpoint: str) -> None:
         )
 
 
-def problems(cfg: TrainConfig, explicit: list[str], checkpoint: Path) -> Iterator[str]:
-    """What is wrong with a combination of settings, first things first."""
+def problems(
+    cfg: TrainConfig, explicit: list[str], checkpoint: Path, elsewhere: bool = False
+) -> Iterator[str]:
+    """What is wrong with a combination of settings, first things first (``elsewhere``: see
+    ``parse_args``)."""
     tasks, m, add_to = cfg.tasks, cfg.model, cfg.add_to
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
@@ -403,6 +408,8 @@ def problems(cfg: TrainConfig, explicit: list[str], checkpoint: Path) -> Iterato
         yield "--teacher_annealing / --teacher_weight: name the teachers with --teachers"
     cached = cfg.resume and (Path(cfg.out_dir) / CACHE).is_file()  # teachers no longer needed
     for name, folder in [] if cached else parse_teachers(cfg.teachers, tasks).items():
+        if elsewhere and not Path(folder).exists():
+            continue
         if problem := teacher_problem(name, folder, m):
             yield problem
     if add_to and (repeated := [t for t in tasks if t in cfg.base_tasks]):

@@ -200,3 +200,48 @@ def test_every_task_file_registers_a_task():
 def graph_of_tasks_base() -> set[str]:
     """The project modules tasks/base.py imports: the parts a task is made of."""
     return imports_of(ROOT / "tasks" / "base.py", project_modules())
+
+
+# Where one machine keeps things: a home or the root user's folder, a temporary folder, the
+# folders these machines' working trees and interpreters live in.
+MACHINE_FOLDERS = ("root", "home", "Users", "tmp", "var", "private", "work", "opt", "mnt")
+MACHINE_PATH = re.compile(r"(?:^|[^\w.~-])/(?:" + "|".join(MACHINE_FOLDERS) + r")/")
+
+
+def tracked_text_files(*places: str) -> list[Path]:
+    """The files git tracks under ``places`` (a clone's own), without pictures and weights."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--", *places], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    binary = (".png", ".pt", ".safetensors", ".bin")
+    return [ROOT / name for name in listed if not name.endswith(binary)]
+
+
+def test_no_tracked_result_test_or_doc_names_a_path_of_one_machine():
+    """Results, tests and docs are read on machines other than the one that wrote them: a
+    recorded command names ``python`` and folders relative to the clone, never an interpreter
+    path, a working tree's root, a home or a temporary folder (``_common.portable``)."""
+    own = [str(ROOT), str(Path.home())]
+    found = []
+    for path in tracked_text_files("tests", "benchmarks/results", "docs", "*.md"):
+        text = path.read_bytes().decode("utf-8", errors="replace")  # test data holds bad bytes
+        for number, line in enumerate(text.splitlines(), 1):
+            if MACHINE_PATH.search(line) or any(folder in line for folder in own):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+    assert not found, "\n".join(found[:20])
+
+
+def test_a_recorded_command_is_made_portable():
+    """The rule the results writers and benchmarks/portable_results.py share."""
+    from _common import portable
+
+    command = (  # /srv: a machine folder the test above does not look for, so it can be here
+        "/srv/.pyenv/versions/3.11.7/bin/python train_multitask.py --data_dir /srv/shared/data "
+        "--out_dir /srv/bench5/runs/bench/x --teachers sst=/srv/runs3/t,para=/srv/gt/data"
+    )
+    assert portable(command) == (
+        "python train_multitask.py --data_dir ../shared/data --out_dir runs/bench/x "
+        "--teachers sst=runs/t,para=data"
+    )
+    assert portable(f"--out_dir {ROOT / 'runs' / 'a'}") == "--out_dir runs/a"
+    assert portable("minBERT / transformers, runs/mlm") == "minBERT / transformers, runs/mlm"

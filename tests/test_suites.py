@@ -3,7 +3,8 @@ by the driver's parser at HEAD with the pins its results file gives, trains with
 the file records (``settings``: the run's config.json, or for rows written before it was kept,
 the recorded command resolved at its recorded commit by benchmarks/record_settings.py). A
 default changed since a row ran, or a suite row edited, fails here until the suite pins the
-old setting or ``python benchmarks/record_settings.py`` records the row's pins."""
+old setting or ``python benchmarks/record_settings.py`` records the row's pins. The rows ran on
+other machines: a run folder a command names (a teacher) is checked only where it is here."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ import record_settings
 import train_multitask
 
 ROWS = list(record_settings.results_rows())
+PARSE = record_settings.head_parser()
 
 
 @pytest.mark.parametrize("path, name, row", ROWS, ids=[f"{p.stem}/{n}" for p, n, _ in ROWS])
 def test_each_suite_row_with_its_pins_trains_what_its_results_record(path, name, row):
     if "settings" not in row:
         pytest.skip("the settings of this row could not be recovered (see the test below)")
-    changed = record_settings.differences(row, train_multitask.parse_args)
+    changed = record_settings.differences(row, PARSE)
     if changed is None:
         pytest.skip("no suite has this row any more")
     assert changed == {}, "setting: (at HEAD, recorded)"
@@ -47,3 +49,18 @@ def test_a_changed_default_is_found_and_pinned():
     parse = train_multitask.parse_args
     assert record_settings.differences(row, parse, pins=[]) == {"train_layernorms": (True, False)}
     assert record_settings.differences(row, parse, pins=["--no-train_layernorms"]) == {}
+
+
+def test_a_recorded_teacher_is_checked_only_where_it_is_here(tmp_path):
+    """A teacher folder of another machine is left unchecked under ``elsewhere``; one that is
+    here is checked as always, and without ``elsewhere`` an absent one is refused."""
+    from multitask.errors import UsageError
+
+    absent, unfinished = tmp_path / "absent", tmp_path / "unfinished"
+    unfinished.mkdir()
+    argv = ["--out_dir", str(tmp_path / "run"), "--teachers"]
+    assert PARSE([*argv, f"sst={absent}"]).teachers == [f"sst={absent}"]
+    with pytest.raises(UsageError, match="holds no finished run"):
+        train_multitask.parse_args([*argv, f"sst={absent}"])
+    with pytest.raises(UsageError, match="holds no finished run"):
+        PARSE([*argv, f"sst={unfinished}"])
