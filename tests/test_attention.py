@@ -131,7 +131,10 @@ def test_lora_on_query_and_key_is_in_the_attention():
             values = sites.linear("value", attention.value, x)
         got = merged(out["attentions"][i], values, attention.num_heads)
         real = batch["attention_mask"].bool()
-        assert (got - expected)[real].abs().max() < 1e-5
+        # float32 summed in two orders (the layer's kernel, P · V written out) over values that
+        # LoRA's N(0, 0.5²) updates make up to 20: eps 1.2e-7 · 20 · a few terms ≈ 1e-5 (1.7e-5
+        # seen on torch's plain kernels)
+        torch.testing.assert_close(got[real], expected[real], rtol=1e-5, atol=3e-5)
         assert (out["attentions"][i] - plain[i]).abs().max() > 1e-3
 
 

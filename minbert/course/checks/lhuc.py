@@ -9,9 +9,11 @@ from minbert.course.measure import Measurement, grade
 from minbert.course.registry import PLUGIN_TASKS, Context, check
 
 
+# 1e-5 as the other float32 checks: the outputs reach 5, where a float32 ulp is 4.8e-7, so a
+# tighter tolerance fails correct code that another CPU rounds a few ulps otherwise.
 @check(
     "lhuc: LHUC vs h ⊙ 2·σ(r)",
-    tolerance=1e-6,
+    tolerance=1e-5,
     hint="scale each hidden unit by 2·sigmoid of this layer's r (2·σ(0) = 1 keeps the identity)",
     exercises=("lhuc",),
 )

@@ -15,7 +15,10 @@ from minbert.course.registry import Context, check
 EPOCHS = (1, 2, 3, 5, 10)
 SAMPLER_SIZES = ({"sst": 8544, "para": 141506, "sts": 6040}, {"only": 17}, {"a": 1, "b": 3})
 ALPHAS = (1.0, 0.6, 0.2, 0.0)
-SAMPLER_TOLERANCE = 1e-12  # float64 closed forms: any correct form agrees to about 1e-16
+# float64 closed forms: any correct form agrees to about 1e-16. A known mistake's outputs (the
+# weights N_i^α left undivided) reach 141,506, where a float64 ulp is 2.9e-11: 1e-9 names them
+# when another CPU rounds them a few ulps otherwise, and still tells every mistake apart.
+SAMPLER_TOLERANCE = 1e-9
 
 
 @check(
