@@ -42,6 +42,7 @@ def transformers_attentions(batch: dict) -> tuple[torch.Tensor, ...]:
         return reference(**batch, output_attentions=True).attentions
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("pair", [False, True], ids=["padded-sentences", "pair"])
 def test_attentions_equal_transformers_on_the_packaged_checkpoint(pair):
     tokenizer = Tokenizer.from_checkpoint("default")
@@ -109,6 +110,7 @@ def tiny_batch() -> dict:
     }
 
 
+@pytest.mark.numerics
 def test_lora_on_query_and_key_is_in_the_attention():
     """P · V equals the layer's own attention output, LoRA's update on query, key and value
     included (so P is the attention the layer computed), and differs from the base model's."""

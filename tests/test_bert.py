@@ -130,6 +130,7 @@ def test_padding_does_not_change_real_tokens(fast: bool) -> None:
     assert diff.abs().max() > 1e-2
 
 
+@pytest.mark.numerics
 def test_fast_attention_equals_written_out_equation_with_padding() -> None:
     model = random_model()
     batch = random_batch()

@@ -1525,6 +1525,7 @@ def agrees(fresh: Fresh, stored: dict, where: str) -> None:
         assert None not in offsets, (where, offsets)
 
 
+@pytest.mark.numerics
 def test_stored_reference_data_are_up_to_date(monkeypatch) -> None:
     """minbert/course/reference_data.pt is what scripts/make_course_references.py makes now, on
     this machine, whose CPU may round float32 otherwise than the one that made it (``agrees``;
@@ -1599,6 +1600,7 @@ def test_mutant_is_caught_by_its_exercise_and_named(
         assert any(mutant.named in d for d in diagnoses), (mutant.id, diagnoses)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("variant", CORRECT, ids=lambda m: m.id)
 def test_correct_variant_passes(variant: Mutant, ctx: Context, monkeypatch) -> None:
     results = run_own_checks(variant, ctx, monkeypatch)
@@ -1680,6 +1682,7 @@ def round_measured_outputs_elsewhere(monkeypatch, seed: int) -> list[int]:
     return changed
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_solution_passes_every_check_when_another_cpu_rounds_its_outputs(
     seed: int, ctx: Context, monkeypatch

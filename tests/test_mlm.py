@@ -88,6 +88,7 @@ def test_decoder_is_the_word_embedding_matrix():
     assert "cls.predictions.decoder.weight" not in model.state_dict()  # one tensor, not two
 
 
+@pytest.mark.numerics
 def test_logits_and_loss_equal_transformers(tmp_path):
     """A random small BertForMaskedLM saved by transformers loads with its head (strictly); its
     logits agree within 1e-5 and its loss on the same masked batch is the same."""

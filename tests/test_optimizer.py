@@ -13,6 +13,8 @@ from minbert.bert import BertModel
 from minbert.optimizer import AdamW, LinearWarmupDecay, linear_warmup_decay, param_groups
 from tests.conftest import tiny_config
 
+pytestmark = pytest.mark.numerics  # the optimizer against torch: a second pass in CI
+
 
 def regression_problem(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     """A two-layer regression network and a fixed data set: y = sin(x·w) + noise."""

@@ -243,6 +243,7 @@ def tokenized(run_dir: Path) -> dict:
     return {k: v for k, v in batch.items() if k != "num_truncated"}
 
 
+@pytest.mark.numerics
 def test_export_finetune_loads_in_transformers(runs, tmp_path):
     out = tmp_path / "export"
     assert export_command.main([str(runs["finetune"]), str(out)]) == 0
@@ -267,6 +268,7 @@ def test_export_finetune_loads_in_transformers(runs, tmp_path):
     assert (r @ head["linear.weight"].T + head["linear.bias"] - expected).abs().max() < 1e-5
 
 
+@pytest.mark.numerics
 def test_export_lora_merges_per_task(runs, tmp_path):
     out = tmp_path / "export"
     assert export_command.main([str(runs["lora"]), str(out)]) == 0

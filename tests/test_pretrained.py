@@ -170,6 +170,7 @@ def packaged_checkpoint() -> Path:
         pytest.skip(str(err))
 
 
+@pytest.mark.numerics
 def test_packaged_checkpoint_matches_reference_outputs() -> None:
     """The one test on the real weights: all-MiniLM-L6-v2 against Hugging Face's outputs, saved by
     scripts/make_reference.py (sanity_check.py runs the same comparison with more detail)."""

@@ -193,6 +193,7 @@ def test_nan_loss_can_skip_the_batch(
     assert all(all(v == v for v in m.values()) for m in metrics(tmp_path))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("option", ["finetune", "adapter"])
 def test_a_step_that_reads_nothing_trains_as_one_that_reads_its_losses(
     tiny_checkpoint, tiny_data, tmp_path, monkeypatch, option
