@@ -147,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=11711, help="weights of the heads, data, dropout")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice)")
     p.add_argument("--device", default="cpu", help="where it trains: cpu, cuda or cuda:N")
+    p.add_argument("--limit", type=int, default=None, help="at most N examples per task and split")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (with --device cuda)")
     return p
 
@@ -197,7 +198,9 @@ def set_up(args: argparse.Namespace) -> Training:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    data, _ = load_data(list(TASKS), lambda t, s: Path(args.data_dir) / t.files[s], False, None)
+    data, _ = load_data(
+        list(TASKS), lambda t, s: Path(args.data_dir) / t.files[s], False, args.limit
+    )
     checkpoint = resolve_checkpoint_dir(args.checkpoint)
     tokenizer = BertTokenizerFast.from_pretrained(checkpoint)
     model = PlainModel(checkpoint, args.dropout).to(args.device)
