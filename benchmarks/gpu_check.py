@@ -32,6 +32,7 @@ import glob
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -343,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     name = "gpu-check-dry-run" if args.dry_run else "gpu-check"
     for path in write_results(report, name, folders):
         print(f"[gpu_check] wrote {path}")
+    if os.environ.get("OUT"):  # each stage's whole output, for a failure's full story
+        logs = Path(os.environ["OUT"]) / f"{name}-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for log in (ROOT / args.work_dir).glob("*.log"):
+            shutil.copyfile(log, logs / log.name)
     for r in records:
         print(f"[gpu_check] {r['name']}: {r['status']}")
     return 0

@@ -55,6 +55,7 @@ def test_every_stage_runs_and_is_recorded(tiny_checkpoint, tiny_data, tmp_path, 
     markdown = (tmp_path / "results" / "gpu-check-dry-run.md").read_text()
     assert all(f"| {name} |" in markdown for name in STAGES)
     assert (tmp_path / "out" / "gpu-check-dry-run.json").is_file()  # and a copy into $OUT
+    assert (tmp_path / "out" / "gpu-check-dry-run-logs" / "eager.log").is_file()
 
 
 def test_a_failing_stage_is_recorded_and_the_next_runs(tiny_checkpoint, tiny_data, tmp_path):
