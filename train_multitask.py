@@ -34,8 +34,17 @@ from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream, length_grouped_batches, make_batch
 from multitask.collate import EncodedSplit, to_device
+from multitask.compiled import CompiledStep, compilations, mode_for
 from multitask.config import TrainConfig, build_parser, parse_args
-from multitask.data import Data, encode_train, fingerprints, load_data, train_lengths
+from multitask.data import (
+    Data,
+    encode_split,
+    encode_train,
+    fingerprints,
+    load_data,
+    on_device,
+    train_lengths,
+)
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
 from multitask.distillation import gold_weight, parse_teachers, teacher_outputs
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
@@ -95,7 +104,8 @@ class Run:
     scheduler: Any
     sampler: TaskSampler
     streams: dict[str, BatchStream]
-    train: dict[str, EncodedSplit]  # each task's training split, tokenized once
+    train: dict[str, EncodedSplit]  # each task's training split, tokenized once, on the device
+    dev: dict[str, EncodedSplit]  # each task's dev split, tokenized once, on the device
     teachers: dict[str, torch.Tensor]  # a taught task's teacher outputs (N, C) on it
     smart: Smart | None
     steps_per_epoch: int
@@ -126,6 +136,8 @@ def set_up(cfg: TrainConfig) -> Run:
     dist, device = set_up_distributed(cfg.device, cfg.bf16, cfg.batch_size)
     if dist.world > 1 and cfg.step_gradient != "one-task":
         raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
+    if cfg.compile:
+        compile_mode(cfg, dist, device)  # refused before anything is written
     folder = RunFolder(cfg.out_dir, writes=dist.rank == 0)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     torch.manual_seed(cfg.seed)
@@ -154,13 +166,7 @@ def set_up(cfg: TrainConfig) -> Run:
     optimizer = optimizer_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay, cfg.encoder_lr)
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
     smart = Smart.for_model(cfg.smart_settings, model) if cfg.smart else None
-    step_module: torch.nn.Module = TrainingStep(
-        model, smart, loss_weights(cfg.loss_weights, cfg.tasks)
-    )
-    if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
-        step_module = torch.nn.parallel.DistributedDataParallel(
-            step_module, find_unused_parameters=True
-        )
+    step_module = make_step(cfg, model, smart, dist, device)
     grouping = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
     streams = {n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, grouping) for n in data}
     sampler = TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed)
@@ -170,7 +176,9 @@ def set_up(cfg: TrainConfig) -> Run:
         "examples": 0,
         "seconds": 0.0,
         "train_files": fingerprints(train_files),
+        "eval_seconds": 0.0,
     }
+    separately = model.encodes_separately
     return Run(
         cfg,
         folder,
@@ -184,13 +192,41 @@ def set_up(cfg: TrainConfig) -> Run:
         scheduler,
         sampler,
         streams,
-        encode_train(data, tokenizer, model.encodes_separately, cfg.swap_pairs),
+        on_device(
+            encode_train(data, tokenizer, separately, cfg.swap_pairs, cfg.pad_multiple), device
+        ),
+        on_device(encode_split(data, tokenizer, separately, "dev"), device),
         teacher_outputs(folder, teachers, train, device, cfg.resume),
         smart,
         steps_per_epoch,
         extra,
         unread_flag(cfg, device, optimizer),
     )
+
+
+def make_step(
+    cfg: TrainConfig,
+    model: MultitaskModel,
+    smart: Smart | None,
+    dist: Distributed,
+    device: torch.device,
+) -> torch.nn.Module:
+    """The loss of a step as a module: ``TrainingStep``, wrapped for several processes
+    (DistributedDataParallel) or compiled (``--compile``, multitask/compiled.py)."""
+    step: torch.nn.Module = TrainingStep(model, smart, loss_weights(cfg.loss_weights, cfg.tasks))
+    if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
+        step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True)
+    if cfg.compile:
+        step = CompiledStep(step, compile_mode(cfg, dist, device))
+    return step
+
+
+def compile_mode(cfg: TrainConfig, dist: Distributed, device: torch.device) -> str:
+    """torch.compile's mode for --compile here, or a UsageError where it cannot run."""
+    try:
+        return mode_for(cfg.compile_mode, device, dist.world)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 # Device types on which a step reads nothing on the host (tests add "cpu" to try the path).
@@ -365,7 +401,9 @@ def evaluate_and_save(run: Run, step: int, epoch: int, best: float) -> float:
     """Evaluate on the dev sets, log, keep the best checkpoint, write last.pt; the new best."""
     read_losses(run)  # a run stopped by a non-finite loss stops before its evaluation
     run.folder.check_finite(run.model, step)  # no evaluation of a broken model
-    metrics = dev_metrics(run.model, run.data, run.tokenizer, run.cfg, run.device)
+    started = time.time()
+    metrics = dev_metrics(run.model, run.data, run.tokenizer, run.cfg, run.device, run.dev)
+    run.extra["eval_seconds"] = run.extra.get("eval_seconds", 0.0) + time.time() - started
     run.model.train()
     run.folder.log_metrics(step, epoch, metrics)
     tqdm.write(
@@ -379,9 +417,14 @@ def evaluate_and_save(run: Run, step: int, epoch: int, best: float) -> float:
     return best
 
 
-def dev_metrics(model, data: Data, tokenizer, cfg: TrainConfig, device) -> dict[str, float]:
+def dev_metrics(
+    model, data: Data, tokenizer, cfg: TrainConfig, device, encoded=None
+) -> dict[str, float]:
+    """The dev metrics at --eval_batch_size, under bf16 autocast with --bf16; ``encoded``: the
+    dev splits tokenized once (``Run.dev``)."""
     dev = {name: splits["dev"] for name, splits in data.items()}
-    return evaluate(model, dev, tokenizer, 2 * cfg.batch_size, device, autocast(cfg.bf16, device))
+    bf16 = autocast(cfg.bf16, device)
+    return evaluate(model, dev, tokenizer, cfg.eval_batch_size, device, bf16, encoded)
 
 
 def finish(run: Run, step: int, best: float) -> dict[str, Any]:
@@ -398,7 +441,11 @@ def finish(run: Run, step: int, best: float) -> dict[str, Any]:
         "steps": step,
         "train_examples": examples,
         "processes": run.dist.world,
+        # seconds in dev evaluations (wall_clock_s holds all but the last, which follows it)
+        "eval_s": round(run.extra.get("eval_seconds", 0.0), 1),
     }
+    if cfg.compile:
+        summary["compiled_graphs"] = compilations()
     if cfg.step_gradient == "one-task":  # the sampler's schedule, fixed by seed and epoch
         summary["steps_per_task"] = {
             str(e): steps_per_task(run, run.sampler.schedule(e, run.steps_per_epoch))
@@ -408,7 +455,7 @@ def finish(run: Run, step: int, best: float) -> dict[str, Any]:
         run.model,
         run.data,
         run.tokenizer,
-        2 * cfg.batch_size,
+        cfg.eval_batch_size,
         run.device,
         autocast(cfg.bf16, run.device),
     )
@@ -434,7 +481,7 @@ def evaluate_only(cfg: TrainConfig) -> dict[str, float]:
     print("dev: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     bf16 = autocast(cfg.bf16, device)
     RunFolder(cfg.out_dir).write_predictions(
-        model, data, tokenizer, 2 * cfg.batch_size, device, bf16
+        model, data, tokenizer, cfg.eval_batch_size, device, bf16
     )
     return metrics
 

@@ -14,9 +14,11 @@ proportional when there is one epoch) and then
 
 Steps per epoch = ceil(training examples / 32), as in the driver. The task heads, losses,
 predictions and dev metrics are the project's (tasks/), so only the training procedure
-differs. It writes what benchmarks/multitask_runs.py reads from a driver run folder
-(metrics.jsonl, summary.json, parameters.json), so the batching suite lists it beside the
-driver's rows:
+differs. ``--device cuda --bf16`` runs it on a GPU under bfloat16 autocast, as the driver's
+``--device cuda --bf16`` does (each batch tokenized on the host and copied, as a plain loop
+does; benchmarks/gpu_check.py compares the two there). It writes what
+benchmarks/multitask_runs.py reads from a driver run folder (metrics.jsonl, summary.json,
+parameters.json), so the batching suite lists it beside the driver's rows:
 
     python benchmarks/multitask_runs.py batching --only plain-loop --seeds 1,2,3 -- --threads 1
 """
@@ -24,6 +26,7 @@ driver's rows:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -67,12 +70,21 @@ class PlainModel(nn.Module):
         return self.heads[task]((hidden * mask).sum(1) / mask.sum(1))
 
 
-def encode(tokenizer, examples, max_length: int) -> dict:
-    """A batch of examples as padded tensors; pairs as one sequence [CLS] a [SEP] b [SEP]."""
+def encode(tokenizer, examples, max_length: int, device: str = "cpu") -> dict:
+    """A batch of examples as padded tensors on ``device``; pairs as one sequence
+    [CLS] a [SEP] b [SEP]."""
     texts = [list(column) for column in zip(*(e.texts for e in examples))]
-    return dict(
-        tokenizer(*texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    batch = tokenizer(
+        *texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt"
     )
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def precision(bf16: bool, device: str) -> contextlib.AbstractContextManager:
+    """bfloat16 autocast with --bf16 (as the driver's), else nothing."""
+    if bf16:
+        return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 class Batches:
@@ -92,7 +104,7 @@ class Batches:
 
 
 @torch.no_grad()
-def evaluate(model: PlainModel, tokenizer, data: dict, max_length: int) -> dict[str, float]:
+def evaluate(model: PlainModel, tokenizer, data: dict, args: argparse.Namespace) -> dict:
     model.eval()
     metrics = {}
     for name in TASKS:
@@ -100,7 +112,9 @@ def evaluate(model: PlainModel, tokenizer, data: dict, max_length: int) -> dict[
         predictions = []
         for start in range(0, len(examples), 64):
             chunk = examples[start : start + 64]
-            predictions += task.outputs_to_labels(model(name, encode(tokenizer, chunk, max_length)))
+            with precision(args.bf16, args.device):
+                outputs = model(name, encode(tokenizer, chunk, args.max_length, args.device))
+            predictions += task.outputs_to_labels(outputs.float().cpu())
         metrics[name] = task.metric(predictions, [e.label for e in examples])
     model.train()
     return metrics | {"overall": overall_score(metrics)}
@@ -132,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_length", type=int, default=128, help="tokens per input")
     p.add_argument("--seed", type=int, default=11711, help="weights of the heads, data, dropout")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice)")
+    p.add_argument("--device", default="cpu", help="where it trains: cpu, cuda or cuda:N")
+    p.add_argument("--limit", type=int, default=None, help="at most N examples per task and split")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (with --device cuda)")
     return p
 
 
@@ -181,10 +198,12 @@ def set_up(args: argparse.Namespace) -> Training:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    data, _ = load_data(list(TASKS), lambda t, s: Path(args.data_dir) / t.files[s], False, None)
+    data, _ = load_data(
+        list(TASKS), lambda t, s: Path(args.data_dir) / t.files[s], False, args.limit
+    )
     checkpoint = resolve_checkpoint_dir(args.checkpoint)
     tokenizer = BertTokenizerFast.from_pretrained(checkpoint)
-    model = PlainModel(checkpoint, args.dropout)
+    model = PlainModel(checkpoint, args.dropout).to(args.device)
     model.train()
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
     sizes = {name: len(data[name]["train"]) for name in TASKS}
@@ -204,8 +223,11 @@ def train_epoch(run: Training, epoch: int, args: argparse.Namespace) -> None:
     for name in tqdm(schedule, desc=f"epoch {epoch}/{args.epochs}", mininterval=10):
         task = get_task(name)
         chosen = [run.data[name]["train"][i] for i in run.batches[name].next()]
-        outputs = run.model(name, encode(run.tokenizer, chosen, args.max_length))
-        loss = task.loss(outputs, task.label_tensor([e.label for e in chosen]))
+        inputs = encode(run.tokenizer, chosen, args.max_length, args.device)
+        with precision(args.bf16, args.device):
+            outputs = run.model(name, inputs)
+        labels = task.label_tensor([e.label for e in chosen]).to(args.device)
+        loss = task.loss(outputs.float(), labels)
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         run.optimizer.step()
@@ -244,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     best = -math.inf
     for epoch in range(1, args.epochs + 1):
         train_epoch(run, epoch, args)
-        metrics = evaluate(run.model, run.tokenizer, run.data, args.max_length)
+        metrics = evaluate(run.model, run.tokenizer, run.data, args)
         best = max(best, metrics["overall"])
         print(f"epoch {epoch}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         with metrics_file.open("a") as f:

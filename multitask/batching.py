@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from multitask.collate import EncodedSplit, batch_to, random_flips
+from multitask.collate import EncodedSplit, random_flips
 
 __all__ = [
     "BatchStream",
@@ -46,12 +46,13 @@ def make_batch(
     encoded: EncodedSplit, indices: Sequence[int], device: torch.device, swap_pairs: bool = False
 ) -> dict:
     """The examples at ``indices`` of a split tokenized once (``EncodedSplit``), cut, padded and
-    on ``device``; with ``swap_pairs``, a symmetric pair task's pairs each in a random order,
-    drawn as ``swap_at_random`` draws them (so a seeded run sees the same batches)."""
+    on ``device`` (the split's tables move there at the first batch, once; the batch is cut
+    there); with ``swap_pairs``, a symmetric pair task's pairs each in a random order, drawn as
+    ``swap_at_random`` draws them (so a seeded run sees the same batches)."""
     swap = None
     if swap_pairs and encoded.task.symmetric:
         swap = random_flips(len(indices))
-    return batch_to(encoded.batch(indices, swap), device)
+    return encoded.to(device).batch(indices, swap)
 
 
 def length_grouped_batches(

@@ -51,6 +51,15 @@ class EncodedSplit:
 
     With ``swappable`` a cross-encoded symmetric pair task also keeps each pair tokenized in the
     other order, (b, a), for ``--swap_pairs``; pairs encoded apart swap their two sequences.
+
+    The sequences are also kept as one padded table of ids, types and masks (a row per sequence
+    of each kind), which ``to(device)`` moves to the run's device once: a batch is then cut
+    there with one gather per tensor, and only its row numbers cross from the host (one small
+    copy), instead of every batch being built on the host and copied each step. With
+    ``pad_multiple`` N > 1 a batch is padded to the next multiple of N (at most the tokenizer's
+    max_length) rather than to its longest sequence, so that steps take a handful of shapes
+    (``--pad_multiple``: what a compiled, CUDA-graphed step needs); the extra positions are
+    [PAD] with mask 0, which attention and the mean over real tokens ignore.
     """
 
     def __init__(
@@ -60,9 +69,11 @@ class EncodedSplit:
         tokenizer: Tokenizer,
         separate: bool,
         swappable: bool = False,
+        pad_multiple: int = 1,
     ) -> None:
         self.task, self.examples, self.separate = task, examples, separate
-        self.pad_id = tokenizer.pad_token_id
+        self.pad_id, self.tokenizer = tokenizer.pad_token_id, tokenizer
+        self.pad_multiple, self.cap = pad_multiple, tokenizer.max_length
         firsts = [e.texts[0] for e in examples]
         seconds = [e.texts[1] for e in examples] if task.is_pair else []
         if not task.is_pair:
@@ -74,40 +85,78 @@ class EncodedSplit:
         self.swapped = None
         if swappable and task.is_pair and not separate:
             self.swapped = [tokenizer.encode_unpadded(seconds, firsts)]
+        rows = [s for kind in [*self.sequences, *(self.swapped or [])] for s in kind]
+        self.lengths = [len(ids) for ids, _, _ in rows]  # on the host: a batch's width
+        self.truncated = [truncated for _, _, truncated in rows]
+        self.table = self._padded(rows, self.padded_length(max(self.lengths, default=1)))
+        labels = [e.label for e in examples]
+        self.labels = None if None in labels else task.label_tensor(labels)
+        self.device = torch.device("cpu")
+
+    def to(self, device: torch.device) -> EncodedSplit:
+        """The tables (and labels) moved to ``device``, once; later calls do nothing."""
+        if device != self.device:
+            self.table = {k: v.to(device) for k, v in self.table.items()}
+            if self.labels is not None:
+                self.labels = self.labels.to(device)
+            self.device = device
+        return self
+
+    def padded_length(self, longest: int) -> int:
+        """The width of a batch whose longest sequence has ``longest`` tokens: that, or with
+        ``pad_multiple`` N the next multiple of N, at most the tokenizer's max_length."""
+        N = self.pad_multiple
+        return longest if N <= 1 else max(longest, min(self.cap, -(-longest // N) * N))
+
+    def row(self, k: int, i: int, flip: bool) -> int:
+        """The table row of sequence ``k`` of example ``i``, taken in the other order if
+        ``flip``: rows hold each kind of sequence in turn (sequences, then swapped pairs)."""
+        n = len(self.examples)
+        if flip and self.separate:
+            return (1 - k) * n + i
+        if flip:
+            return (len(self.sequences) + k) * n + i
+        return k * n + i
+
+    @functools.cached_property
+    def full_lengths(self) -> list[int]:
+        """Each example's length before truncation (``token_lengths``): what evaluation sorts
+        by."""
+        return token_lengths(self.task, self.examples, self.tokenizer, self.separate)
 
     def batch(self, indices: Sequence[int], swap: Sequence[bool] | None = None) -> dict:
-        """The examples at ``indices`` as one batch (see the module docstring); ``swap`` says,
-        per example, whether a pair is taken in the other order."""
+        """The examples at ``indices`` as one batch (see the module docstring), on the tables'
+        device; ``swap`` says, per example, whether a pair is taken in the other order."""
         swap = swap or [False] * len(indices)
-        columns = []
-        for k in range(len(self.sequences)):
-            column = []
-            for i, flip in zip(indices, swap):
-                if flip and self.separate:
-                    column.append(self.sequences[1 - k][i])
-                elif flip:
-                    column.append(self.swapped[k][i])
-                else:
-                    column.append(self.sequences[k][i])
-            columns.append(column)
-        labels = [self.examples[i].label for i in indices]
+        columns = [
+            [self.row(k, i, flip) for i, flip in zip(indices, swap)]
+            for k in range(len(self.sequences))
+        ]
+        # One copy to the device for every index of the batch (the rows, then the examples).
+        flat = torch.tensor([r for column in columns for r in column] + list(indices))
+        flat = to_device(flat, self.device)
+        B = len(indices)
+        inputs = []
+        for k, column in enumerate(columns):
+            T = self.padded_length(max(self.lengths[r] for r in column))
+            rows = flat[k * B : (k + 1) * B]
+            inputs.append({key: table[:, :T][rows] for key, table in self.table.items()})
         return {
-            "inputs": [self._padded(column) for column in columns],
-            "labels": None if None in labels else self.task.label_tensor(labels),
+            "inputs": inputs,
+            "labels": None if self.labels is None else self.labels[flat[-B:]],
             "ids": [self.examples[i].id for i in indices],
-            "num_truncated": sum(truncated for column in columns for _, _, truncated in column),
+            "num_truncated": sum(self.truncated[r] for column in columns for r in column),
         }
 
-    def _padded(self, column: list[Sequence_]) -> dict[str, torch.Tensor]:
-        """(B, T) tensors, T the longest sequence: [PAD] ids, type 0 and mask 0 after each."""
-        T = max(len(ids) for ids, _, _ in column)
-        ids = [s + [self.pad_id] * (T - len(s)) for s, _, _ in column]
-        types = [t + [0] * (T - len(t)) for _, t, _ in column]
-        mask = [[1] * len(s) + [0] * (T - len(s)) for s, _, _ in column]
+    def _padded(self, rows: list[Sequence_], T: int) -> dict[str, torch.Tensor]:
+        """(R, T) tensors: [PAD] ids, type 0 and mask 0 after each sequence."""
+        ids = [s + [self.pad_id] * (T - len(s)) for s, _, _ in rows]
+        types = [t + [0] * (T - len(t)) for _, t, _ in rows]
+        mask = [[1] * len(s) + [0] * (T - len(s)) for s, _, _ in rows]
         return {
-            "input_ids": torch.tensor(ids, dtype=torch.long),
-            "token_type_ids": torch.tensor(types, dtype=torch.long),
-            "attention_mask": torch.tensor(mask, dtype=torch.long),
+            "input_ids": torch.tensor(ids, dtype=torch.long).reshape(len(rows), T),
+            "token_type_ids": torch.tensor(types, dtype=torch.long).reshape(len(rows), T),
+            "attention_mask": torch.tensor(mask, dtype=torch.long).reshape(len(rows), T),
         }
 
 
@@ -136,8 +185,9 @@ def random_flips(n: int) -> list[bool]:
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``t`` on ``device``. For a GPU it is pinned first and copied without blocking: the host
     does not wait for the GPU to finish the work it has queued (a copy from ordinary memory
-    would), so it prepares the next batch while the GPU still runs the current step."""
-    if device.type != "cuda":
+    would), so it prepares the next batch while the GPU still runs the current step. A tensor
+    already on a GPU stays where it is."""
+    if device.type != "cuda" or t.is_cuda:
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
 

@@ -98,11 +98,30 @@ class TrainConfig:
         None, "steps per epoch (default: training examples / batch)", within="[1, inf)"
     )
     batch_size: int = setting(32, "examples per step", within="[1, inf)")
+    eval_batch_size: int | None = setting(
+        None,
+        (
+            "examples per batch of an evaluation or prediction (default: twice --batch_size; no "
+            "gradients are kept, so a GPU takes far more; another size pads differently and may "
+            "change the last float bits of an output)"
+        ),
+        within="[1, inf)",
+    )
     batch_pool: int = setting(
         50,
         (
             "length grouping: shuffle, sort pools of N batches by length, cut them into batches "
             "(less padding, multitask/batching.py); 1: plain random batches"
+        ),
+        within="[1, inf)",
+    )
+    pad_multiple: int = setting(
+        1,
+        (
+            "pad each training batch to the next multiple of N tokens (at most --max_length) "
+            "instead of to its longest input, so that steps take a handful of shapes, as a "
+            "compiled or CUDA-graphed step needs (--compile); padding is masked, so the loss "
+            "is the same (1: no extra padding)"
         ),
         within="[1, inf)",
     )
@@ -209,6 +228,21 @@ class TrainConfig:
     )
     device: str = setting("auto", "auto (CUDA when present), cpu, cuda or cuda:N")
     bf16: bool = setting(False, "bfloat16 autocast (CUDA only)")
+    compile: bool = setting(
+        False,
+        (
+            "torch.compile each step's forward and loss (multitask/compiled.py); with "
+            "--pad_multiple the shapes stay few; not with --smart or --teachers"
+        ),
+    )
+    compile_mode: Literal["auto", "default", "reduce-overhead", "aot_eager"] = setting(
+        "auto",
+        (
+            "with --compile: torch.compile's mode; auto = reduce-overhead (CUDA graphs: a step "
+            "is one launch per graph, not one per kernel) on a GPU, default elsewhere; aot_eager "
+            "captures the graphs without generating code (a quick check that a step compiles)"
+        ),
+    )
     threads: int | None = setting(
         None,
         (
@@ -233,7 +267,12 @@ class TrainConfig:
         if encoder_lr is None and self.model.train_encoder:
             encoder_lr = 5e-5
         return dataclasses.replace(
-            self, model=self.model.resolved(), lr=lr, out_dir=out_dir, encoder_lr=encoder_lr
+            self,
+            model=self.model.resolved(),
+            lr=lr,
+            out_dir=out_dir,
+            encoder_lr=encoder_lr,
+            eval_batch_size=self.eval_batch_size or 2 * self.batch_size,
         )
 
     def data_path(self, task: Task, split: str) -> Path:
@@ -256,7 +295,16 @@ class TrainConfig:
 
 FILE_FLAGS = [f"{name}_{split}" for name in TASKS for split in SPLITS]
 MODEL_KEYS = list(flatten(ModelSettings()))  # what --evaluate and --add_to take from a run
-WHERE_IT_RUNS = ("resume", "device", "bf16", "out_dir", "no_plots", "threads")
+WHERE_IT_RUNS = (
+    "resume",
+    "device",
+    "bf16",
+    "out_dir",
+    "no_plots",
+    "threads",
+    "compile",
+    "compile_mode",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -412,6 +460,18 @@ def problems(
             continue
         if problem := teacher_problem(name, folder, m):
             yield problem
+    if cfg.compile_mode != "auto" and not cfg.compile:
+        yield f"--compile_mode {cfg.compile_mode} goes with --compile"
+    if cfg.compile and cfg.step_gradient != "one-task":
+        yield (
+            f"--compile with --step_gradient {cfg.step_gradient}: a compiled step trains one "
+            "task's batch (CUDA graphs would overwrite one task's gradients with the next's)"
+        )
+    if cfg.compile and (cfg.smart or cfg.teachers):
+        yield (
+            f"--compile with --{'smart' if cfg.smart else 'teachers'}: not supported (SMART's "
+            "extra forwards and a teacher's mixing weight change every step); leave one out"
+        )
     if add_to and (repeated := [t for t in tasks if t in cfg.base_tasks]):
         yield (
             f"--tasks: {repeated} already trained in {add_to} (tasks {cfg.base_tasks}); with "

@@ -97,16 +97,40 @@ def train_lengths(data: Data, tokenizer, separately: Callable[[Task], bool], max
 
 
 def encode_train(
-    data: Data, tokenizer, separately: Callable[[Task], bool], swap_pairs: bool
+    data: Data,
+    tokenizer,
+    separately: Callable[[Task], bool],
+    swap_pairs: bool,
+    pad_multiple: int = 1,
 ) -> dict[str, EncodedSplit]:
     """Each task's training split tokenized once (``EncodedSplit``), the batches of every step
-    cut from it; with ``swap_pairs`` also each symmetric pair in the other order."""
+    cut from it; with ``swap_pairs`` also each symmetric pair in the other order; each batch
+    padded to a multiple of ``pad_multiple`` tokens (``--pad_multiple``)."""
     encoded = {}
     for name, splits in data.items():
         task = get_task(name)
         swappable = swap_pairs and task.symmetric
-        encoded[name] = EncodedSplit(task, splits["train"], tokenizer, separately(task), swappable)
+        encoded[name] = EncodedSplit(
+            task, splits["train"], tokenizer, separately(task), swappable, pad_multiple
+        )
     return encoded
+
+
+def encode_split(
+    data: Data, tokenizer, separately: Callable[[Task], bool], split: str
+) -> dict[str, EncodedSplit]:
+    """Each task's ``split`` (e.g. dev, which every evaluation reads) tokenized once."""
+    return {
+        name: EncodedSplit(get_task(name), splits[split], tokenizer, separately(get_task(name)))
+        for name, splits in data.items()
+        if split in splits
+    }
+
+
+def on_device(splits: dict[str, EncodedSplit], device: torch.device) -> dict[str, EncodedSplit]:
+    """``splits`` with their token tables moved to ``device`` once, at set-up: every batch is
+    then cut there (``EncodedSplit.batch``), and only its row numbers cross from the host."""
+    return {name: split.to(device) for name, split in splits.items()}
 
 
 def fingerprints(paths: list[Path]) -> dict[str, str]:

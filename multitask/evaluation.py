@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from minbert.tokenizer import Tokenizer
 from multitask.batching import length_grouped_batches, make_batch
-from multitask.collate import EncodedSplit, token_lengths
+from multitask.collate import EncodedSplit
 from multitask.model import MultitaskModel
 from tasks.base import Task, get_task
 from tasks.heads import CosineSimilarityHead
@@ -35,22 +35,28 @@ def head_outputs(
     device: torch.device,
     autocast: contextlib.AbstractContextManager | None = None,
     progress: bool = False,
+    encoded: EncodedSplit | None = None,
 ) -> torch.Tensor:
     """The head's (N, C) outputs for the examples, in their order, in eval mode (float32, CPU);
     batches grouped by length for speed (the longest first). An output depends on its batch's
     padding in the last float bits, so the same batch size gives the same outputs bit for bit.
+    ``encoded``: the examples already tokenized (``EncodedSplit``, e.g. on the device since the
+    run's set-up), else they are tokenized here. The outputs stay on the device until the
+    last batch, then come to the host in one copy (no read of the device per batch).
     ``progress`` shows a bar (standard error) when there are at least 10 batches."""
     model.eval()
-    separate = model.encodes_separately(task)
-    lengths = token_lengths(task, examples, tokenizer, separate)
-    batches = length_grouped_batches(lengths, batch_size, None)
-    encoded = EncodedSplit(task, examples, tokenizer, separate)  # tokenized once, all batches
-    outputs = torch.empty(len(examples), task.num_outputs)
+    if encoded is None:
+        encoded = EncodedSplit(task, examples, tokenizer, model.encodes_separately(task))
+    batches = length_grouped_batches(encoded.full_lengths, batch_size, None)
+    chunks = []
     bar = tqdm(batches, desc=task.name, unit="batch", disable=not progress or len(batches) < 10)
     for indices in bar:
         batch = make_batch(encoded, indices, device)
         with autocast or contextlib.nullcontext():
-            outputs[indices] = model(task.name, batch).float().cpu()
+            chunks.append(model(task.name, batch).float())
+    outputs = torch.empty(len(examples), task.num_outputs)
+    if chunks:
+        outputs[[i for indices in batches for i in indices]] = torch.cat(chunks).cpu()
     return outputs
 
 
@@ -62,10 +68,13 @@ def predictions(
     batch_size: int,
     device: torch.device,
     autocast: contextlib.AbstractContextManager | None = None,
+    encoded: EncodedSplit | None = None,
 ) -> list:
     """The task's predictions (class, 0/1, score) of ``head_outputs``, in the examples' order."""
     return task.outputs_to_labels(
-        head_outputs(model, task, examples, tokenizer, batch_size, device, autocast)
+        head_outputs(
+            model, task, examples, tokenizer, batch_size, device, autocast, encoded=encoded
+        )
     )
 
 
@@ -76,13 +85,15 @@ def evaluate(
     batch_size: int,
     device: torch.device,
     autocast: contextlib.AbstractContextManager | None = None,
+    encoded: dict[str, EncodedSplit] | None = None,
 ) -> dict[str, float]:
     """Each task's dev metric (task -> dev examples) and the overall score: the course's
-    (tasks/metrics.py), or for tasks outside it alone (``--tasks cfimdb``) the mean metric."""
+    (tasks/metrics.py), or for tasks outside it alone (``--tasks cfimdb``) the mean metric.
+    ``encoded``: task -> its dev examples already tokenized (``encode_splits``)."""
     metrics = {}
     for name, examples in dev.items():
-        task = get_task(name)
-        found = predictions(model, task, examples, tokenizer, batch_size, device, autocast)
+        task, cached = get_task(name), (encoded or {}).get(name)
+        found = predictions(model, task, examples, tokenizer, batch_size, device, autocast, cached)
         metrics[name] = task.metric(found, [e.label for e in examples])
     scored = any(name in OVERALL_TASKS for name in metrics)
     metrics["overall"] = overall_score(metrics) if scored else sum(metrics.values()) / len(metrics)

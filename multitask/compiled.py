@@ -1,0 +1,90 @@
+"""A training step whose forward and loss run compiled (``--compile``): ``torch.compile``, and on a
+GPU CUDA graphs, so that a step costs the host a few launches instead of one per kernel.
+
+    step = CompiledStep(TrainingStep(model), mode="reduce-overhead")   # on a GPU
+    loss = step(task, batch)                                           # as TrainingStep's
+
+At this model's size (22.7M parameters, ~40 tokens an example) a GPU step is a few hundred small
+kernels, each launched by the host; the GPU finishes each faster than Python issues the next,
+so it waits on the host. ``torch.compile`` (TorchDynamo captures the forward and the loss,
+AOTAutograd the backward, Inductor fuses them into fewer kernels); mode ``reduce-overhead``
+records each compiled graph once as a CUDA graph and replays it with one launch (Ansel et al.
+2024, "PyTorch 2"; NVIDIA, "CUDA Graphs").
+
+Shapes. A graph is compiled with the sequence length (dimension 1 of every token tensor) marked
+dynamic, so one graph serves every length: a new padded length costs no compilation, only (with
+CUDA graphs) one recording. ``--pad_multiple`` keeps the lengths few, so the recordings are few
+too; without it a new longest sequence would record again. The batch size is static at first: a
+task's one short batch of a pass recompiles once, with it dynamic. Compilations are counted by
+``compilations()``, which the run's summary.json reports.
+
+What stays eager: the optimizer (``ForeachAdamW`` already updates in a few multi-tensor
+launches), evaluation (no gradients, large batches: few launches per example), and every host
+step of the loop. CUDA graphs replay into memory they own, so a loss leaves the graph as a
+copy: the loop keeps losses across steps (read at --log_every) and a replay would overwrite
+them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tasks.base import Task
+
+__all__ = ["CompiledStep", "compilations", "mode_for"]
+
+
+def mode_for(setting: str, device: torch.device, processes: int = 1) -> str:
+    """torch.compile's mode for ``--compile_mode``: auto is reduce-overhead (CUDA graphs) on a
+    GPU and default (Inductor alone) elsewhere, where CUDA graphs do not exist; aot_eager
+    captures the graphs (forward and backward) but runs them eagerly, without generating code:
+    a quick check that a step compiles at all. ValueError where it cannot run: CUDA graphs
+    off a GPU, and several processes (DistributedDataParallel around a compiled step is left
+    untried)."""
+    if processes > 1:
+        raise ValueError("--compile compiles the step of one process: not under torchrun")
+    if setting == "auto":
+        return "reduce-overhead" if device.type == "cuda" else "default"
+    if setting == "reduce-overhead" and device.type != "cuda":
+        raise ValueError("--compile_mode reduce-overhead records CUDA graphs: it needs a GPU")
+    return setting
+
+
+def compilations() -> int:
+    """Graphs TorchDynamo compiled in this process so far (a recompilation counts as one)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+class CompiledStep(nn.Module):
+    """``step`` (a ``TrainingStep``: task, batch -> loss) with its forward compiled in ``mode``;
+    ``after_update`` is ``step``'s. Holds ``step`` as its one submodule, so its parameters are
+    the model's."""
+
+    def __init__(self, step: nn.Module, mode: str) -> None:
+        super().__init__()
+        self.step = step
+        self.graphs = mode == "reduce-overhead"
+        # Each task's head and each padded shape adds an entry to the forward's cache; the
+        # default limit (8) would fall back to eager once a few tasks have been seen.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        if mode == "aot_eager":
+            self.compiled = torch.compile(step.forward, backend="aot_eager")
+        else:
+            self.compiled = torch.compile(step.forward, mode=None if mode == "default" else mode)
+
+    def forward(self, task: Task, batch: dict) -> torch.Tensor:
+        for sequence in batch["inputs"]:
+            for tensor in sequence.values():
+                torch._dynamo.maybe_mark_dynamic(tensor, 1)
+        if self.graphs:  # a new step: earlier replays' outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
+        loss = self.compiled(task, batch)
+        return loss.clone() if self.graphs else loss
+
+    def after_update(self) -> None:
+        after = getattr(self.step, "after_update", None)
+        if after is not None:
+            after()
