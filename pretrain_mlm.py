@@ -45,6 +45,7 @@ from minbert.mlm import (
 )
 from minbert.optimizer import linear_warmup_decay
 from minbert.pretrained import load_config, resolve_checkpoint_dir
+from minbert.seeds import derived_seed
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream
 from multitask.config import SEEDS, not_a_checkpoint
@@ -289,7 +290,7 @@ def steps(run: MLMRun, bar: tqdm, started: float, vocab: dict, continuation) -> 
     cfg = run.cfg
     while run.step < cfg.steps:
         batch = run.tokenizer([run.train[i] for i in run.stream.next()])
-        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + run.step)
+        generator = torch.Generator().manual_seed(derived_seed(cfg.seed, run.step))
         masked, labels = masks_with_a_token(batch, vocab, generator, continuation)
         run.step += 1
         bar.update(1)

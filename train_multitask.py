@@ -17,12 +17,11 @@ plots; see README.md.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,9 +30,10 @@ from tqdm import tqdm
 from minbert.optimizer import linear_warmup_decay
 from minbert.plugins import format_parameter_report, parameter_report
 from minbert.sampling import TaskSampler
+from minbert.seeds import derived_seed
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream, length_grouped_batches, make_batch
-from multitask.collate import EncodedSplit, to_device
+from multitask.collate import EncodedSplit
 from multitask.compiled import CompiledStep, compilations, mode_for
 from multitask.config import TrainConfig, build_parser, parse_args
 from multitask.data import (
@@ -49,16 +49,18 @@ from multitask.devices import Distributed, autocast, pick_device, set_up_distrib
 from multitask.distillation import gold_weight, parse_teachers, teacher_outputs
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.evaluation import calibrate_similarity_heads, evaluate
+from multitask.loss_log import LossLog, NonFiniteStep
 from multitask.model import MultitaskModel, build_model
+from multitask.objectives import Objective, Smart, TrainingStep, objective_for
 from multitask.run import RunFolder
 from multitask.step import (
+    DeviceFlagged,
+    HostChecked,
     NonFiniteLoss,
-    Smart,
-    TrainingStep,
+    PCGrad,
     loss_weights,
     optimizer_for,
-    train_step_tasks,
-    train_step_unread,
+    train_step,
 )
 from tasks import get_task
 
@@ -88,6 +90,14 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
 
 
 @dataclass
+class Clock:
+    """The step the loop is at: what distillation's λ, PCGrad's seed and the message of a run
+    stopped mid-step read."""
+
+    step: int = 0
+
+
+@dataclass
 class Run:
     """What the training loop works with, built by ``set_up``; ``extra`` is the driver's part of
     last.pt (running losses, examples seen, seconds trained, the training files' fingerprints)."""
@@ -99,24 +109,19 @@ class Run:
     data: Data
     tokenizer: Tokenizer
     model: MultitaskModel
-    step_module: torch.nn.Module
+    clock: Clock
+    step_module: torch.nn.Module  # the objective's loss as a module (multitask/objectives.py)
+    update: HostChecked | DeviceFlagged  # how gradients become an update (multitask/step.py)
     optimizer: torch.optim.Optimizer
     scheduler: Any
     sampler: TaskSampler
     streams: dict[str, BatchStream]
     train: dict[str, EncodedSplit]  # each task's training split, tokenized once, on the device
     dev: dict[str, EncodedSplit]  # each task's dev split, tokenized once, on the device
-    teachers: dict[str, torch.Tensor]  # a taught task's teacher outputs (N, C) on it
-    smart: Smart | None
+    smart: Smart | None  # its momentum teacher is saved in last.pt
     steps_per_epoch: int
     extra: dict[str, Any]
-    # On a GPU, "every loss so far was finite" as a flag on the device (see unread_flag); None:
-    # each step checks its losses on the host.
-    healthy: torch.Tensor | None = None
-    # The steps since the last read: (step, task names, their losses still on the device, the
-    # examples they trained on); see read_losses.
-    pending: list[tuple[int, list[str], list[torch.Tensor], int]] = field(default_factory=list)
-    step: int = 0  # the step the loop is at, for the message of a run stopped in it
+    log: LossLog  # the losses since the last read and line (multitask/loss_log.py)
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""
@@ -141,7 +146,7 @@ def set_up(cfg: TrainConfig) -> Run:
     folder = RunFolder(cfg.out_dir, writes=dist.rank == 0)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     torch.manual_seed(cfg.seed)
-    data, skipped = read_data(cfg)
+    data, skipped_rows = read_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model = make_model(cfg, device)
     train = {name: splits["train"] for name, splits in data.items()}
@@ -151,8 +156,8 @@ def set_up(cfg: TrainConfig) -> Run:
     folder.start(cfg.resume)
     if not cfg.resume:
         folder.write_config(cfg.to_flat())
-    if skipped:
-        print(f"every skipped row is listed in {folder.write_skipped_rows(skipped)}")
+    if skipped_rows:
+        print(f"every skipped row is listed in {folder.write_skipped_rows(skipped_rows)}")
     if cfg.add_to:
         print(f"adding {cfg.tasks} to {cfg.add_to}, whose settings and tasks {cfg.base_tasks} stay")
     report = parameter_report(model.bert, dict(model.heads))
@@ -165,60 +170,85 @@ def set_up(cfg: TrainConfig) -> Run:
     total_steps = steps_per_epoch * cfg.epochs
     optimizer = optimizer_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay, cfg.encoder_lr)
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
-    smart = Smart.for_model(cfg.smart_settings, model) if cfg.smart else None
-    step_module = make_step(cfg, model, smart, dist, device)
+    clock = Clock()
+    taught = teacher_outputs(folder, teachers, train, device, cfg.resume)
+    gold = lambda: gold_weight(clock.step, total_steps, cfg.teacher_weight)  # noqa: E731
+    smart = cfg.smart_settings if cfg.smart else None
+    objective = objective_for(model, taught, gold, smart)
     grouping = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
-    streams = {n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, grouping) for n in data}
-    sampler = TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed)
-    train_files = [cfg.data_path(get_task(name), "train") for name in cfg.tasks]
     extra = {
         "running": {n: [] for n in data},
         "examples": 0,
         "seconds": 0.0,
-        "train_files": fingerprints(train_files),
+        "train_files": fingerprints([cfg.data_path(get_task(n), "train") for n in cfg.tasks]),
         "eval_seconds": 0.0,
     }
     separately = model.encodes_separately
     return Run(
-        cfg,
-        folder,
-        dist,
-        device,
-        data,
-        tokenizer,
-        model,
-        step_module,
-        optimizer,
-        scheduler,
-        sampler,
-        streams,
-        on_device(
+        cfg=cfg,
+        folder=folder,
+        dist=dist,
+        device=device,
+        data=data,
+        tokenizer=tokenizer,
+        model=model,
+        clock=clock,
+        step_module=make_step(cfg, model, objective, dist, device),
+        update=update_for(cfg, device, optimizer, clock),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        sampler=TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed),
+        streams={n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, grouping) for n in data},
+        train=on_device(
             encode_train(data, tokenizer, separately, cfg.swap_pairs, cfg.pad_multiple), device
         ),
-        on_device(encode_split(data, tokenizer, separately, "dev"), device),
-        teacher_outputs(folder, teachers, train, device, cfg.resume),
-        smart,
-        steps_per_epoch,
-        extra,
-        unread_flag(cfg, device, optimizer),
+        dev=on_device(encode_split(data, tokenizer, separately, "dev"), device),
+        smart=objective if isinstance(objective, Smart) else None,
+        steps_per_epoch=steps_per_epoch,
+        extra=extra,
+        log=LossLog(extra, dist.means, cfg.nonfinite == "stop", skipped),
     )
 
 
 def make_step(
     cfg: TrainConfig,
     model: MultitaskModel,
-    smart: Smart | None,
+    objective: Objective,
     dist: Distributed,
     device: torch.device,
 ) -> torch.nn.Module:
     """The loss of a step as a module: ``TrainingStep``, wrapped for several processes
     (DistributedDataParallel) or compiled (``--compile``, multitask/compiled.py)."""
-    step: torch.nn.Module = TrainingStep(model, smart, loss_weights(cfg.loss_weights, cfg.tasks))
+    weights = loss_weights(cfg.loss_weights, cfg.tasks)
+    step: torch.nn.Module = TrainingStep(model, objective, weights)
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
         step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True)
     if cfg.compile:
         step = CompiledStep(step, compile_mode(cfg, dist, device))
     return step
+
+
+def update_for(
+    cfg: TrainConfig, device: torch.device, optimizer, clock: Clock
+) -> HostChecked | DeviceFlagged:
+    """How a step updates (multitask/step.py): PCGrad's projection with --step_gradient
+    pcgrad; on a GPU (``--nonfinite_check device``, the default there) no read of the host,
+    where the multi-tensor AdamW can gate its update on a device flag; else the host check."""
+    skip = cfg.nonfinite == "skip"
+    if cfg.step_gradient == "pcgrad":
+        return PCGrad(lambda: derived_seed(cfg.seed, clock.step), skip)
+    if device_checked(cfg, device, optimizer):
+        return DeviceFlagged(torch.ones((), dtype=torch.bool, device=device), skip)
+    return HostChecked(skip)
+
+
+def device_checked(cfg: TrainConfig, device: torch.device, optimizer) -> bool:
+    """Whether the steps leave a loss's finiteness on the device (``--nonfinite_check``; auto:
+    on a GPU, without SMART, whose teacher counts updates on the host); only an optimizer that
+    gates its update on a device flag can (the student tree's AdamW cannot: the host checks)."""
+    auto = device.type == "cuda" and not cfg.smart and cfg.step_gradient != "pcgrad"
+    wanted = cfg.nonfinite_check == "device" or (cfg.nonfinite_check == "auto" and auto)
+    return wanted and getattr(optimizer, "gates_on_device", False)
 
 
 def compile_mode(cfg: TrainConfig, dist: Distributed, device: torch.device) -> str:
@@ -227,52 +257,6 @@ def compile_mode(cfg: TrainConfig, dist: Distributed, device: torch.device) -> s
         return mode_for(cfg.compile_mode, device, dist.world)
     except ValueError as err:
         raise UsageError(str(err)) from None
-
-
-# Device types on which a step reads nothing on the host (tests add "cpu" to try the path).
-UNREAD_ON = ("cuda",)
-
-
-def unread_flag(cfg: TrainConfig, device: torch.device, optimizer) -> torch.Tensor | None:
-    """The run's device-side "every loss so far was finite" (True), where steps need not read
-    their losses on the host (multitask.step.train_step_unread): on a GPU, with the
-    multi-tensor AdamW (its step takes ``apply_if``), without SMART (its teacher counts updates
-    on the host) or PCGrad (it projects gradients that may be NaN). Else None."""
-    takes_flag = "apply_if" in inspect.signature(optimizer.step).parameters
-    if device.type not in UNREAD_ON or not takes_flag or cfg.smart or cfg.step_gradient == "pcgrad":
-        return None
-    return torch.ones((), dtype=torch.bool, device=device)
-
-
-def one_step(run: Run, names: list[str], step: int) -> list[torch.Tensor] | None:
-    """Train on the next batch of each task in ``names`` (one, unless --step_gradient combines
-    every task's); the losses, or None when a non-finite loss was skipped (found on the host;
-    on a GPU it is found when the losses are read, see read_losses)."""
-    cfg, batches = run.cfg, []
-    for name in names:
-        indices = run.dist.shard(run.streams[name].next())
-        batch = make_batch(run.train[name], indices, run.device, cfg.swap_pairs)
-        if name in run.teachers:  # the teacher's outputs on these examples, and λ
-            batch["teacher"] = to_device(run.teachers[name][indices], run.device)
-            total = run.steps_per_epoch * cfg.epochs
-            batch["gold"] = gold_weight(step, total, cfg.teacher_weight)
-        batches.append((get_task(name), batch))
-    bf16, skip = autocast(cfg.bf16, run.device), cfg.nonfinite == "skip"
-    if run.healthy is not None:
-        losses = train_step_unread(
-            run.step_module, batches, run.optimizer, run.healthy, run.scheduler, bf16, skip
-        )
-    else:
-        pcgrad = cfg.seed * 1_000_003 + step if cfg.step_gradient == "pcgrad" else None
-        try:
-            losses = train_step_tasks(
-                run.step_module, batches, run.optimizer, run.scheduler, bf16, skip, pcgrad
-            )
-        except NonFiniteLoss as err:
-            raise RunStopped(nonfinite_message(run, step, err.task, err), 3) from None
-    if losses is not None:  # read, with the examples counted, at the next read_losses
-        run.pending.append((step, names, losses, sum(len(b["labels"]) for _, b in batches)))
-    return losses
 
 
 def nonfinite_message(run: Run, step: int, task: str, what: object) -> str:
@@ -293,11 +277,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         step, best = train_epochs(run, step, best)
     except KeyboardInterrupt as err:
         what, code = stop_reason(err)
-        raise RunStopped(f"{what} at step {run.step}; {run.folder.on_disk()}", code) from None
+        raise RunStopped(f"{what} at step {run.clock.step}; {run.folder.on_disk()}", code) from None
     except OSError as err:  # a full disk, a folder that went away
         raise RunStopped(
             f"{err.strerror or err} while writing to {run.folder.path} at step "
-            f"{run.step}; {run.folder.on_disk()}",
+            f"{run.clock.step}; {run.folder.on_disk()}",
             1,
         ) from None
     return finish(run, step, best)
@@ -310,33 +294,25 @@ def steps_per_task(run: Run, schedule: list[str]) -> dict[str, int]:
 
 
 def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
-    """The loop: an epoch's task schedule, one batch a step, logs, evaluations and saves."""
+    """The loop: draw the task, take its batch, step, log; evaluate and save on their steps."""
     cfg, spe = run.cfg, run.steps_per_epoch
     one_task = cfg.step_gradient == "one-task"  # else every task's batch in every step
     total, start = spe * cfg.epochs, time.time() - run.extra["seconds"]
-    run.step = step
+    run.clock.step = step
     while step < total:
         epoch = step // spe + 1
         schedule = run.sampler.schedule(epoch, spe)
         if step % spe == 0 and one_task:
-            steps = steps_per_task(run, schedule)
-            shares = ", ".join(f"{k} {n} ({n / spe:.3f})" for k, n in steps.items())
-            print(f"epoch {epoch}/{cfg.epochs}: steps per task {shares}")
+            print(f"epoch {epoch}/{cfg.epochs}: steps per task {shares(run, schedule)}")
         run.model.train()
-        with tqdm(
-            total=spe,
-            initial=step % spe,
-            desc=f"epoch {epoch}/{cfg.epochs}",
-            disable=run.dist.rank != 0,
-            file=sys.stderr,
-            dynamic_ncols=True,
-            mininterval=0.1 if sys.stderr.isatty() else 60,
-        ) as bar:  # closed also when the loop stops: an error line starts a line
+        with progress_bar(run, epoch, step % spe) as bar:
             while step < epoch * spe:
                 names = [schedule[step % spe]] if one_task else list(run.data)
-                step += 1
-                run.step = step
-                take_step(run, names, step, epoch, bar)
+                step = run.clock.step = step + 1
+                take_step(run, names)
+                bar.update(1)
+                if step % cfg.log_every == 0 or step == total:
+                    log_line(run, step, epoch, bar)
                 run.extra["seconds"] = time.time() - start
                 if step % spe == 0 or (cfg.eval_every and step % cfg.eval_every == 0):
                     best = evaluate_and_save(run, step, epoch, best)
@@ -345,17 +321,47 @@ def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
     return step, best
 
 
-def take_step(run: Run, names: list[str], step: int, epoch: int, bar: tqdm) -> None:
-    """One step of the loop: the update, its losses kept on the device, and every --log_every
-    steps the log line."""
-    losses = one_step(run, names, step)
-    bar.update(1)
+def take_step(run: Run, names: list[str]) -> None:
+    """One update from the next batch of each task in ``names``; its losses stay on the device
+    until the log reads them."""
+    batches = []
+    for name in names:
+        rows = run.dist.shard(run.streams[name].next())
+        batches.append(
+            (
+                run.model.tasks[name],
+                make_batch(run.train[name], rows, run.device, run.cfg.swap_pairs),
+            )
+        )
+    bf16 = autocast(run.cfg.bf16, run.device)
+    try:
+        losses = train_step(
+            run.step_module, batches, run.optimizer, run.update, run.scheduler, bf16
+        )
+    except NonFiniteLoss as err:
+        raise RunStopped(nonfinite_message(run, run.clock.step, err.task, err), 3) from None
     if losses is None:
-        skipped(step, names)
-    if step % run.cfg.log_every == 0 or step == run.steps_per_epoch * run.cfg.epochs:
-        read_losses(run)
-        logged = run.folder.log_training(step, epoch, run.extra["running"])
-        bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in logged.items()), refresh=False)
+        skipped(run.clock.step, names)
+    else:
+        run.log.add(run.clock.step, names, losses, sum(len(b.labels) for _, b in batches))
+
+
+def log_line(run: Run, step: int, epoch: int, bar: tqdm) -> None:
+    """The mean loss of each task since the last line, into train_log.jsonl and the bar."""
+    read_losses(run)  # the losses come to the host here: a CPU-GPU sync point
+    logged = run.log.line()
+    run.folder.log_training(step, epoch, logged)
+    bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in logged.items()), refresh=False)
+
+
+def read_losses(run: Run) -> None:
+    """Read the losses kept on the device (``LossLog.read``); a non-finite one, found here
+    where the steps leave finiteness on the device, stops the run naming its step."""
+    try:
+        run.log.read()
+    except NonFiniteStep as err:
+        message = nonfinite_message(run, err.step, err.task, f"non-finite loss ({err.value})")
+        raise RunStopped(f"{message} (found at step {run.clock.step})", 3) from None
 
 
 def skipped(step: int, names: list[str]) -> None:
@@ -363,31 +369,23 @@ def skipped(step: int, names: list[str]) -> None:
     tqdm.write(message, file=sys.stderr)
 
 
-def read_losses(run: Run) -> None:
-    """Move the losses kept on the device since the last read into ``extra["running"]`` (their
-    means over the processes, as Python numbers) and count the examples of their steps: one
-    read of the device, a CPU-GPU sync point, made only at --log_every and before last.pt is
-    written or an evaluation runs, never in every step. A step with a non-finite loss among
-    them (possible only where steps do not read their losses, see unread_flag) took no update:
-    with --nonfinite skip it is reported and left out; else the run stops here, naming it, with
-    the weights as they were before it (no later step updated them either)."""
-    if not run.pending:
-        return
-    values = iter(run.dist.means([loss for _, _, losses, _ in run.pending for loss in losses]))
-    for step, names, losses, examples in run.pending:
-        means = [next(values) for _ in losses]
-        bad = [(name, v) for name, v in zip(names, means) if not math.isfinite(v)]
-        if bad and run.cfg.nonfinite == "stop":
-            name, value = bad[0]
-            message = nonfinite_message(run, step, name, f"non-finite loss ({value})")
-            raise RunStopped(f"{message} (found at step {run.step})", 3)
-        if bad:
-            skipped(step, names)
-            continue
-        for name, value in zip(names, means):
-            run.extra["running"][name].append(value)
-        run.extra["examples"] += examples
-    run.pending.clear()
+def shares(run: Run, schedule: list[str]) -> str:
+    steps, spe = steps_per_task(run, schedule), run.steps_per_epoch
+    return ", ".join(f"{k} {n} ({n / spe:.3f})" for k, n in steps.items())
+
+
+def progress_bar(run: Run, epoch: int, done: int) -> tqdm:
+    """The epoch's bar on standard error (closed also when the loop stops: an error line starts
+    a line); rank 0 only."""
+    return tqdm(
+        total=run.steps_per_epoch,
+        initial=done,
+        desc=f"epoch {epoch}/{run.cfg.epochs}",
+        disable=run.dist.rank != 0,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=0.1 if sys.stderr.isatty() else 60,
+    )
 
 
 def save_last(run: Run, step: int, best: float) -> None:

@@ -7,6 +7,7 @@ Importing this module puts the repository root on ``sys.path``, so every script 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import re
@@ -301,7 +302,8 @@ def driver_model(cfg):
     """The MultitaskModel exactly as ``train_multitask.py`` builds it (plug-ins, freezing, heads,
     dropout), on the CPU, and the driver's optimizer:
     ``adamw_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay)``. Train a batch with
-    ``multitask.step.train_step(TrainingStep(model), task, batch, optimizer)``."""
+    ``train_step(TrainingStep(model), [(task, batch)], optimizer, HostChecked())``
+    (``multitask.step``)."""
     import train_multitask
     from minbert.optimizer import adamw_for
 
@@ -309,15 +311,15 @@ def driver_model(cfg):
     return model, adamw_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay)
 
 
-def pad_batch(batch: dict, length: int) -> dict:
-    """Pad every tokenized sequence of a collated batch with [PAD] (id 0, mask 0, type 0) to
-    ``length`` tokens: the fixed-length padding the driver does not do."""
-    padded = dict(batch)
-    padded["inputs"] = [
+def pad_batch(batch, length: int):
+    """Pad every tokenized sequence of a collated batch (``multitask.collate.Batch``) with [PAD]
+    (id 0, mask 0, type 0) to ``length`` tokens: the fixed-length padding the driver does not
+    do."""
+    inputs = [
         {k: torch.nn.functional.pad(v, (0, length - v.shape[1])) for k, v in seq.items()}
-        for seq in batch["inputs"]
+        for seq in batch.inputs
     ]
-    return padded
+    return dataclasses.replace(batch, inputs=inputs)
 
 
 def bert_outputs(model: torch.nn.Module, is_hf: bool, batch: dict) -> tuple[torch.Tensor, ...]:

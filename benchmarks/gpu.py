@@ -137,7 +137,8 @@ def throughput(models: dict, shapes: list, repeats: int) -> str:
 def option_rows(data_dir: str, repeats: int) -> str:
     from minbert.tokenizer import Tokenizer
     from multitask.collate import batch_to
-    from multitask.step import TrainingStep, train_step
+    from multitask.objectives import TrainingStep
+    from multitask.step import HostChecked, train_step
 
     rows, device = [], torch.device("cuda")
     for option in OPTIONS:
@@ -160,7 +161,9 @@ def option_rows(data_dir: str, repeats: int) -> str:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                train_step(step, task, batch, optimizer, autocast=precision(dtype))
+                train_step(
+                    step, [(task, batch)], optimizer, HostChecked(), autocast=precision(dtype)
+                )
                 end.record()
                 torch.cuda.synchronize()
                 if i >= 3:

@@ -77,20 +77,18 @@ def driver_run(args: argparse.Namespace, work: Path):
     argv = ["--checkpoint", str(tiny_checkpoint(work / "tiny")), "--data_dir", args.data_dir]
     argv += ["--out_dir", str(work / "run"), "--limit", str(args.limit), "--no_plots"]
     argv += ["--steps_per_epoch", "100000", "--epochs", "1"]
-    if args.unread:
-        train_multitask.UNREAD_ON = ("cuda", "cpu")
+    argv += ["--nonfinite_check", "device" if args.unread else "host"]
     run = train_multitask.set_up(train_multitask.parse_args(argv))
-    assert (run.healthy is not None) == args.unread, "the step path was not the one asked for"
     schedule = run.sampler.schedule(1, run.steps_per_epoch)
     bar = tqdm(disable=True)
-    counter = {"step": 0}
     run.model.train()
 
-    def steps() -> None:
+    def steps() -> None:  # the loop's body: the step, and the log line every --log_every
         for _ in range(args.steps):
-            counter["step"] += 1
-            names = [schedule[(counter["step"] - 1) % len(schedule)]]
-            train_multitask.take_step(run, names, counter["step"], 1, bar)
+            step = run.clock.step = run.clock.step + 1
+            train_multitask.take_step(run, [schedule[(step - 1) % len(schedule)]])
+            if step % run.cfg.log_every == 0:
+                train_multitask.log_line(run, step, 1, bar)
 
     return run, schedule, steps
 
@@ -115,7 +113,7 @@ def bare_loop(args: argparse.Namespace, run, schedule: list[str]):
         for _ in range(args.steps):
             task, batch = batches[state["next"] % len(batches)]
             state["next"] += 1
-            loss = task.loss(model(task.name, batch).float(), batch["labels"])
+            loss = task.loss(model(task.name, batch).float(), batch.labels)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

@@ -38,7 +38,8 @@ def worker(option: str, steps: int, data_dir: str) -> dict:
     import torch
 
     from minbert.tokenizer import Tokenizer
-    from multitask.step import TrainingStep, train_step
+    from multitask.objectives import TrainingStep
+    from multitask.step import HostChecked, train_step
 
     option_flag = option if option in OPTIONS else "finetune"
     cfg = _common.driver_args(option_flag, data_dir=data_dir)
@@ -56,7 +57,7 @@ def worker(option: str, steps: int, data_dir: str) -> dict:
     for step in range(steps if option != BASELINE else 0):
         name = names[step % len(names)]
         task, batch = _common.random_train_batch(cfg, data, name, tokenizer, model, g)
-        train_step(step_module, task, batch, optimizer)
+        train_step(step_module, [(task, batch)], optimizer, HostChecked())
         taken += 1
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if sys.platform == "darwin":  # bytes there

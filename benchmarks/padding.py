@@ -43,7 +43,8 @@ from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream, fixed_batches, length_grouped_batches
 from multitask.collate import collate, token_lengths
-from multitask.step import TrainingStep, train_step
+from multitask.objectives import TrainingStep
+from multitask.step import HostChecked, train_step
 from tasks import get_task
 
 POOLS = (50, 10, 2, 1)  # --batch_pool sizes measured; the first is the driver's default
@@ -215,7 +216,8 @@ class Trainers:
         batch = collate(task, [train[i] for i in indices], epoch.tokenizer, separate)
         if method == FIXED:
             batch = _common.pad_batch(batch, epoch.cfg.model.max_length)
-        train_step(self.step_modules[method], task, batch, self.optimizers[method]).item()
+        step, optimizer = self.step_modules[method], self.optimizers[method]
+        train_step(step, [(task, batch)], optimizer, HostChecked())[0].item()
         return time.perf_counter() - start
 
 

@@ -42,8 +42,9 @@ def take_steps(run, names: list[str], states: dict) -> None:
     for name, stream in run.streams.items():
         stream.load_state_dict(states[name])
     for i, name in enumerate(names):
-        train_multitask.one_step(run, [name], i + 1)
-    run.pending.clear()
+        run.clock.step = i + 1
+        train_multitask.take_step(run, [name])
+    run.log.pending.clear()
 
 
 def synchronize(device: torch.device) -> None:

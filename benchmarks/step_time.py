@@ -32,7 +32,8 @@ from _common import Report, interleaved, median, paired_ratio, spread, table
 
 from multitask.batching import BatchStream
 from multitask.collate import collate, token_lengths
-from multitask.step import TrainingStep, train_step
+from multitask.objectives import TrainingStep
+from multitask.step import HostChecked, train_step
 from tasks import Task, get_task
 
 OPTIONS = ("finetune", "pretrain", "adapter", "pals", "lhuc", "lora")
@@ -116,7 +117,7 @@ def time_options(options: dict[str, Option], repeats: int) -> dict[str, list[flo
 
     def one_pass(option: Option) -> None:
         for task, batch in option.batches:
-            train_step(option.step, task, batch, option.optimizer).item()
+            train_step(option.step, [(task, batch)], option.optimizer, HostChecked())[0].item()
 
     return interleaved(
         {name: (lambda o=option: one_pass(o)) for name, option in options.items()},

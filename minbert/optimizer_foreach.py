@@ -11,7 +11,7 @@ device), while a foreach op launches one kernel for a whole list (CUDA) or loops
 
 ``step(apply_if=flag)`` takes a 0-dim bool tensor on the parameters' device and updates only
 where it holds, without reading it: a non-finite loss skips the update while the host runs ahead
-(``multitask.step.train_step_tasks`` on a GPU; the gradient scaler of mixed precision skips a
+(``multitask.step.DeviceFlagged`` on a GPU; the gradient scaler of mixed precision skips a
 step the same way). The step counts then live on the device, and the bias corrections are
 computed there.
 
@@ -43,6 +43,10 @@ class ForeachAdamW(AdamW):
     from its own step count t, on the host (the counts live on the CPU, as torch keeps them):
     no value is read back from the device.
     """
+
+    # step(apply_if=flag) updates only where a 0-dim device flag holds, never reading it: what
+    # multitask.step.DeviceFlagged needs (the base AdamW has no such step)
+    gates_on_device = True
 
     @torch.no_grad()
     def step(  # type: ignore[override]

@@ -51,6 +51,7 @@ from minbert.bert import BertModel
 from minbert.checkpoint import atomic_write, atomic_write_text
 from minbert.pretrained import load_config, load_pretrained, resolve_checkpoint_dir
 from minbert.tokenizer import Tokenizer
+from multitask.collate import Batch
 from multitask.errors import UsageError, run_command
 from multitask.model import MultitaskModel
 from multitask.trained import TrainedRun
@@ -166,8 +167,8 @@ def look(subject: Subject, sentences: list[str]) -> tuple[list[Encoded], dict[st
         sequences.append(Encoded(label, tokens, maps, batch["num_truncated"] > 0))
     if subject.model is None or subject.task is None:
         return sequences, None
-    batch = {"inputs": [{k: v for k, v in b.items() if k != "num_truncated"} for b in batches]}
-    outputs = subject.model(subject.task.name, batch).float()
+    inputs = [{k: v for k, v in b.items() if k != "num_truncated"} for b in batches]
+    outputs = subject.model(subject.task.name, Batch(inputs, None)).float()
     return sequences, subject.task.describe(outputs, probabilities=True)[0]
 
 

@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from multitask.collate import EncodedSplit, random_flips
+from minbert.seeds import derived_seed
+from multitask.collate import Batch, EncodedSplit, random_flips
 
 __all__ = [
     "BatchStream",
@@ -44,7 +45,7 @@ __all__ = [
 
 def make_batch(
     encoded: EncodedSplit, indices: Sequence[int], device: torch.device, swap_pairs: bool = False
-) -> dict:
+) -> Batch:
     """The examples at ``indices`` of a split tokenized once (``EncodedSplit``), cut, padded and
     on ``device`` (the split's tables move there at the first batch, once; the batch is cut
     there); with ``swap_pairs``, a symmetric pair task's pairs each in a random order, drawn as
@@ -130,9 +131,7 @@ class BatchStream:
 
     def _make_batches(self) -> list[list[int]]:
         task_offset = sum(ord(c) for c in self.name)
-        g = torch.Generator().manual_seed(
-            self.seed * 1_000_003 + task_offset * 1009 + self.pass_number
-        )
+        g = torch.Generator().manual_seed(derived_seed(self.seed, self.pass_number, task_offset))
         return self.make_batches(self.lengths, self.batch_size, g)
 
     def next(self) -> list[int]:

@@ -1,25 +1,37 @@
-"""Turn a list of examples into a model batch: tokenized inputs, labels and ids.
-
-A batch is a dict:
-    inputs          list of tokenized sequences, each {input_ids, token_type_ids, attention_mask}
-                    of shape (B, T): one for single sentences and cross-encoded pairs
-                    ([CLS] a [SEP] b [SEP]), two for pairs encoded separately
-    labels          (B,) tensor, or None when the split has no labels
-    ids             the examples' ids, for prediction files
-    num_truncated   how many sequences were cut to the tokenizer's max_length
-"""
+"""Turn a list of examples into a model batch (``Batch``): tokenized inputs, labels and ids."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from minbert.tokenizer import Tokenizer
 from tasks.base import Task
 from tasks.reader import Example
+
+
+@dataclass
+class Batch:
+    """The examples of one step or one evaluation batch, as the model reads them.
+
+    inputs          tokenized sequences, each {input_ids, token_type_ids, attention_mask} of
+                    shape (B, T): one for single sentences and cross-encoded pairs
+                    ([CLS] a [SEP] b [SEP]), two for pairs encoded separately
+    labels          (B,) tensor, or None when the split has no labels
+    ids             the examples' ids, for prediction files
+    rows            the examples' positions in their split (what distillation's teacher
+                    outputs are indexed by)
+    num_truncated   how many sequences were cut to the tokenizer's max_length
+    """
+
+    inputs: list[dict[str, torch.Tensor]]
+    labels: torch.Tensor | None
+    ids: list[str] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    num_truncated: int = 0
 
 
 def token_lengths(
@@ -124,7 +136,7 @@ class EncodedSplit:
         by."""
         return token_lengths(self.task, self.examples, self.tokenizer, self.separate)
 
-    def batch(self, indices: Sequence[int], swap: Sequence[bool] | None = None) -> dict:
+    def batch(self, indices: Sequence[int], swap: Sequence[bool] | None = None) -> Batch:
         """The examples at ``indices`` as one batch (see the module docstring), on the tables'
         device; ``swap`` says, per example, whether a pair is taken in the other order."""
         swap = swap or [False] * len(indices)
@@ -141,12 +153,13 @@ class EncodedSplit:
             T = self.padded_length(max(self.lengths[r] for r in column))
             rows = flat[k * B : (k + 1) * B]
             inputs.append({key: table[:, :T][rows] for key, table in self.table.items()})
-        return {
-            "inputs": inputs,
-            "labels": None if self.labels is None else self.labels[flat[-B:]],
-            "ids": [self.examples[i].id for i in indices],
-            "num_truncated": sum(self.truncated[r] for column in columns for r in column),
-        }
+        return Batch(
+            inputs,
+            None if self.labels is None else self.labels[flat[-B:]],
+            [self.examples[i].id for i in indices],
+            list(indices),
+            sum(self.truncated[r] for column in columns for r in column),
+        )
 
     def _padded(self, rows: list[Sequence_], T: int) -> dict[str, torch.Tensor]:
         """(R, T) tensors: [PAD] ids, type 0 and mask 0 after each sequence."""
@@ -160,7 +173,7 @@ class EncodedSplit:
         }
 
 
-def collate(task: Task, examples: Sequence[Example], tokenizer: Tokenizer, separate: bool) -> dict:
+def collate(task: Task, examples: Sequence[Example], tokenizer: Tokenizer, separate: bool) -> Batch:
     """Tokenize a list of examples into one batch (see the module docstring)."""
     return EncodedSplit(task, examples, tokenizer, separate).batch(range(len(examples)))
 
@@ -192,11 +205,9 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def batch_to(batch: dict, device: torch.device) -> dict:
+def batch_to(batch: Batch, device: torch.device) -> Batch:
     """Move a batch to ``device`` (``to_device`` each tensor)."""
     move = functools.partial(to_device, device=device)
-    moved = dict(batch)
-    moved["inputs"] = [{k: move(v) for k, v in seq.items()} for seq in batch["inputs"]]
-    if batch["labels"] is not None:
-        moved["labels"] = move(batch["labels"])
-    return moved
+    inputs = [{k: move(v) for k, v in seq.items()} for seq in batch.inputs]
+    labels = None if batch.labels is None else move(batch.labels)
+    return replace(batch, inputs=inputs, labels=labels)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from multitask.collate import Batch
 from tasks.base import Task
 
 __all__ = ["CompiledStep", "compilations", "mode_for"]
@@ -75,8 +76,8 @@ class CompiledStep(nn.Module):
         else:
             self.compiled = torch.compile(step.forward, mode=None if mode == "default" else mode)
 
-    def forward(self, task: Task, batch: dict) -> torch.Tensor:
-        for sequence in batch["inputs"]:
+    def forward(self, task: Task, batch: Batch) -> torch.Tensor:
+        for sequence in batch.inputs:
             for tensor in sequence.values():
                 torch._dynamo.maybe_mark_dynamic(tensor, 1)
         if self.graphs:  # a new step: earlier replays' outputs may be overwritten

@@ -177,6 +177,13 @@ class TrainConfig:
         "step waits for the host), so the message comes then; with stop no step after it "
         "updated anything either",
     )
+    nonfinite_check: Literal["auto", "host", "device"] = setting(
+        "auto",
+        "where a step finds that its loss is not finite: host (every step reads its losses, so "
+        "the host waits for the device), device (a flag on the device that the update obeys, "
+        "the losses read at --log_every: multitask/step.py); auto: device on a GPU where it "
+        "can (not with --smart or --step_gradient pcgrad), else host",
+    )
     teachers: list[str] = setting(
         help=(
             "TASK=RUN_DIR,...: finished runs of this driver (a task alone or several, any "
@@ -298,6 +305,7 @@ MODEL_KEYS = list(flatten(ModelSettings()))  # what --evaluate and --add_to take
 WHERE_IT_RUNS = (
     "resume",
     "device",
+    "nonfinite_check",
     "bf16",
     "out_dir",
     "no_plots",
@@ -460,6 +468,11 @@ def problems(
             continue
         if problem := teacher_problem(name, folder, m):
             yield problem
+    if cfg.nonfinite_check == "device" and (cfg.smart or cfg.step_gradient == "pcgrad"):
+        yield (
+            "--nonfinite_check device: SMART (its teacher counts updates) and PCGrad (it projects "
+            "gradients that may be NaN) check their losses on the host; leave it auto"
+        )
     if cfg.compile_mode != "auto" and not cfg.compile:
         yield f"--compile_mode {cfg.compile_mode} goes with --compile"
     if cfg.compile and cfg.step_gradient != "one-task":

@@ -36,6 +36,7 @@ from minbert.plugins.adapter import AdapterSettings
 from minbert.plugins.lora import LoRASettings
 from minbert.plugins.pals import PALSettings
 from minbert.pretrained import load_config, load_pretrained, resolve_checkpoint_dir
+from multitask.collate import Batch
 from tasks.base import Task, get_task
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 
@@ -191,9 +192,11 @@ class ModelSettings:
 class MultitaskModel(nn.Module):
     """A shared ``BertModel`` (``self.bert``) and one head per task (``self.heads[task.name]``).
 
-    The forward is split like BERT's so that SMART can perturb the embeddings:
-    ``embed(task, batch)`` -> a list of (B, T, D) embeddings (two for separately encoded pairs),
-    ``outputs_from_embeddings(task, embeddings, batch)`` -> (B, C) head outputs.
+    ``model(task_name, batch)`` -> (B, C) head outputs; ``model.loss(task, batch)`` -> the task's
+    loss on them, what a training step minimises (multitask/objectives.py wraps it for SMART
+    and distillation). SMART perturbs the embeddings, so the forward also comes in two parts:
+    ``embed(batch)`` -> a list of (B, T, D) embeddings (two for separately encoded pairs),
+    ``outputs_from_embeddings(task_name, embeddings, batch)`` -> (B, C) head outputs.
     """
 
     def __init__(
@@ -225,22 +228,31 @@ class MultitaskModel(nn.Module):
     def encodes_separately(self, task: Task) -> bool:
         return task.is_pair and self.pair_encoding == "separate"
 
-    def embed(self, task_name: str, batch: dict) -> list[torch.Tensor]:
+    def forward(self, task_name: str, batch: Batch) -> torch.Tensor:
+        """Encoder + representation + head: token ids -> (B, C) outputs."""
+        return self.outputs_from_embeddings(task_name, self.embed(batch), batch)
+
+    def loss(self, task: Task, batch: Batch) -> torch.Tensor:
+        """The task's loss on this batch (in float32, also under bf16 autocast)."""
+        return self.criterion(task, self(task.name, batch), batch)
+
+    def criterion(self, task: Task, outputs: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The task's loss of ``outputs`` against the batch's labels."""
+        return task.loss(outputs.float(), batch.labels)
+
+    def embed(self, batch: Batch) -> list[torch.Tensor]:
         """Token ids -> input vectors, one (B, T, D) tensor per encoded sequence."""
-        return [self.bert.embed(seq["input_ids"], seq["token_type_ids"]) for seq in batch["inputs"]]
+        return [self.bert.embed(seq["input_ids"], seq["token_type_ids"]) for seq in batch.inputs]
 
     def outputs_from_embeddings(
-        self, task_name: str, embeddings: list[torch.Tensor], batch: dict
+        self, task_name: str, embeddings: list[torch.Tensor], batch: Batch
     ) -> torch.Tensor:
         """Encoder + representation + head: (B, T, D) embeddings -> (B, C) outputs."""
         reps = []
-        for emb, seq in zip(embeddings, batch["inputs"]):
+        for emb, seq in zip(embeddings, batch.inputs):
             out = self.bert.encode(emb, seq["attention_mask"], task=task_name)
             reps.append(sentence_representation(out, seq["attention_mask"], self.representation))
         return self.heads[task_name](*reps)
-
-    def forward(self, task_name: str, batch: dict) -> torch.Tensor:
-        return self.outputs_from_embeddings(task_name, self.embed(task_name, batch), batch)
 
     # -- what a run saves --------------------------------------------------------------------
 

@@ -284,20 +284,10 @@ class RunFolder:
 
     # -- logs -----------------------------------------------------------------------------------
 
-    def log_training(
-        self, step: int, epoch: int, running: dict[str, list[float]]
-    ) -> dict[str, float]:
-        """A line per task with the mean loss since the last line; empties ``running``; returns
-        task -> the mean it logged."""
-        records = [
-            {"step": step, "epoch": epoch, "task": name, "loss": sum(losses) / len(losses)}
-            for name, losses in running.items()
-            if losses
-        ]
-        for losses in running.values():
-            losses.clear()
+    def log_training(self, step: int, epoch: int, means: dict[str, float]) -> None:
+        """A line per task with its mean loss since the last line (``LossLog.line``)."""
+        records = [{"step": step, "epoch": epoch, "task": k, "loss": v} for k, v in means.items()]
         self.append_log("train_log.jsonl", records)
-        return {r["task"]: r["loss"] for r in records}
 
     def log_metrics(self, step: int, epoch: int, metrics: dict[str, float]) -> None:
         self.append_log("metrics.jsonl", [{"step": step, "epoch": epoch, **metrics}])

@@ -22,6 +22,7 @@ from minbert.plugins import add_plugin
 from minbert.pretrained import default_checkpoint_dir, load_pretrained
 from minbert.tokenizer import Tokenizer
 from multitask import attention as attention_command
+from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tasks import get_task
 from tests.conftest import run_driver, tiny_config
@@ -246,7 +247,7 @@ def test_page_holds_the_models_attention_for_a_sentence(runs, tmp_path, capsys):
     batch = TrainedRun(runs["finetune"]).tokenizer()([SENTENCES[0]])
     batch.pop("num_truncated")
     with torch.no_grad():
-        logits = model("sst", {"inputs": [batch]})
+        logits = model("sst", Batch([batch], None))
     assert data["fields"]["class"] == int(logits.argmax())
     assert data["prediction"].startswith(f"class {int(logits.argmax())}")
     assert not (tmp_path / "film-2.png").exists()

@@ -111,9 +111,9 @@ def test_a_batch_cut_from_a_split_tokenized_once_equals_tokenizing_it(
         if swap:
             chosen = [replace(e, texts=e.texts[::-1]) if s else e for e, s in zip(chosen, swap)]
         expected, got = collate(task, chosen, tokenizer, separate), encoded.batch(indices, swap)
-        assert got["ids"] == expected["ids"] and got["num_truncated"] == expected["num_truncated"]
-        assert torch.equal(got["labels"], expected["labels"])
-        for seq_got, seq_expected in zip(got["inputs"], expected["inputs"], strict=True):
+        assert got.ids == expected.ids and got.num_truncated == expected.num_truncated
+        assert torch.equal(got.labels, expected.labels)
+        for seq_got, seq_expected in zip(got.inputs, expected.inputs, strict=True):
             for key in ("input_ids", "token_type_ids", "attention_mask"):
                 assert torch.equal(seq_got[key], seq_expected[key]), key
     assert sum(truncated for _, _, truncated in encoded.sequences[0]) > 0  # truncation was tried

@@ -17,7 +17,7 @@ from minbert.tokenizer import Tokenizer
 from multitask.collate import EncodedSplit
 from multitask.compiled import CompiledStep, compilations, mode_for
 from multitask.model import ModelSettings, build_model
-from multitask.step import TrainingStep
+from multitask.objectives import TrainingStep
 from tasks import get_task
 from tests.conftest import run_driver
 
@@ -48,7 +48,7 @@ def test_one_graph_serves_every_padded_length(tiny_checkpoint, tiny_data):
     shapes = set()
     for indices in batches:
         batch = split.batch(indices)
-        shapes.add(tuple(batch["inputs"][0]["input_ids"].shape))
+        shapes.add(tuple(batch.inputs[0]["input_ids"].shape))
         torch.testing.assert_close(compiled(task, batch), eager(task, batch), rtol=0, atol=1e-5)
     assert len({T for _, T in shapes}) >= 4  # several padded lengths were seen
     assert 1 <= compilations() <= 2 < len(shapes)

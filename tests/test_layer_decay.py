@@ -8,6 +8,7 @@ import torch
 from minbert.bert import BertConfig, BertModel
 from minbert.optimizer import AdamW, layer_depths, param_groups
 from minbert.plugins import add_plugin
+from multitask.collate import Batch
 from multitask.model import MultitaskModel
 from tasks import get_task
 
@@ -98,7 +99,7 @@ def test_gamma_one_changes_nothing():
     }
     for m, opt in ((a, opt_a), (b, opt_b)):
         m.train(False)
-        m("sst", {"inputs": [seq]}).sum().backward()
+        m("sst", Batch([seq], None)).sum().backward()
         opt.step()
     for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(pa, pb), name

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from multitask.step import TrainingStep, loss_weights
+from multitask.objectives import TrainingStep
+from multitask.step import loss_weights
 from tests.conftest import run_driver
 
 TASKS = ["sst", "para", "sts"]

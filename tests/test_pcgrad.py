@@ -12,7 +12,8 @@ from torch import nn
 
 from minbert.optimizer import adamw_for
 from minbert.pcgrad import project_conflicting, surgery
-from multitask.step import TrainingStep, train_step_tasks
+from multitask.objectives import TrainingStep
+from multitask.step import HostChecked, PCGrad, train_step
 from tests.conftest import run_driver
 
 
@@ -78,7 +79,8 @@ def parameters_after(model, step, batches, pcgrad=None, manual=False, sgd=False)
         sum(step(task, batch) for task, batch in batches).backward()
         optimizer.step()
     else:
-        train_step_tasks(step, batches, optimizer, pcgrad=pcgrad)
+        update = HostChecked() if pcgrad is None else PCGrad(lambda: pcgrad)
+        train_step(step, batches, optimizer, update)
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 

@@ -16,6 +16,7 @@ import torch
 from minbert.tokenizer import Tokenizer
 from multitask import export as export_command
 from multitask import predict as predict_command
+from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tasks import get_task
 from tasks.base import read_predictions
@@ -264,7 +265,7 @@ def test_export_finetune_loads_in_transformers(runs, tmp_path):
     r = (hf_hidden(out, batch) * mask).sum(1) / mask.sum(1)
     model = TrainedRun(runs["finetune"]).task_model("sst")
     with torch.no_grad():
-        expected = model("sst", {"inputs": [batch]})
+        expected = model("sst", Batch([batch], None))
     assert (r @ head["linear.weight"].T + head["linear.bias"] - expected).abs().max() < 1e-5
 
 

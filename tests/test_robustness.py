@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import multitask.step
 import train_multitask
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
+from multitask.model import MultitaskModel
 from tests.conftest import driver_argv, kill_when_resumable, signal_when_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,30 +141,28 @@ def test_existing_run_is_not_overwritten(tiny_checkpoint, tiny_data, tmp_path, c
 
 @pytest.fixture
 def nan_on_third_step(monkeypatch):
-    real = multitask.step.batch_loss
+    real = MultitaskModel.loss
     calls = {"n": 0}
 
-    def loss_with_a_nan(model, task, batch, smart):
+    def loss_with_a_nan(model, task, batch):
         calls["n"] += 1
-        loss = real(model, task, batch, smart)
+        loss = real(model, task, batch)
         return loss * float("nan") if calls["n"] == 3 else loss
 
-    monkeypatch.setattr(multitask.step, "batch_loss", loss_with_a_nan)
+    monkeypatch.setattr(MultitaskModel, "loss", loss_with_a_nan)
 
 
-@pytest.fixture(params=["host", "unread"])
-def step_path(request, monkeypatch):
+@pytest.fixture(params=["host", "device"])
+def step_path(request) -> tuple[str, str]:
     """Both ways a step learns its losses are finite: read on the host every step (the CPU), or
     a flag kept on the device and read at --log_every (a GPU; here tried on the CPU)."""
-    if request.param == "unread":
-        monkeypatch.setattr(train_multitask, "UNREAD_ON", ("cuda", "cpu"))
-    return request.param
+    return ("--nonfinite_check", request.param)
 
 
 def test_nan_loss_stops_and_names_step_and_task(
     tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step, step_path
 ):
-    extra = ("--epochs", "2", "--steps_per_epoch", "2", "--option", "finetune")
+    extra = ("--epochs", "2", "--steps_per_epoch", "2", "--option", "finetune", *step_path)
     assert (
         train_multitask.main(
             driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots", *extra)
@@ -182,7 +180,7 @@ def test_nan_loss_stops_and_names_step_and_task(
 def test_nan_loss_can_skip_the_batch(
     tiny_checkpoint, tiny_data, tmp_path, capsys, nan_on_third_step, step_path
 ):
-    extra = ("--epochs", "2", "--steps_per_epoch", "2", "--nonfinite", "skip")
+    extra = ("--epochs", "2", "--steps_per_epoch", "2", "--nonfinite", "skip", *step_path)
     assert (
         train_multitask.main(
             driver_argv(tiny_checkpoint, tiny_data, tmp_path, "--no_plots", *extra)
@@ -196,20 +194,21 @@ def test_nan_loss_can_skip_the_batch(
 @pytest.mark.numerics
 @pytest.mark.parametrize("option", ["finetune", "adapter"])
 def test_a_step_that_reads_nothing_trains_as_one_that_reads_its_losses(
-    tiny_checkpoint, tiny_data, tmp_path, monkeypatch, option
+    tiny_checkpoint, tiny_data, tmp_path, option
 ):
     """The GPU's path (the finiteness of the losses a flag on the device, AdamW's step counts and
     bias corrections there) gives the host path's metrics and losses to 1e-5: the same
     arithmetic, but the bias corrections rounded in float32 on the device path and in float64
     on the host, over 8 steps; the metrics moved by up to 1.3e-6 on the CPUs tried."""
     extra = ("--epochs", "2", "--steps_per_epoch", "4", "--option", option, "--log_every", "2")
-    argv = driver_argv(tiny_checkpoint, tiny_data, tmp_path / "host", "--no_plots", *extra)
-    assert train_multitask.main(argv) == 0
-    monkeypatch.setattr(train_multitask, "UNREAD_ON", ("cuda", "cpu"))
-    argv = driver_argv(tiny_checkpoint, tiny_data, tmp_path / "unread", "--no_plots", *extra)
-    assert train_multitask.main(argv) == 0
+    for path in ("host", "device"):
+        flags = ("--no_plots", "--nonfinite_check", path, *extra)
+        assert (
+            train_multitask.main(driver_argv(tiny_checkpoint, tiny_data, tmp_path / path, *flags))
+            == 0
+        )
     for name in ("metrics.jsonl", "train_log.jsonl"):
-        rows = [(tmp_path / run / name).read_text().splitlines() for run in ("host", "unread")]
+        rows = [(tmp_path / run / name).read_text().splitlines() for run in ("host", "device")]
         for a, b in zip(*rows, strict=True):
             a, b = json.loads(a), json.loads(b)
             assert a.keys() == b.keys()
@@ -306,3 +305,13 @@ def test_ctrl_c_or_sigterm_leaves_a_resumable_run_and_says_how_to_resume(
     assert f"train_multitask.py --out_dir {out} --resume" in message[0]
     step = load_trusted(out / "last.pt")["step"]
     assert step >= 1 and not list(out.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("flag", [("--smart",), ("--step_gradient", "pcgrad")])
+def test_the_device_check_is_refused_where_losses_must_be_read(flag, tmp_path):
+    from multitask.errors import UsageError
+
+    with pytest.raises(UsageError, match="--nonfinite_check device"):
+        train_multitask.parse_args(
+            ["--out_dir", str(tmp_path), "--nonfinite_check", "device", *flag]
+        )

@@ -12,7 +12,7 @@ import torch
 from minbert.tokenizer import Tokenizer
 from multitask.collate import EncodedSplit
 from multitask.model import ModelSettings, build_model
-from multitask.step import TrainingStep
+from multitask.objectives import TrainingStep
 from tasks import get_task
 from tests.conftest import run_driver
 
@@ -33,7 +33,7 @@ def test_padded_widths_are_multiples_capped_at_max_length(
     widths = set()
     for start in range(0, len(plain.examples), 2):
         indices = [start, start + 1]
-        for short, long in zip(plain.batch(indices)["inputs"], padded.batch(indices)["inputs"]):
+        for short, long in zip(plain.batch(indices).inputs, padded.batch(indices).inputs):
             T, W = short["input_ids"].shape[1], long["input_ids"].shape[1]
             assert W == min(20, -(-T // 6) * 6)  # the next multiple of 6, at most max_length
             widths.add(W)
@@ -68,7 +68,7 @@ def test_extra_padding_changes_neither_loss_nor_gradients(
         loss = step(task, split.batch(indices))
         loss.backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        results.append((loss.detach(), grads, split.batch(indices)["inputs"][0]["input_ids"]))
+        results.append((loss.detach(), grads, split.batch(indices).inputs[0]["input_ids"]))
     (loss_a, grads_a, ids_a), (loss_b, grads_b, ids_b) = results
     assert ids_b.shape[1] > ids_a.shape[1]  # the second batch really is wider
     torch.testing.assert_close(loss_b, loss_a, rtol=0, atol=1e-6)
@@ -85,10 +85,10 @@ def test_a_split_on_another_device_cuts_the_same_batches(tiny_checkpoint, tiny_d
     host = split.batch([0, 5, 2])
     moved = split.to(torch.device("meta")).batch([0, 5, 2])
     assert split.to(torch.device("meta")) is split and split.device.type == "meta"
-    for a, b in zip(host["inputs"], moved["inputs"]):
+    for a, b in zip(host.inputs, moved.inputs):
         for key in a:
             assert b[key].device.type == "meta" and b[key].shape == a[key].shape
-    assert moved["labels"].shape == host["labels"].shape and moved["ids"] == host["ids"]
+    assert moved.labels.shape == host.labels.shape and moved.ids == host.ids
 
 
 def test_the_setting_is_recorded_and_eval_time_reported(tiny_checkpoint, tiny_data, tmp_path):

@@ -245,3 +245,46 @@ def test_a_recorded_command_is_made_portable():
     )
     assert portable(f"--out_dir {ROOT / 'runs' / 'a'}") == "--out_dir runs/a"
     assert portable("minBERT / transformers, runs/mlm") == "minBERT / transformers, runs/mlm"
+
+
+# Measured at the spine's first cut (was 12 files, 49 functions before it; the aim is 9 and 35:
+# bert.py's helpers, the identity calls of sites.py and the optimizer's stay to be taken out).
+STEP_FILES, STEP_FUNCTIONS = 14, 46
+
+
+def functions_one_step_enters(checkpoint: Path, data: Path, folder: Path) -> dict[str, set[str]]:
+    """File -> the project functions one training step enters: profiled in two plain finetune
+    runs of one task that differ only in their number of steps (no evaluation or log line in
+    between), those called more often in the longer run."""
+    import cProfile
+    import pstats
+
+    import train_multitask
+    from tests.conftest import driver_argv
+
+    calls = []
+    for steps in (4, 8):
+        flags = ("--no_plots", "--tasks", "sst", "--epochs", "1", "--steps_per_epoch", str(steps))
+        argv = driver_argv(checkpoint, data, folder / str(steps), *flags, "--log_every", "100")
+        profile = cProfile.Profile()
+        profile.enable()
+        assert train_multitask.main(argv) == 0
+        profile.disable()
+        calls.append({key[::2]: value[1] for key, value in pstats.Stats(profile).stats.items()})
+    entered: dict[str, set[str]] = {}
+    for (file, function), n in calls[1].items():
+        inside = Path(file).is_relative_to(ROOT) and Path(file).parent.name != "tests"
+        if inside and n > calls[0].get((file, function), 0):
+            entered.setdefault(str(Path(file).relative_to(ROOT)), set()).add(function)
+    return entered
+
+
+def test_one_training_step_enters_few_files_and_functions(tiny_checkpoint, tiny_data, tmp_path):
+    """How wide one step is for a reader: the files and named functions it enters (lambdas and
+    comprehensions aside). Measured when the step was made one spine (the model's loss, the
+    objective beside it, one train_step with the update a strategy, the loss log)."""
+    entered = functions_one_step_enters(tiny_checkpoint, tiny_data, tmp_path)
+    named = {f: {n for n in fs if not n.startswith("<")} for f, fs in entered.items()}
+    files, functions = len(named), sum(len(fs) for fs in named.values())
+    print(f"{files} files, {functions} functions:", {f: sorted(fs) for f, fs in named.items()})
+    assert files <= STEP_FILES and functions <= STEP_FUNCTIONS, named
