@@ -67,7 +67,6 @@ import json
 import os
 import platform
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -423,9 +422,6 @@ def run_one(
         lambda results: results.__setitem__(name, row),
         lambda results: write_markdown(md_path, args.suite, results),
     )
-    curves = out_dir / "learning_curves.png"
-    if curves.exists():
-        shutil.copyfile(curves, json_path.parent / f"{json_path.stem}-{name}.png")
     if log:
         print(f"{name}: done in {time.time() - start:.0f} s", flush=True)
 
