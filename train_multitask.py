@@ -48,7 +48,7 @@ from multitask.data import (
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
 from multitask.distillation import gold_weight, parse_teachers, teacher_outputs
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
-from multitask.evaluation import calibrate_similarity_heads, evaluate
+from multitask.evaluation import calibrate_similarity_heads, evaluate, write_predictions
 from multitask.loss_log import LossLog, NonFiniteStep
 from multitask.model import MultitaskModel, build_model
 from multitask.objectives import Objective, Smart, TrainingStep, objective_for
@@ -402,7 +402,6 @@ def evaluate_and_save(run: Run, step: int, epoch: int, best: float) -> float:
     started = time.time()
     metrics = dev_metrics(run.model, run.data, run.tokenizer, run.cfg, run.device, run.dev)
     run.extra["eval_seconds"] = run.extra.get("eval_seconds", 0.0) + time.time() - started
-    run.model.train()
     run.folder.log_metrics(step, epoch, metrics)
     tqdm.write(
         f"step {step} epoch {epoch}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
@@ -449,13 +448,9 @@ def finish(run: Run, step: int, best: float) -> dict[str, Any]:
             str(e): steps_per_task(run, run.sampler.schedule(e, run.steps_per_epoch))
             for e in range(1, cfg.epochs + 1)
         }
-    folder.write_predictions(
-        run.model,
-        run.data,
-        run.tokenizer,
-        cfg.eval_batch_size,
-        run.device,
-        autocast(cfg.bf16, run.device),
+    bf16 = autocast(cfg.bf16, run.device)
+    write_predictions(
+        folder, run.model, run.data, run.tokenizer, cfg.eval_batch_size, run.device, bf16
     )
     if cfg.model.option != "finetune":
         folder.save_task_checkpoints(run.model)
@@ -478,8 +473,8 @@ def evaluate_only(cfg: TrainConfig) -> dict[str, float]:
     metrics = dev_metrics(model, data, tokenizer, cfg, device)
     print("dev: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     bf16 = autocast(cfg.bf16, device)
-    RunFolder(cfg.out_dir).write_predictions(
-        model, data, tokenizer, cfg.eval_batch_size, device, bf16
+    write_predictions(
+        RunFolder(cfg.out_dir), model, data, tokenizer, cfg.eval_batch_size, device, bf16
     )
     return metrics
 

@@ -10,7 +10,8 @@ before training.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
@@ -23,6 +24,21 @@ from tasks.base import Task, get_task
 from tasks.heads import CosineSimilarityHead
 from tasks.metrics import OVERALL_TASKS, overall_score
 from tasks.reader import Example
+
+if TYPE_CHECKING:
+    from multitask.run import RunFolder
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) inside the block, then the mode the model had: the one place where
+    a run switches between training and evaluation."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 @torch.no_grad()
@@ -44,16 +60,16 @@ def head_outputs(
     run's set-up), else they are tokenized here. The outputs stay on the device until the
     last batch, then come to the host in one copy (no read of the device per batch).
     ``progress`` shows a bar (standard error) when there are at least 10 batches."""
-    model.eval()
     if encoded is None:
         encoded = EncodedSplit(task, examples, tokenizer, model.encodes_separately(task))
     batches = length_grouped_batches(encoded.full_lengths, batch_size, None)
     chunks = []
     bar = tqdm(batches, desc=task.name, unit="batch", disable=not progress or len(batches) < 10)
-    for indices in bar:
-        batch = make_batch(encoded, indices, device)
-        with autocast or contextlib.nullcontext():
-            chunks.append(model(task.name, batch).float())
+    with evaluating(model):
+        for indices in bar:
+            batch = make_batch(encoded, indices, device)
+            with autocast or contextlib.nullcontext():
+                chunks.append(model(task.name, batch).float())
     outputs = torch.empty(len(examples), task.num_outputs)
     if chunks:
         outputs[[i for indices in batches for i in indices]] = torch.cat(chunks).cpu()
@@ -111,7 +127,7 @@ def calibrate_similarity_heads(
     """Fit the a and b of every cosine-similarity head (``CosineSimilarityHead.calibrate``) to
     ``examples`` training pairs of its task spread evenly over its file (task -> training
     examples), with the model as it is before the first step, and say so; returns task -> (a, b)
-    for the heads it set. The model is left in training mode."""
+    for the heads it set."""
     fitted = {}
     for name, task_examples in train.items():
         head = model.heads[name]
@@ -126,5 +142,22 @@ def calibrate_similarity_heads(
                 f"[{name}] cosine head fitted to {len(sample)} training pairs: "
                 f"ŷ = {fitted[name][0]:.3f}·cos + {fitted[name][1]:.3f}"
             )
-    model.train()
     return fitted
+
+
+def write_predictions(
+    folder: RunFolder, model, data, tokenizer, batch_size: int, device, autocast
+) -> None:
+    """<task>-<split>-output.csv in ``folder`` for the dev and test files (task -> split ->
+    examples) in the course's format, as ``predictions`` gives them."""
+    if not folder.writes:
+        return
+    folder.path.mkdir(parents=True, exist_ok=True)
+    for name, splits in data.items():
+        for split in ("dev", "test"):
+            if split in splits:
+                task, examples = get_task(name), splits[split]
+                found = predictions(model, task, examples, tokenizer, batch_size, device, autocast)
+                path = folder.file(f"{name}-{split}-output.csv")
+                task.write_predictions(path, [e.id for e in examples], found)
+    print(f"predictions written to {folder.path}")

@@ -41,9 +41,7 @@ from minbert.checkpoint import (
 )
 from minbert.flags import unflatten
 from multitask.errors import RunStopped, UsageError
-from multitask.evaluation import predictions
 from multitask.model import MultitaskModel
-from tasks.base import get_task
 
 
 @dataclass(frozen=True)
@@ -469,23 +467,6 @@ class RunFolder:
         return load_tensors(path)
 
     # -- outputs --------------------------------------------------------------------------------
-
-    def write_predictions(self, model, data, tokenizer, batch_size: int, device, autocast) -> None:
-        """<task>-<split>-output.csv for the dev and test files (task -> split -> examples) in
-        the course's format, predicted as ``multitask.evaluation.predictions`` does."""
-        if not self.writes:
-            return
-        self.path.mkdir(parents=True, exist_ok=True)
-        for name, splits in data.items():
-            for split in ("dev", "test"):
-                if split in splits:
-                    task, examples = get_task(name), splits[split]
-                    found = predictions(
-                        model, task, examples, tokenizer, batch_size, device, autocast
-                    )
-                    path = self.file(f"{name}-{split}-output.csv")
-                    task.write_predictions(path, [e.id for e in examples], found)
-        print(f"predictions written to {self.path}")
 
     def write_parameters(self, report: dict[str, Any]) -> None:
         self.write_json("parameters.json", report)
