@@ -43,7 +43,7 @@ from multitask.data import (
     fingerprints,
     load_data,
     on_device,
-    train_lengths,
+    report_truncation,
 )
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
 from multitask.distillation import gold_weight, parse_teachers, teacher_outputs
@@ -163,7 +163,13 @@ def set_up(cfg: TrainConfig) -> Run:
     report = parameter_report(model.bert, dict(model.heads))
     print(format_parameter_report(report))
     folder.write_parameters(report)
-    lengths = train_lengths(data, tokenizer, model.encodes_separately, cfg.model.max_length)
+    separately = model.encodes_separately
+    tables = {
+        "train": encode_train(data, tokenizer, separately, cfg.swap_pairs, cfg.pad_multiple),
+        "dev": encode_split(data, tokenizer, separately, "dev"),
+    }  # each split tokenized once
+    report_truncation(data, tables, tokenizer, separately, cfg.model.max_length)
+    lengths = {name: split.full_lengths for name, split in tables["train"].items()}
     sizes = {name: len(splits["train"]) for name, splits in data.items()}
     per_step = cfg.batch_size * (1 if cfg.step_gradient == "one-task" else len(sizes))
     steps_per_epoch = cfg.steps_per_epoch or math.ceil(sum(sizes.values()) / per_step)
@@ -183,7 +189,6 @@ def set_up(cfg: TrainConfig) -> Run:
         "train_files": fingerprints([cfg.data_path(get_task(n), "train") for n in cfg.tasks]),
         "eval_seconds": 0.0,
     }
-    separately = model.encodes_separately
     return Run(
         cfg=cfg,
         folder=folder,
@@ -199,10 +204,8 @@ def set_up(cfg: TrainConfig) -> Run:
         scheduler=scheduler,
         sampler=TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed),
         streams={n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, grouping) for n in data},
-        train=on_device(
-            encode_train(data, tokenizer, separately, cfg.swap_pairs, cfg.pad_multiple), device
-        ),
-        dev=on_device(encode_split(data, tokenizer, separately, "dev"), device),
+        train=on_device(tables["train"], device),
+        dev=on_device(tables["dev"], device),
         smart=objective if isinstance(objective, Smart) else None,
         steps_per_epoch=steps_per_epoch,
         extra=extra,

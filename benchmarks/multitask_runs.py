@@ -364,7 +364,8 @@ def update_results(
 
 def write_markdown(md_path: Path, suite: str, results: dict) -> None:
     """The suite's results file (benchmarks/suite_results.py), its rows in the suite's order."""
-    md_path.write_text(markdown(suite, results, [name for name, _ in SUITES.get(suite, [])]))
+    order = [name for name, _ in SUITES.get(suite, [])]
+    md_path.write_text(markdown(suite, results, order, md_path.stem))
 
 
 def filled(flags: list[str], runs_dir: str, seed: int | None = None) -> list[str]:

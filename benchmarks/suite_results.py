@@ -152,18 +152,19 @@ def steps_table(results: dict) -> list[str]:
     return [*lines, ""]
 
 
-def markdown(suite: str, results: dict, order: list[str]) -> str:
-    """The results file of ``suite``: its rows in the suite's ``order`` (whatever ran first),
-    mean ± sd over seeds, the differences beyond the seed spread, each task's steps per epoch
-    and every run's command, commit and machine."""
+def markdown(suite: str, results: dict, order: list[str], name: str | None = None) -> str:
+    """The results file ``name`` (default: the suite's own) of ``suite``: its rows in the
+    suite's ``order`` (whatever ran first), mean ± sd over seeds, the differences beyond the seed
+    spread, each task's steps per epoch and every run's command, commit and machine."""
 
     def place(name: str) -> tuple[int, str]:  # a seeded row by its configuration, then seed
         base = SEED_SUFFIX.sub("", name)
         return (order.index(base) if base in order else len(order), name)
 
     results = dict(sorted(results.items(), key=lambda kv: place(kv[0])))
+    title = suite if name in (None, suite) else f"{name} (the {suite} suite)"
     lines = [
-        f"# Results: {suite}",
+        f"# Results: {title}",
         "",
         "Written by `benchmarks/multitask_runs.py` from real runs; do not edit by hand. "
         "Dev metrics are of the best evaluation (by overall score). The Quora dev file here is "

@@ -78,22 +78,28 @@ def subsample(examples: list[Example], fraction: float) -> list[Example]:
     return [examples[i] for i in sorted(chosen.tolist())]
 
 
-def train_lengths(data: Data, tokenizer, separately: Callable[[Task], bool], max_length: int):
-    """Each task's training examples' lengths in tokens (what batches are grouped by); says how
-    many inputs of each split are longer than ``max_length`` and so truncated."""
-    lengths = {}
+def report_truncation(
+    data: Data,
+    encoded: dict[str, dict[str, EncodedSplit]],
+    tokenizer,
+    separately: Callable[[Task], bool],
+    max_length: int,
+) -> None:
+    """Say how many inputs of each split are longer than ``max_length`` and so truncated; the
+    splits already tokenized (``encoded``: split -> task -> ``EncodedSplit``) are not tokenized
+    again (their ``full_lengths`` are what batches are grouped and evaluations sorted by)."""
     for name, splits in data.items():
         task = get_task(name)
         for split, examples in splits.items():
-            counts = token_lengths(task, examples, tokenizer, separately(task))
+            if name in encoded.get(split, {}):
+                counts = encoded[split][name].full_lengths
+            else:
+                counts = token_lengths(task, examples, tokenizer, separately(task))
             if over := sum(1 for n in counts if n > max_length):
                 print(
                     f"[{name}] {over} of {len(examples)} {split} inputs are longer than "
                     f"{max_length} tokens and are truncated (longest: {max(counts)})"
                 )
-            if split == "train":
-                lengths[name] = counts
-    return lengths
 
 
 def encode_train(
