@@ -1,9 +1,7 @@
-"""Shared fixtures and helpers: the one tiny model config (``tiny_config``, the project's
-``BertConfig.tiny``), a tiny random BERT checkpoint in Hugging Face layout (with the real
+"""Shared fixtures: a tiny random BERT checkpoint in Hugging Face layout (with the real
 vocabulary, so the real tokenizer works), tiny synthetic data files in the course's format, and
-the one way the tests run the driver (``driver_argv`` / ``run_driver``, and
-``kill_when_resumable`` for a run killed as soon as it can be resumed), and ``model_and_batch``:
-a tiny two-task model with a training batch of each task."""
+``model_and_batch``: a tiny two-task model with a training batch of each task. The helpers the
+tests share besides fixtures (the tiny config, running the driver) are in tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -11,19 +9,14 @@ import dataclasses
 import json
 import random
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from safetensors.torch import save_file
 
-from minbert.bert import BertConfig, BertModel
+from minbert.bert import BertModel
 from minbert.pretrained import default_checkpoint_dir
-
-tiny_config = BertConfig.tiny  # tiny_config(**overrides): 2 layers, hidden 32, real vocab size
+from tests.helpers import tiny_config, write_course_file
 
 WORDS = (
     "good bad movie film great awful what how is the a of why do you fine cat dog sat ran".split()
@@ -48,68 +41,8 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     return directory
 
 
-def driver_argv(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> list[str]:
-    """The driver's command line for a tiny run: the tiny checkpoint and data, batches of 4,
-    sequences of at most 32 tokens, then ``extra``."""
-    return [
-        "--checkpoint",
-        str(checkpoint),
-        "--data_dir",
-        str(data),
-        "--out_dir",
-        str(out_dir),
-        "--batch_size",
-        "4",
-        "--max_length",
-        "32",
-        *extra,
-    ]
-
-
-def run_driver(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
-    """``train_multitask.main`` on ``driver_argv``; its exit code."""
-    import train_multitask
-
-    return train_multitask.main(driver_argv(checkpoint, data, out_dir, *extra))
-
-
-def signal_when_resumable(cmd: list[str], out_dir: Path, stop: int) -> tuple[int, str]:
-    """Start ``cmd`` (from the repository root) in a fresh process and send it ``stop`` as soon
-    as ``out_dir/last.pt`` exists (or after 120 s); its return code and stderr."""
-    # A shell without job control starts background commands with SIGINT ignored, and Python
-    # keeps an ignored SIGINT; the child gets the default back, as a terminal's Ctrl-C finds it.
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen(
-        cmd,
-        cwd=root,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    deadline = time.time() + 120
-    while not (out_dir / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
-    proc.send_signal(stop)
-    _, err = proc.communicate(timeout=120)
-    return proc.returncode, err
-
-
-def kill_when_resumable(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
-    """Start the driver on ``driver_argv`` in a fresh process and kill -9 it as soon as its
-    ``last.pt`` exists (or after 120 s); its return code (−SIGKILL when the kill came first)."""
-    cmd = [sys.executable, "train_multitask.py", *driver_argv(checkpoint, data, out_dir, *extra)]
-    return signal_when_resumable(cmd, out_dir, signal.SIGKILL)[0]
-
-
 def _sentence(rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 12)))
-
-
-def write_course_file(path: Path, columns: list[str], rows: list[list[str]]) -> None:
-    lines = ["\t" + "\t".join(columns)]
-    lines += [f"{i}\t" + "\t".join(row) for i, row in enumerate(rows)]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 @pytest.fixture(scope="session")

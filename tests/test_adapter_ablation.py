@@ -12,7 +12,7 @@ import torch
 
 from minbert.tokenizer import Tokenizer
 from multitask.evaluation import evaluate
-from tests.conftest import run_driver
+from tests.helpers import run_driver
 
 
 def test_span_ablation_on_a_tiny_run(tiny_checkpoint, tiny_data, tmp_path):

@@ -25,7 +25,7 @@ from multitask import attention as attention_command
 from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tasks import get_task
-from tests.conftest import run_driver, tiny_config
+from tests.helpers import run_driver, tiny_config
 
 SENTENCES = ["a gorgeous, witty film", "The cat sat on the mat."]
 PAIR = ("How do I learn to cook?", "What is the best way to learn cooking?")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import train_multitask
-from tests.conftest import driver_argv, run_driver
+from tests.helpers import driver_argv, run_driver
 
 SHORT = ("--epochs", "1", "--steps_per_epoch", "2", "--no_plots")
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from minbert.bert import BertConfig, BertModel
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 CONFIG = tiny_config()
 V, D, NH, F = (

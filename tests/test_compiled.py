@@ -19,7 +19,7 @@ from multitask.compiled import CompiledStep, compilations, mode_for
 from multitask.model import ModelSettings, build_model
 from multitask.objectives import TrainingStep
 from tasks import get_task
-from tests.conftest import run_driver
+from tests.helpers import run_driver
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ import train_multitask
 from minbert.checkpoint import load_tensors
 from multitask.distillation import CACHE, gold_weight
 from tasks import get_task
-from tests.conftest import driver_argv, kill_when_resumable, run_driver
+from tests.helpers import driver_argv, kill_when_resumable, run_driver
 
 SHORT = ("--epochs", "2", "--steps_per_epoch", "4", "--no_plots")
 

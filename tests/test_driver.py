@@ -16,7 +16,7 @@ from multitask.evaluation import predictions
 from multitask.model import build_model
 from multitask.run import RunFolder
 from tasks import get_task
-from tests.conftest import run_driver
+from tests.helpers import run_driver
 
 PREDICTION_FILES = [
     f"{task}-{split}-output.csv" for task in ("sst", "para", "sts") for split in ("dev", "test")

@@ -10,7 +10,7 @@ import torch
 
 from multitask.objectives import TrainingStep
 from multitask.step import loss_weights
-from tests.conftest import run_driver
+from tests.helpers import run_driver
 
 TASKS = ["sst", "para", "sts"]
 

@@ -19,7 +19,7 @@ from minbert.mlm import (
     word_continuations,
 )
 from minbert.pretrained import load_pretrained
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 CLS, SEP, PAD, MASK, V = 101, 102, 0, 103, 30522
 

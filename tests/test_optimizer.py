@@ -11,7 +11,7 @@ from torch import nn
 
 from minbert.bert import BertModel
 from minbert.optimizer import AdamW, LinearWarmupDecay, linear_warmup_decay, param_groups
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 pytestmark = pytest.mark.numerics  # the optimizer against torch: a second pass in CI
 

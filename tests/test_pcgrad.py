@@ -14,7 +14,7 @@ from minbert.optimizer import adamw_for
 from minbert.pcgrad import project_conflicting, surgery
 from multitask.objectives import TrainingStep
 from multitask.step import HostChecked, PCGrad, train_step
-from tests.conftest import run_driver
+from tests.helpers import run_driver
 
 
 def order(seed: int = 0) -> torch.Generator:

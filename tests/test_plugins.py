@@ -29,7 +29,7 @@ from minbert.plugins import (
 )
 from minbert.plugins.adapter import NEAR_IDENTITY_STD, Bottleneck
 from minbert.plugins.lora import TARGETS as LORA_TARGETS
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 TASKS = ["sst", "para"]
 

@@ -20,7 +20,7 @@ from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tasks import get_task
 from tasks.base import read_predictions
-from tests.conftest import run_driver
+from tests.helpers import run_driver
 
 TASKS = ("sst", "para", "sts")
 

@@ -21,7 +21,7 @@ from minbert.pretrained import (
     default_checkpoint_dir,
     load_pretrained,
 )
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "sanity_check_reference.pt"
 

@@ -16,7 +16,7 @@ import torch
 import train_multitask
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
 from multitask.model import MultitaskModel
-from tests.conftest import driver_argv, kill_when_resumable, signal_when_resumable
+from tests.helpers import driver_argv, kill_when_resumable, signal_when_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 

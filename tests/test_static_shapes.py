@@ -14,7 +14,7 @@ from multitask.collate import EncodedSplit
 from multitask.model import ModelSettings, build_model
 from multitask.objectives import TrainingStep
 from tasks import get_task
-from tests.conftest import run_driver
+from tests.helpers import run_driver
 
 
 def split_of(tiny_checkpoint, tiny_data, name, separate, pad_multiple, max_length=32):

@@ -260,7 +260,7 @@ def functions_one_step_enters(checkpoint: Path, data: Path, folder: Path) -> dic
     import pstats
 
     import train_multitask
-    from tests.conftest import driver_argv
+    from tests.helpers import driver_argv
 
     calls = []
     for steps in (4, 8):

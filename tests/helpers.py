@@ -1,0 +1,76 @@
+"""What tests share besides fixtures (those are in conftest.py): the one tiny model config, the
+one way the tests run the driver (``driver_argv`` / ``run_driver``; ``kill_when_resumable`` and
+``signal_when_resumable`` for a run stopped as soon as it can be resumed), and the writer of a
+data file in the course's format. Import them from here: ``from tests.helpers import ...``."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from minbert.bert import BertConfig
+
+tiny_config = BertConfig.tiny  # tiny_config(**overrides): 2 layers, hidden 32, real vocab size
+
+
+def driver_argv(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> list[str]:
+    """The driver's command line for a tiny run: the tiny checkpoint and data, batches of 4,
+    sequences of at most 32 tokens, then ``extra``."""
+    return [
+        "--checkpoint",
+        str(checkpoint),
+        "--data_dir",
+        str(data),
+        "--out_dir",
+        str(out_dir),
+        "--batch_size",
+        "4",
+        "--max_length",
+        "32",
+        *extra,
+    ]
+
+
+def run_driver(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
+    """``train_multitask.main`` on ``driver_argv``; its exit code."""
+    import train_multitask
+
+    return train_multitask.main(driver_argv(checkpoint, data, out_dir, *extra))
+
+
+def signal_when_resumable(cmd: list[str], out_dir: Path, stop: int) -> tuple[int, str]:
+    """Start ``cmd`` (from the repository root) in a fresh process and send it ``stop`` as soon
+    as ``out_dir/last.pt`` exists (or after 120 s); its return code and stderr."""
+    # A shell without job control starts background commands with SIGINT ignored, and Python
+    # keeps an ignored SIGINT; the child gets the default back, as a terminal's Ctrl-C finds it.
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        cmd,
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.time() + 120
+    while not (out_dir / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(stop)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def kill_when_resumable(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
+    """Start the driver on ``driver_argv`` in a fresh process and kill -9 it as soon as its
+    ``last.pt`` exists (or after 120 s); its return code (−SIGKILL when the kill came first)."""
+    cmd = [sys.executable, "train_multitask.py", *driver_argv(checkpoint, data, out_dir, *extra)]
+    return signal_when_resumable(cmd, out_dir, signal.SIGKILL)[0]
+
+
+def write_course_file(path: Path, columns: list[str], rows: list[list[str]]) -> None:
+    lines = ["\t" + "\t".join(columns)]
+    lines += [f"{i}\t" + "\t".join(row) for i, row in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
