@@ -3,7 +3,10 @@
 Each configuration is a name and the flags it adds to the shared ones. Every run writes its own
 folder under --runs_dir; this script reads back its metrics.jsonl, summary.json and
 parameters.json and writes one JSON and one Markdown file with the exact commands, the commit and
-the machine. Suites:
+the machine. Like every command, it checks its flags before anything runs (an unknown --only
+row, bad --seeds, --jobs 0, a missing --data_dir, --results inside a run folder, a cut-off
+results file: one ``error:`` line, exit 2); it exits 1 when a row failed, and on Ctrl-C 130 with
+the results file whole (it is replaced, never written in place). Suites:
 
     defaults   short runs (--limit) comparing sentence representations and pair encodings, used
                to choose the driver's defaults
@@ -76,6 +79,8 @@ from pathlib import Path
 
 import _common
 from suite_results import markdown
+
+from minbert.flags import ArgumentParser
 
 ROOT = _common.ROOT
 
@@ -357,7 +362,9 @@ def update_results(
         fcntl.flock(lock, fcntl.LOCK_EX)
         results = json.loads(json_path.read_text()) if json_path.exists() else {}
         change(results)
-        json_path.write_text(json.dumps(results, indent=2) + "\n")
+        partial = json_path.with_name(f".{json_path.name}.partial")
+        partial.write_text(json.dumps(results, indent=2) + "\n")
+        os.replace(partial, json_path)  # whole or not at all, also when the runner is stopped
         if render is not None:
             render(results)
 
@@ -386,9 +393,9 @@ def results_files(args: argparse.Namespace) -> tuple[Path, Path]:
 
 def run_one(
     name: str, flags: list[str], args: argparse.Namespace, extra: list[str], log: bool = False
-) -> None:
+) -> bool:
     """Run one configuration (``extra``: the flags given after --) and add its row to the
-    results file; ``log``: its output goes to ``<runs_dir>/<suite>-<name>.log`` (several running
+    results file (False: the run failed, and nothing was added); ``log``: its output goes to ``<runs_dir>/<suite>-<name>.log`` (several running
     at once), with a line here as it starts and ends."""
     json_path, md_path = results_files(args)
     out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
@@ -408,7 +415,7 @@ def run_one(
         rc = subprocess.run(cmd, cwd=ROOT).returncode
     if rc != 0:
         print(f"{name}: exit code {rc}", file=sys.stderr, flush=True)
-        return
+        return False
     row = {
         "command": shlex.join(_common.portable_words(cmd)),  # as a user types it
         "commit": commit,
@@ -425,10 +432,44 @@ def run_one(
     )
     if log:
         print(f"{name}: done in {time.time() - start:.0f} s", flush=True)
+    return True
+
+
+def chosen_runs(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, list]]:
+    """(name, flags) of each run: the suite's rows --only names (every row without it), once per
+    --seeds seed. A row the suite does not have, or seeds malformed, repeated or empty, end the
+    command in one line before anything runs."""
+    rows = SUITES[args.suite]
+    if args.only is not None:
+        names, known = args.only.split(","), [name for name, _ in rows]
+        if unknown := [name for name in names if name not in known]:
+            p.error(
+                f"--only {args.only}: the {args.suite} suite has no row {', '.join(unknown)}; "
+                f"its rows: {', '.join(known)}"
+            )
+        rows = [row for row in rows if row[0] in names]
+    if args.seeds is None:
+        return [(name, filled(flags, args.runs_dir)) for name, flags in rows]
+    words = args.seeds.split(",")
+    seeds = [int(w) for w in words if w.strip().isdigit()]
+    if not seeds or len(seeds) < len(words) or len(set(seeds)) < len(seeds):
+        p.error(f"--seeds {args.seeds!r}: give distinct whole numbers, comma-separated (1,2,3)")
+    return [(f"{n}-seed-{s}", filled(flags, args.runs_dir, s)) for n, flags in rows for s in seeds]
+
+
+def check_paths(p: argparse.ArgumentParser, args: argparse.Namespace, json_path: Path) -> None:
+    """The data folder exists, and the results go nowhere a run or an export lives."""
+    from multitask.run import folder_kind
+
+    if not args.render and not Path(args.data_dir).is_dir():
+        p.error(f"--data_dir {args.data_dir}: no such folder; give the course's data folder")
+    for folder in [json_path.parent, *json_path.parent.parents]:
+        if kind := folder_kind(folder):
+            p.error(f"--results {args.results}: {folder} is {kind}; put results elsewhere")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("suite", choices=sorted(SUITES))
     p.add_argument(
         "--render", action="store_true", help="only rewrite the Markdown file from the JSON one"
@@ -458,28 +499,38 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.jobs < 1:
         p.error(f"--jobs must be at least 1, got {args.jobs}")
-    chosen = SUITES[args.suite]
-    if args.only:
-        names = args.only.split(",")
-        chosen = [c for c in chosen if c[0] in names]
-    if args.seeds:
-        seeds = [int(seed) for seed in args.seeds.split(",")]
-        chosen = [(f"{n}-seed-{s}", filled(f, args.runs_dir, s)) for n, f in chosen for s in seeds]
-    else:
-        chosen = [(n, filled(f, args.runs_dir)) for n, f in chosen]
+    chosen = chosen_runs(p, args)
     json_path, md_path = results_files(args)
+    check_paths(p, args, json_path)
+    read_results(p, json_path)  # a cut-off file is named before anything runs
     json_path.parent.mkdir(parents=True, exist_ok=True)
     if args.render:
-        results = json.loads(json_path.read_text()) if json_path.exists() else {}
-        write_markdown(md_path, args.suite, results)
+        write_markdown(md_path, args.suite, read_results(p, json_path))
         return 0
-    if args.jobs == 1:
-        for name, flags in chosen:
-            run_one(name, flags, args, extra)
-    else:  # each run's output to its log; the results file is shared under its lock
-        with ThreadPoolExecutor(args.jobs) as pool:
-            list(pool.map(lambda c: run_one(*c, args, extra, log=True), chosen))
+    try:
+        if args.jobs == 1:
+            done = [run_one(name, flags, args, extra) for name, flags in chosen]
+        else:  # each run's output to its log; the results file is shared under its lock
+            with ThreadPoolExecutor(args.jobs) as pool:
+                done = list(pool.map(lambda c: run_one(*c, args, extra, log=True), chosen))
+    except KeyboardInterrupt:
+        print(f"interrupted; {json_path} holds every row finished before", file=sys.stderr)
+        return 130
+    if failed := [name for (name, _), ok in zip(chosen, done) if not ok]:
+        print(f"error: {len(failed)} row(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def read_results(p: argparse.ArgumentParser, json_path: Path) -> dict:
+    """The results file's rows ({} when there is none); a file that is not JSON is named as
+    corrupted in one line."""
+    if not json_path.exists():
+        return {}
+    try:
+        return json.loads(json_path.read_text())
+    except ValueError:
+        p.error(f"{json_path} is corrupted (not JSON); move it away or give another --results")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import json
 import multitask_runs
 import pytest
 
+from tests.helpers import run_driver
+
 
 def test_jobs_runs_configurations_at_once_into_one_results_file(
     tiny_checkpoint, tiny_data, tmp_path, monkeypatch
@@ -35,3 +37,62 @@ def test_jobs_below_one_is_refused(capsys):
         multitask_runs.main(["multitask", "--jobs", "0"])
     assert exit_info.value.code == 2
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--only", "finetune,no-such-row"], "has no row no-such-row; its rows:"),
+        (["--seeds", "1,x"], "--seeds '1,x': give distinct whole numbers"),
+        (["--seeds", "1,1"], "--seeds '1,1': give distinct whole numbers"),
+        (["--seeds", ""], "--seeds '': give distinct whole numbers"),
+        (["--data_dir", "no/such/folder"], "--data_dir no/such/folder: no such folder"),
+    ],
+)
+def test_a_bad_flag_is_one_line_before_anything_runs(flags, words, tmp_path, capsys):
+    stem = tmp_path / "results" / "multitask"
+    with pytest.raises(SystemExit) as exit_info:
+        multitask_runs.main(["multitask", "--results", str(stem), *flags])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("error:")
+    assert words in err
+    assert not stem.parent.exists()  # nothing written
+
+
+def test_results_in_a_run_folder_and_a_cut_off_results_file_are_refused(
+    tiny_checkpoint, tiny_data, tmp_path, capsys
+):
+    run = tmp_path / "run"
+    assert (
+        run_driver(
+            tiny_checkpoint, tiny_data, run, "--epochs", "1", "--steps_per_epoch", "1", "--no_plots"
+        )
+        == 0
+    )
+    argv = ["multitask", "--data_dir", str(tiny_data), "--results"]
+    with pytest.raises(SystemExit) as exit_info:
+        multitask_runs.main([*argv, str(run / "mine")])
+    assert (
+        exit_info.value.code == 2
+        and "is a train_multitask.py run folder" in capsys.readouterr().err
+    )
+    cut = tmp_path / "cut"
+    cut.with_suffix(".json").write_text('{"row": {"comm')
+    with pytest.raises(SystemExit) as exit_info:
+        multitask_runs.main([*argv, str(cut), "--render"])
+    assert exit_info.value.code == 2 and "is corrupted (not JSON)" in capsys.readouterr().err
+
+
+def test_a_failed_row_makes_the_runner_fail(
+    tiny_checkpoint, tiny_data, tmp_path, monkeypatch, capsys
+):
+    tiny = ["--checkpoint", str(tiny_checkpoint), "--batch_size", "4", "--epochs", "1"]
+    suite = [
+        ("good", [*tiny, "--steps_per_epoch", "1", "--no_plots"]),
+        ("bad", [*tiny, "--lr", "-1"]),
+    ]
+    monkeypatch.setitem(multitask_runs.SUITES, "tiny", suite)
+    argv = ["tiny", "--data_dir", str(tiny_data), "--runs_dir", str(tmp_path / "runs")]
+    assert multitask_runs.main([*argv, "--results", str(tmp_path / "tiny")]) == 1
+    assert "error: 1 row(s) failed: bad" in capsys.readouterr().err
+    assert list(json.loads((tmp_path / "tiny.json").read_text())) == ["good"]
