@@ -395,8 +395,9 @@ def run_one(
     name: str, flags: list[str], args: argparse.Namespace, extra: list[str], log: bool = False
 ) -> bool:
     """Run one configuration (``extra``: the flags given after --) and add its row to the
-    results file (False: the run failed, and nothing was added); ``log``: its output goes to ``<runs_dir>/<suite>-<name>.log`` (several running
-    at once), with a line here as it starts and ends."""
+    results file; False when the run failed (nothing added). ``log``: its output goes to
+    ``<runs_dir>/<suite>-<name>.log`` (several running at once), with a line here as it starts
+    and ends."""
     json_path, md_path = results_files(args)
     out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
     script, flags = (flags[0], flags[1:]) if flags[0] == PLAIN_LOOP else (DRIVER, flags)

@@ -169,6 +169,9 @@ def load_pretrained(checkpoint_dir: str | Path | None = None) -> BertModel:
     if not pooler & state_dict.keys():  # a masked-LM checkpoint (BertForMaskedLM) has no pooler
         log.warning("%s has no pooler: it starts from BERT's initialisation", directory)
         state_dict |= {k: v for k, v in model.state_dict().items() if k in pooler}
+    broken = [k for k, v in state_dict.items() if v.is_floating_point() and not v.isfinite().all()]
+    if broken:  # said here, as the checkpoint's, before any training could be blamed for it
+        raise CheckpointError(f"{directory}: the weights hold NaN or inf ({broken[0]})")
     missing = sorted(base_keys - state_dict.keys())
     unexpected = sorted(state_dict.keys() - base_keys)
     if missing or unexpected:

@@ -62,7 +62,7 @@ from multitask.errors import UsageError, run_command
 from multitask.evaluation import head_outputs
 from multitask.run import folder_kind
 from multitask.trained import TrainedRun
-from tasks.base import TASKS, Task, get_task
+from tasks.base import TASKS, RegressionTask, Task, get_task
 from tasks.reader import Example, SkippedRow, _check_is_utf8_text, has_visible_text
 
 FORMATS = ("text", "csv", "jsonl")
@@ -286,6 +286,8 @@ def predict_command(args: argparse.Namespace) -> None:
         check_output(args.output, args.input, run)
     run.check_task(args.task)
     task, device = get_task(args.task), pick_device(args.device)
+    if args.probabilities and isinstance(task, RegressionTask):
+        raise UsageError(f"--probabilities: task {task.name} gives a score, not classes")
     from_stdin = args.input == "-"
     name = "<stdin>" if from_stdin else args.input
     raw = read_raw(args.input)

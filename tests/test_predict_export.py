@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from minbert.tokenizer import Tokenizer
 from multitask import export as export_command
@@ -330,3 +332,30 @@ def test_export_refuses_adapter_runs_and_existing_folders(runs, tmp_path, capsys
     assert "--overwrite" in capsys.readouterr().err
     assert export_command.main([str(runs["finetune"]), str(exported), "--overwrite"]) == 0
     assert (exported / "config.json").is_file() and (exported / "export.json").is_file()
+
+
+@pytest.mark.parametrize("option, weights", [("adapter", "task-sst"), ("finetune", "best")])
+def test_nan_in_the_trained_weights_is_named_not_printed(option, weights, runs, tmp_path, capsys):
+    """predict on a run whose weights file holds NaN ends with one line naming that file, exit
+    3, never nan probabilities with exit 0."""
+    run = tmp_path / option
+    shutil.copytree(runs[option], run)
+    path = run / f"{weights}.safetensors"
+    tensors = load_file(path)
+    head = next(k for k in tensors if k.startswith("heads.sst."))
+    tensors[head] = torch.full_like(tensors[head], float("nan"))
+    save_file(tensors, path)
+    sentences = tmp_path / "in.txt"
+    sentences.write_text("a fine film\n")
+    argv = [str(run), "--task", "sst", "--input", str(sentences), "--probabilities"]
+    assert predict_command.main(argv) == 3
+    err = capsys.readouterr().err
+    assert f"{path} holds NaN or inf" in err and err.count("\n") == 1
+
+
+def test_probabilities_of_a_score_are_refused(runs, tmp_path, capsys):
+    sentences = tmp_path / "in.txt"
+    sentences.write_text("a cat sat\ta dog ran\n")
+    argv = [str(runs["finetune"]), "--task", "sts", "--input", str(sentences), "--probabilities"]
+    assert predict_command.main(argv) == 2
+    assert "--probabilities: task sts gives a score, not classes" in capsys.readouterr().err

@@ -7,12 +7,14 @@ import dataclasses
 import json
 import logging
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from minbert.bert import BertConfig, BertModel
 from minbert.pretrained import (
@@ -21,9 +23,10 @@ from minbert.pretrained import (
     default_checkpoint_dir,
     load_pretrained,
 )
-from tests.helpers import tiny_config
+from tests.helpers import driver_argv, tiny_config
 
-REFERENCE_FILE = Path(__file__).resolve().parents[1] / "sanity_check_reference.pt"
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_FILE = ROOT / "sanity_check_reference.pt"
 
 
 def hugging_face_layout(model: BertModel) -> dict[str, torch.Tensor]:
@@ -202,3 +205,22 @@ def test_config_from_dict_warns_on_unknown_keys_only() -> None:
     with pytest.warns(UserWarning, match="rotary_dim"):
         config = config_from_dict(values | {"rotary_dim": 8})
     assert config == tiny_config()
+
+
+def test_a_checkpoint_holding_nan_is_named_as_the_checkpoints(tiny_checkpoint, tiny_data, tmp_path):
+    """NaN in the weights a run starts from is the checkpoint's fault, said before training
+    (exit 2, naming the checkpoint), never a non-finite loss blamed on --lr."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    tensors = load_file(broken / "model.safetensors")
+    tensors["pooler.dense.bias"][0] = float("nan")
+    save_file(tensors, broken / "model.safetensors")
+    with pytest.raises(CheckpointError, match="the weights hold NaN or inf"):
+        load_pretrained(broken)
+    cmd = [sys.executable, "train_multitask.py"]
+    cmd += driver_argv(broken, tiny_data, tmp_path / "run", "--epochs", "1", "--no_plots")
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and f"{broken}: the weights hold NaN or inf" in done.stderr
+    assert "--lr" not in done.stderr
