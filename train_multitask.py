@@ -178,7 +178,10 @@ def set_up(cfg: TrainConfig) -> Run:
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
     clock = Clock()
     taught = teacher_outputs(folder, teachers, train, device, cfg.resume)
-    gold = lambda: gold_weight(clock.step, total_steps, cfg.teacher_weight)  # noqa: E731
+
+    def gold() -> float:  # distillation's λ at the step the loop is at
+        return gold_weight(clock.step, total_steps, cfg.teacher_weight)
+
     smart = cfg.smart_settings if cfg.smart else None
     objective = objective_for(model, taught, gold, smart)
     grouping = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
@@ -330,12 +333,8 @@ def take_step(run: Run, names: list[str]) -> None:
     batches = []
     for name in names:
         rows = run.dist.shard(run.streams[name].next())
-        batches.append(
-            (
-                run.model.tasks[name],
-                make_batch(run.train[name], rows, run.device, run.cfg.swap_pairs),
-            )
-        )
+        batch = make_batch(run.train[name], rows, run.device, run.cfg.swap_pairs)
+        batches.append((run.model.tasks[name], batch))
     bf16 = autocast(run.cfg.bf16, run.device)
     try:
         losses = train_step(

@@ -61,7 +61,9 @@ class HostChecked:
     def after_backward(self, optimizer: torch.optim.Optimizer) -> None:
         """After one batch's backward (several batches' gradients add up by default)."""
 
-    def apply(self, optimizer: torch.optim.Optimizer, losses: list[torch.Tensor], finite) -> bool:
+    def apply(
+        self, optimizer: torch.optim.Optimizer, losses: list[torch.Tensor], finite: bool
+    ) -> bool:
         """The update, where every loss was finite; whether it was made."""
         if finite:
             optimizer.step()
@@ -81,7 +83,9 @@ class PCGrad(HostChecked):
         self.per_task.append([p.grad for p in parameters(optimizer)])  # kept apart from the next
         optimizer.zero_grad(set_to_none=True)
 
-    def apply(self, optimizer: torch.optim.Optimizer, losses: list[torch.Tensor], finite) -> bool:
+    def apply(
+        self, optimizer: torch.optim.Optimizer, losses: list[torch.Tensor], finite: bool
+    ) -> bool:
         per_task, self.per_task = self.per_task, []
         if finite:
             generator = torch.Generator().manual_seed(self.seed())
@@ -107,7 +111,7 @@ class DeviceFlagged:
     def after_backward(self, optimizer: torch.optim.Optimizer) -> None:
         pass
 
-    def apply(self, optimizer, losses: list[torch.Tensor], finite) -> bool:
+    def apply(self, optimizer, losses: list[torch.Tensor], finite: bool) -> bool:
         flag = torch.isfinite(torch.stack(losses)).all()
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             everywhere = flag.to(torch.int32)
@@ -135,7 +139,7 @@ def train_step(
     every task's): each loss (its forward under ``autocast``, e.g. bf16) and backward, then the
     update as ``update`` makes it, the schedule's step, and the objective's ``after_update``
     (SMART's teacher) when the step counts. Returns the detached losses, or None for a step
-    ``update`` skipped (``multitask/step.py`` states the non-finite contract)."""
+    ``update`` skipped (the module docstring states the non-finite contract)."""
     optimizer.zero_grad(set_to_none=True)
     losses, finite = [], True
     for task, batch in batches:
