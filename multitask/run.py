@@ -157,6 +157,8 @@ class RunFolder:
     def check_can_start(self, resume: bool, overwrite: bool) -> None:
         """Before anything is written: --resume needs a resumable run here; a new run needs a
         folder that holds no run, or --overwrite."""
+        if self.path.exists() and not self.path.is_dir():
+            raise UsageError(f"--out_dir {self.path} is a file, not a folder; give a folder")
         if resume:
             if not self.file("last.pt").is_file():
                 raise UsageError(f"--resume: {self.file('last.pt')} not found; nothing to resume")

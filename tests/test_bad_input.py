@@ -344,3 +344,24 @@ def test_a_full_disk_ends_in_one_line_with_the_state_on_disk(
     message = [line for line in err.replace("\r", "\n").splitlines() if "error:" in line]
     assert len(message) == 1 and "No space left on device" in message[0], err
     assert "no resumable state" in message[0] and "Traceback" not in err
+
+
+@pytest.mark.parametrize("script", ["train_multitask", "pretrain_mlm"])
+def test_an_out_dir_that_is_a_file_is_named_and_left_alone(
+    script, tiny_checkpoint, tiny_data, tmp_path, capsys
+):
+    """--out_dir naming an existing file: one line naming --out_dir, exit 2, the file as it was
+    (not the operating system's "File exists")."""
+    import pretrain_mlm
+
+    path = tmp_path / "notes.txt"
+    path.write_text("the user's own file\n")
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data)]
+    argv += ["--out_dir", str(path)]
+    main = train_multitask.main if script == "train_multitask" else pretrain_mlm.main
+    assert (
+        main([*argv, *(["--limit", "8"] if script == "train_multitask" else ["--steps", "1"])]) == 2
+    )
+    err = capsys.readouterr().err
+    assert f"error: --out_dir {path} is a file, not a folder" in err and "Traceback" not in err
+    assert path.read_text() == "the user's own file\n"
