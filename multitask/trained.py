@@ -28,7 +28,7 @@ import torch
 
 from minbert.checkpoint import UnsafeCheckpointError, load_tensors
 from minbert.flags import unflatten
-from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
+from minbert.pretrained import CheckpointError
 from minbert.tokenizer import Tokenizer
 from multitask.errors import RunStopped, UsageError
 from multitask.model import ModelSettings, MultitaskModel, build_model
@@ -99,17 +99,13 @@ class TrainedRun:
         return model.eval()
 
     def check_finite(self, model: MultitaskModel, task: str) -> None:
-        """A NaN or infinity in the weights ends the command in one line (exit 3) naming the file
-        it came from: the run's weights file, or the base checkpoint's."""
+        """A NaN or infinity in the weights ends the command in one line (exit 3) naming the run's
+        weights file (a base checkpoint holding one is refused when it loads)."""
         bad = [name for name, p in model.state_dict().items() if not torch.isfinite(p).all()]
-        if not bad:
-            return
-        finetune = self.settings.option == "finetune"
-        trained = model.trainable_state_dict() if finetune else model.task_state_dict(task)
-        where = self.folder.file("best.safetensors" if finetune else f"task-{task}.safetensors")
-        if bad[0] not in trained:
-            where = resolve_checkpoint_dir(self.settings.checkpoint)
-        raise RunStopped(f"{where} holds NaN or inf ({bad[0]}): the model cannot predict", 3)
+        if bad:
+            finetune = self.settings.option == "finetune"
+            where = self.folder.file("best.safetensors" if finetune else f"task-{task}.safetensors")
+            raise RunStopped(f"{where} holds NaN or inf ({bad[0]}): the model cannot predict", 3)
 
     def _read(self, name: str) -> dict[str, torch.Tensor]:
         path = self.folder.file(name)
