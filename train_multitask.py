@@ -21,6 +21,7 @@ import math
 import sys
 import time
 from collections import Counter
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,7 @@ from multitask.evaluation import calibrate_similarity_heads, evaluate, write_pre
 from multitask.loss_log import LossLog, NonFiniteStep
 from multitask.model import MultitaskModel, build_model
 from multitask.objectives import Objective, Smart, TrainingStep, objective_for
+from multitask.peft_format import adapter_folders, load_adapter
 from multitask.run import RunFolder
 from multitask.step import (
     DeviceFlagged,
@@ -81,6 +83,11 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
         raise UsageError(f"--option {cfg.model.option}: {err}") from err
     if cfg.add_to:
         RunFolder(cfg.add_to).load_into(model)
+    for task, folder in ({} if cfg.resume else adapter_folders(cfg.init_lora, cfg.tasks)).items():
+        try:  # a resumed run restores its LoRA from last.pt
+            load_adapter(folder, model, task)
+        except ValueError as err:
+            raise UsageError(f"--init_lora {task}={folder}: {err}") from None
     return model.to(device)
 
 
@@ -111,6 +118,7 @@ class Run:
     model: MultitaskModel
     clock: Clock
     step_module: torch.nn.Module  # the objective's loss as a module (multitask/objectives.py)
+    autocast: AbstractContextManager  # every step's forward under it (bf16 with --bf16)
     update: HostChecked | DeviceFlagged  # how gradients become an update (multitask/step.py)
     optimizer: torch.optim.Optimizer
     scheduler: Any
@@ -142,7 +150,7 @@ def set_up(cfg: TrainConfig) -> Run:
     if dist.world > 1 and cfg.step_gradient != "one-task":
         raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
     if cfg.compile:
-        compile_mode(cfg, dist, device)  # refused before anything is written
+        mode_for(cfg.compile_mode, device, dist.world)  # refused before anything is written
     folder = RunFolder(cfg.out_dir, writes=dist.rank == 0)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     torch.manual_seed(cfg.seed)
@@ -169,7 +177,6 @@ def set_up(cfg: TrainConfig) -> Run:
         "dev": encode_split(data, tokenizer, separately, "dev"),
     }  # each split tokenized once
     report_truncation(data, tables, tokenizer, separately, cfg.model.max_length)
-    lengths = {name: split.full_lengths for name, split in tables["train"].items()}
     sizes = {name: len(splits["train"]) for name, splits in data.items()}
     per_step = cfg.batch_size * (1 if cfg.step_gradient == "one-task" else len(sizes))
     steps_per_epoch = cfg.steps_per_epoch or math.ceil(sum(sizes.values()) / per_step)
@@ -184,14 +191,12 @@ def set_up(cfg: TrainConfig) -> Run:
 
     smart = cfg.smart_settings if cfg.smart else None
     objective = objective_for(model, taught, gold, smart)
-    grouping = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
-    extra = {
-        "running": {n: [] for n in data},
-        "examples": 0,
-        "seconds": 0.0,
-        "train_files": fingerprints([cfg.data_path(get_task(n), "train") for n in cfg.tasks]),
-        "eval_seconds": 0.0,
+    group = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
+    streams = {  # this process's share of each task's batches
+        n: BatchStream(n, t.full_lengths, cfg.batch_size, cfg.seed, group, dist.rank, dist.world)
+        for n, t in tables["train"].items()
     }
+    extra = fresh_extra(cfg, data)
     return Run(
         cfg=cfg,
         folder=folder,
@@ -202,11 +207,12 @@ def set_up(cfg: TrainConfig) -> Run:
         model=model,
         clock=clock,
         step_module=make_step(cfg, model, objective, dist, device),
+        autocast=autocast(cfg.bf16, device),
         update=update_for(cfg, device, optimizer, clock),
         optimizer=optimizer,
         scheduler=scheduler,
         sampler=TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed),
-        streams={n: BatchStream(n, lengths[n], cfg.batch_size, cfg.seed, grouping) for n in data},
+        streams=streams,
         train=on_device(tables["train"], device),
         dev=on_device(tables["dev"], device),
         smart=objective if isinstance(objective, Smart) else None,
@@ -214,6 +220,13 @@ def set_up(cfg: TrainConfig) -> Run:
         extra=extra,
         log=LossLog(extra, dist.means, cfg.nonfinite == "stop", skipped),
     )
+
+
+def fresh_extra(cfg: TrainConfig, data: Data) -> dict[str, Any]:
+    """The driver's part of last.pt when a run starts (``Run.extra``)."""
+    files = fingerprints([cfg.data_path(get_task(n), "train") for n in cfg.tasks])
+    running = {n: [] for n in data}
+    return dict(running=running, examples=0, seconds=0.0, train_files=files, eval_seconds=0.0)
 
 
 def make_step(
@@ -230,7 +243,7 @@ def make_step(
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
         step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True)
     if cfg.compile:
-        step = CompiledStep(step, compile_mode(cfg, dist, device))
+        step = CompiledStep(step, mode_for(cfg.compile_mode, device, dist.world))
     return step
 
 
@@ -255,14 +268,6 @@ def device_checked(cfg: TrainConfig, device: torch.device, optimizer) -> bool:
     auto = device.type == "cuda" and not cfg.smart and cfg.step_gradient != "pcgrad"
     wanted = cfg.nonfinite_check == "device" or (cfg.nonfinite_check == "auto" and auto)
     return wanted and getattr(optimizer, "gates_on_device", False)
-
-
-def compile_mode(cfg: TrainConfig, dist: Distributed, device: torch.device) -> str:
-    """torch.compile's mode for --compile here, or a UsageError where it cannot run."""
-    try:
-        return mode_for(cfg.compile_mode, device, dist.world)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
 
 
 def nonfinite_message(run: Run, step: int, task: str, what: object) -> str:
@@ -332,13 +337,11 @@ def take_step(run: Run, names: list[str]) -> None:
     until the log reads them."""
     batches = []
     for name in names:
-        rows = run.dist.shard(run.streams[name].next())
-        batch = make_batch(run.train[name], rows, run.device, run.cfg.swap_pairs)
+        batch = make_batch(run.train[name], run.streams[name].next(), run.cfg.swap_pairs)
         batches.append((run.model.tasks[name], batch))
-    bf16 = autocast(run.cfg.bf16, run.device)
     try:
         losses = train_step(
-            run.step_module, batches, run.optimizer, run.update, run.scheduler, bf16
+            run.step_module, batches, run.optimizer, run.update, run.scheduler, run.autocast
         )
     except NonFiniteLoss as err:
         raise RunStopped(nonfinite_message(run, run.clock.step, err.task, err), 3) from None
@@ -450,9 +453,8 @@ def finish(run: Run, step: int, best: float) -> dict[str, Any]:
             str(e): steps_per_task(run, run.sampler.schedule(e, run.steps_per_epoch))
             for e in range(1, cfg.epochs + 1)
         }
-    bf16 = autocast(cfg.bf16, run.device)
     write_predictions(
-        folder, run.model, run.data, run.tokenizer, cfg.eval_batch_size, run.device, bf16
+        folder, run.model, run.data, run.tokenizer, cfg.eval_batch_size, run.device, run.autocast
     )
     if cfg.model.option != "finetune":
         folder.save_task_checkpoints(run.model)

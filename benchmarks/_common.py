@@ -121,8 +121,9 @@ def portable_path(path: str, root: Path = ROOT) -> str:
     their own clone, so that a recorded command names nothing of one machine. In order: an
     interpreter is ``python``; a path under the clone is relative to it; the shared data beside
     the clone (DESIGN.md's layout) is ``../shared/data``; a run folder is ``runs/...`` from its
-    runs folder (``runs``, ``runs2``, ...) on; another data folder is the clone's ``data``. Any
-    other path is kept (and tests/test_structure.py names it)."""
+    runs folder (``runs``, ``runs2``, ...) on; another data folder is the clone's ``data``; a
+    scratch folder under /tmp is ``$TMPDIR/...``. Any other path is kept (and
+    tests/test_structure.py names it)."""
     parts = Path(path).parts
     if INTERPRETER.fullmatch(path):
         return "python"
@@ -136,6 +137,8 @@ def portable_path(path: str, root: Path = ROOT) -> str:
         return Path("runs", *parts[runs[-1] + 1 :]).as_posix()
     if "data" in parts:
         return Path(*parts[len(parts) - parts[::-1].index("data") - 1 :]).as_posix()
+    if parts[:2] == ("/", "tmp") and len(parts) > 2:
+        return Path("$TMPDIR", *parts[2:]).as_posix()
     return path
 
 

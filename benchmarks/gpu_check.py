@@ -84,39 +84,27 @@ def stages(args: argparse.Namespace) -> list[Stage]:
     if dry:
         plain = ["--epochs", "1", "--limit", "8", "--batch_size", "4", "--max_length", "32"]
         plain += ["--checkpoint", args.checkpoint, "--data_dir", args.data_dir, "--threads", "1"]
+
+    def run(name: str, flags: list[str], folder: str, estimate: float, **more) -> Stage:
+        """A driver run into ``work/folder``, capped at 200 s (240 s eager)."""
+        argv = [*driver, *flags, "--out_dir", f"{work}/{folder}"]
+        cap = 240 if name == "eager" else 200
+        return Stage(name, argv, estimate, cap, run_dir=f"{work}/{folder}", **more)
+
     return [
-        Stage(
-            "compiled",
-            [*driver, *compiled, "--out_dir", f"{work}/compiled"],
-            90,
-            200,
-            run_dir=f"{work}/compiled",
-        ),
+        run("compiled", compiled, "compiled", 90),
         # the same run again: the compilations come from the caches the first left on disk
-        Stage(
-            "compiled-again",
-            [*driver, *compiled, "--out_dir", f"{work}/compiled-again"],
-            60,
-            200,
-            run_dir=f"{work}/compiled-again",
-        ),
+        run("compiled-again", compiled, "compiled-again", 60),
         # every batch padded to --max_length: one shape a task, so one CUDA graph recording each
-        Stage(
-            "compiled-one-length",
-            [*driver, *compiled, "--pad_multiple", "128", "--out_dir", f"{work}/one-length"],
-            60,
-            200,
-            run_dir=f"{work}/one-length",
-        ),
-        Stage(
+        run("compiled-one-length", [*compiled, "--pad_multiple", "128"], "one-length", 60),
+        run(
             "compiled-no-graphs",
-            [*driver, *static, "--compile_mode", "default", "--out_dir", f"{work}/no-graphs"],
+            [*static, "--compile_mode", "default"],
+            "no-graphs",
             120,
-            200,
-            run_dir=f"{work}/no-graphs",
             only_if_failed="compiled",
         ),
-        Stage("eager", [*driver, "--out_dir", f"{work}/eager"], 170, 240, run_dir=f"{work}/eager"),
+        run("eager", [], "eager", 170),
         *[
             Stage(
                 f"profile-{kind}",

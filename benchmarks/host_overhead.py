@@ -105,7 +105,7 @@ def bare_loop(args: argparse.Namespace, run, schedule: list[str]):
     streams = copy.deepcopy(run.streams)  # at their start: the driver has not stepped yet
     batches = []
     for name in schedule[: 4 * args.steps]:
-        batch = make_batch(run.train[name], streams[name].next(), torch.device("cpu"))
+        batch = make_batch(run.train[name], streams[name].next())
         batches.append((get_task(name), batch))
     state = {"next": 0}
 

@@ -70,9 +70,8 @@ class ForeachAdamW(AdamW):
         grads = [p.grad for p in params]
         if any(g.is_sparse for g in grads):
             raise RuntimeError("AdamW does not support sparse gradients")
-        states, ms, vs = self._moments(params)
+        steps, ms, vs = self._state(params, torch.device("cpu"))
         # 1. t ← t + 1 (on the CPU step counters)
-        steps = [self._counter(s, torch.device("cpu")) for s in states]
         torch._foreach_add_(steps, 1)
         ts = [float(t) for t in steps]
         # 2. θ ← (1 − lr·λ)·θ
@@ -100,9 +99,8 @@ class ForeachAdamW(AdamW):
         f = flag.to(torch.float32)
         # A skipped step's gradients may be NaN, and NaN · 0 is NaN: they are set to 0 first.
         grads = [torch.where(flag, p.grad, 0.0) for p in params]
-        states, ms, vs = self._moments(params)
+        steps, ms, vs = self._state(params, None)
         # 1. t ← t + f (counters on the device)
-        steps = [self._counter(s, p.device) for s, p in zip(states, params, strict=True)]
         torch._foreach_add_(steps, [f] * len(steps))
         # 2. θ ← (1 − lr·λ·f)·θ
         if weight_decay != 0:
@@ -129,23 +127,21 @@ class ForeachAdamW(AdamW):
         torch._foreach_mul_(updates, -lr * f)
         torch._foreach_add_(params, updates)
 
-    def _moments(self, params: list[torch.Tensor]) -> tuple[list[dict], list, list]:
-        """Each parameter's state, and its first and second moments m and v."""
-        states = [self._state_of(p) for p in params]
-        return states, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
-
-    @staticmethod
-    def _counter(state: dict, device: torch.device) -> torch.Tensor:
-        """The state's step count t, moved once to where the path keeps it (the CPU when it is
-        read on the host; the parameters' device when it is not read at all)."""
-        if state["step"].device != device:
-            state["step"] = state["step"].to(device)
-        return state["step"]
-
-    def _state_of(self, p: torch.Tensor) -> dict:
-        state = self.state[p]
-        if len(state) == 0:  # as the per-parameter loop starts it
-            state["step"] = torch.tensor(0.0, dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return state
+    def _state(self, params: list[torch.Tensor], counters_on: torch.device | None) -> tuple:
+        """Each parameter's step count t and first and second moments m and v, started as the
+        per-parameter loop starts them. The counts are moved once to where the path keeps
+        them: ``counters_on`` (the CPU, where they are read on the host), or with None each
+        parameter's device (where they are never read)."""
+        steps, ms, vs = [], [], []
+        for p in params:
+            state = self.state[p]
+            if len(state) == 0:
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if state["step"].device != (device := counters_on or p.device):
+                state["step"] = state["step"].to(device)
+            steps.append(state["step"])
+            ms.append(state["exp_avg"])
+            vs.append(state["exp_avg_sq"])
+        return steps, ms, vs

@@ -43,17 +43,15 @@ __all__ = [
 ]
 
 
-def make_batch(
-    encoded: EncodedSplit, indices: Sequence[int], device: torch.device, swap_pairs: bool = False
-) -> Batch:
-    """The examples at ``indices`` of a split tokenized once (``EncodedSplit``), cut, padded and
-    on ``device`` (the split's tables move there at the first batch, once; the batch is cut
-    there); with ``swap_pairs``, a symmetric pair task's pairs each in a random order, drawn as
+def make_batch(encoded: EncodedSplit, indices: Sequence[int], swap_pairs: bool = False) -> Batch:
+    """The examples at ``indices`` of a split tokenized once (``EncodedSplit``), cut and padded
+    on the split's device (``EncodedSplit.to`` moves its tables there once); with
+    ``swap_pairs``, a symmetric pair task's pairs each in a random order, drawn as
     ``swap_at_random`` draws them (so a seeded run sees the same batches)."""
     swap = None
     if swap_pairs and encoded.task.symmetric:
         swap = random_flips(len(indices))
-    return encoded.to(device).batch(indices, swap)
+    return encoded.batch(indices, swap)
 
 
 def length_grouped_batches(
@@ -114,7 +112,9 @@ class BatchStream:
     """Endless length-grouped batches of one task's training set.
 
     Pass p over the data is shuffled with a generator seeded from (seed, task, p), so the stream's
-    position is two integers (pass, index) and resuming rebuilds it exactly."""
+    position is two integers (pass, index) and resuming rebuilds it exactly. Under torchrun every
+    process draws the same batches and takes its shard of each: examples rank, rank + world, ...
+    (``Distributed``: DistributedDataParallel averages the shards' gradients)."""
 
     def __init__(
         self,
@@ -123,8 +123,11 @@ class BatchStream:
         batch_size: int,
         seed: int,
         make_batches: Callable[..., list[list[int]]] = length_grouped_batches,
+        rank: int = 0,
+        world: int = 1,
     ) -> None:
         self.name, self.lengths, self.batch_size, self.seed = name, lengths, batch_size, seed
+        self.rank, self.world = rank, world
         self.make_batches = make_batches  # (lengths, batch_size, generator) -> index lists
         self.pass_number, self.index = 0, 0
         self._batches = self._make_batches()
@@ -139,7 +142,7 @@ class BatchStream:
             self.pass_number, self.index = self.pass_number + 1, 0
             self._batches = self._make_batches()
         self.index += 1
-        return self._batches[self.index - 1]
+        return self._batches[self.index - 1][self.rank :: self.world]
 
     def state_dict(self) -> dict:
         return {"pass_number": self.pass_number, "index": self.index}

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from multitask.collate import Batch
+from multitask.errors import UsageError
 from tasks.base import Task
 
 __all__ = ["CompiledStep", "compilations", "compile_seconds", "mode_for"]
@@ -40,15 +41,15 @@ def mode_for(setting: str, device: torch.device, processes: int = 1) -> str:
     """torch.compile's mode for ``--compile_mode``: auto is reduce-overhead (CUDA graphs) on a
     GPU and default (Inductor alone) elsewhere, where CUDA graphs do not exist; aot_eager
     captures the graphs (forward and backward) but runs them eagerly, without generating code:
-    a quick check that a step compiles at all. ValueError where it cannot run: CUDA graphs
+    a quick check that a step compiles at all. A UsageError where it cannot run: CUDA graphs
     off a GPU, and several processes (DistributedDataParallel around a compiled step is left
     untried)."""
     if processes > 1:
-        raise ValueError("--compile compiles the step of one process: not under torchrun")
+        raise UsageError("--compile compiles the step of one process: not under torchrun")
     if setting == "auto":
         return "reduce-overhead" if device.type == "cuda" else "default"
     if setting == "reduce-overhead" and device.type != "cuda":
-        raise ValueError("--compile_mode reduce-overhead records CUDA graphs: it needs a GPU")
+        raise UsageError("--compile_mode reduce-overhead records CUDA graphs: it needs a GPU")
     return setting
 
 
@@ -76,6 +77,7 @@ class CompiledStep(nn.Module):
     def __init__(self, step: nn.Module, mode: str) -> None:
         super().__init__()
         self.step = step
+        self.after_update = getattr(step, "after_update", None)
         self.graphs = mode == "reduce-overhead"
         # Each task's head and each padded shape adds an entry to the forward's cache; the
         # default limit (8) would fall back to eager once a few tasks have been seen.
@@ -93,8 +95,3 @@ class CompiledStep(nn.Module):
             torch.compiler.cudagraph_mark_step_begin()
         loss = self.compiled(task, batch)
         return loss.clone() if self.graphs else loss
-
-    def after_update(self) -> None:
-        after = getattr(self.step, "after_update", None)
-        if after is not None:
-            after()

@@ -31,6 +31,7 @@ from multitask.devices import pick_device
 from multitask.distillation import CACHE, parse_teachers, teacher_problem
 from multitask.errors import UsageError
 from multitask.model import ModelSettings
+from multitask.peft_format import adapter_folders
 from multitask.run import RunFolder, folder_kind, merge_config, overlapping
 from multitask.step import loss_weights
 from tasks import TASKS, get_task
@@ -233,6 +234,14 @@ class TrainConfig:
         ),
         metavar="RUN_DIR",
     )
+    init_lora: list[str] = setting(
+        help=(
+            "TASK=DIR,...: start each named task's LoRA (--option lora) from a PEFT adapter "
+            "folder of the same base checkpoint, rank, α and targets (multitask/peft_format.py; "
+            "python -m multitask.export RUN OUT --format peft writes such folders)"
+        ),
+        factory=list,
+    )
     device: str = setting("auto", "auto (CUDA when present), cpu, cuda or cuda:N")
     bf16: bool = setting(False, "bfloat16 autocast (CUDA only)")
     compile: bool = setting(
@@ -401,6 +410,11 @@ def check(cfg: TrainConfig, explicit: list[str], elsewhere: bool = False) -> Non
         checkpoint = cfg.model.check([get_task(t) for t in cfg.tasks if t in TASKS])
         loss_weights(cfg.loss_weights, cfg.tasks)
         parse_teachers(cfg.teachers, cfg.tasks)
+        if cfg.init_lora and cfg.model.option != "lora":
+            raise ValueError(
+                f"--init_lora starts LoRA: it goes with --option lora, not {cfg.model.option}"
+            )
+        adapter_folders(cfg.init_lora, cfg.tasks)
     except ValueError as err:
         raise UsageError(str(err)) from None
     for message in problems(cfg, explicit, checkpoint, elsewhere):

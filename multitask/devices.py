@@ -50,9 +50,6 @@ class Distributed:
     rank: int = 0
     world: int = 1
 
-    def shard(self, indices: list[int]) -> list[int]:
-        return indices[self.rank :: self.world]
-
     def means(self, values: list[torch.Tensor]) -> list[float]:
         """Each scalar's mean over all processes, as Python numbers: one exchange and one read
         of the device for the whole list (every process passes as many, in the same order)."""

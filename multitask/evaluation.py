@@ -62,12 +62,13 @@ def head_outputs(
     ``progress`` shows a bar (standard error) when there are at least 10 batches."""
     if encoded is None:
         encoded = EncodedSplit(task, examples, tokenizer, model.encodes_separately(task))
+    encoded = encoded.to(device)  # once; nothing to do for a split moved at the run's set-up
     batches = length_grouped_batches(encoded.full_lengths, batch_size, None)
     chunks = []
     bar = tqdm(batches, desc=task.name, unit="batch", disable=not progress or len(batches) < 10)
     with evaluating(model):
         for indices in bar:
-            batch = make_batch(encoded, indices, device)
+            batch = make_batch(encoded, indices)
             with autocast or contextlib.nullcontext():
                 chunks.append(model(task.name, batch).float())
     outputs = torch.empty(len(examples), task.num_outputs)

@@ -1,6 +1,8 @@
-"""Export a trained run to the Hugging Face layout, for tools that load a plain BERT.
+"""Export a trained run to the Hugging Face layout, for tools that load a plain BERT, or a LoRA
+run's tasks as PEFT adapters.
 
     python -m multitask.export RUN_DIR OUT_DIR [--overwrite]
+    python -m multitask.export RUN_DIR OUT_DIR --format peft
 
 What is written, by the run's option:
 
@@ -17,6 +19,11 @@ Each encoder directory holds ``config.json``, ``model.safetensors``, ``vocab.txt
 what its outputs mean. Adapters, PALs and LHUC add computations that a plain BERT has no place
 for: those runs are refused, and their per-task files (``RUN_DIR/task-<task>.safetensors``) are
 what to use, through ``python -m multitask.predict`` or ``multitask.trained.TrainedRun``.
+
+With ``--format peft`` (LoRA runs): OUT_DIR/<task>/ per task holds the task's LoRA unmerged as a
+PEFT adapter (``adapter_config.json``, ``adapter_model.safetensors``; multitask/peft_format.py)
+that ``peft.PeftModel.from_pretrained`` loads onto ``transformers.BertModel`` of the run's base
+checkpoint, and the task's head files as above; ``export.json`` says how to load it.
 
 OUT_DIR is written in a temporary folder beside it and renamed when complete (a temporary folder
 left by a killed export is removed by the next export to OUT_DIR), with ``export.json`` naming the
@@ -41,6 +48,7 @@ from minbert.flags import ArgumentParser
 from minbert.pretrained import CheckpointError, resolve_checkpoint_dir, save_checkpoint_dir
 from multitask.errors import RunStopped, UsageError, run_command
 from multitask.model import MultitaskModel
+from multitask.peft_format import unexportable, write_adapter
 from multitask.run import EXPORT_MARK, folder_kind, overlapping
 from multitask.trained import TrainedRun
 from tasks.base import BinaryTask, MultiClassTask, Task, get_task
@@ -157,11 +165,19 @@ def remove_interrupted(out: Path) -> None:
             print(f"removed {stale}, left by an interrupted export")
 
 
-def export(run_dir: str, out_dir: str, overwrite: bool = False) -> list[Path]:
-    """Write the export (see the module docstring); returns the encoder directories written."""
+PEFT_LOADING = (
+    "from transformers import BertModel; from peft import PeftModel; "
+    "model = PeftModel.from_pretrained(BertModel.from_pretrained(CHECKPOINT), OUT_DIR/TASK)"
+)
+
+
+def export(run_dir: str, out_dir: str, overwrite: bool = False, form: str = "hf") -> list[Path]:
+    """Write the export (see the module docstring); returns the directories written."""
     run = TrainedRun(run_dir)
     refused = [k for k in run.settings.plugin_kinds if k not in MERGEABLE]
-    if refused:
+    if form == "peft" and (why := unexportable(run.settings)):
+        raise UsageError(f"{run.path}: no PEFT adapter for this run: {why}")
+    if refused and form == "hf":
         raise UsageError(
             f"{run.path} was trained with {' and '.join(refused)} plug-ins, which add computations "
             "a plain BERT has no place for; use its per-task files "
@@ -173,7 +189,7 @@ def export(run_dir: str, out_dir: str, overwrite: bool = False) -> list[Path]:
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_interrupted(out)
         with tempfile.TemporaryDirectory(prefix=f".{out.name}.export-", dir=out.parent) as tmp:
-            written = write_export(Path(tmp) / "export", run, out)
+            written = write_export(Path(tmp) / "export", run, out, form)
             if out.exists():
                 out.rename(Path(tmp) / "replaced")  # removed with the temporary folder
             (Path(tmp) / "export").rename(out)
@@ -182,10 +198,18 @@ def export(run_dir: str, out_dir: str, overwrite: bool = False) -> list[Path]:
     return written
 
 
-def write_export(staged: Path, run: TrainedRun, out: Path) -> list[Path]:
+def write_export(staged: Path, run: TrainedRun, out: Path, form: str = "hf") -> list[Path]:
     """Every file of the export into ``staged``; the folders they will have under ``out``."""
     written = []
-    if run.settings.option in ("finetune", "pretrain"):
+    mark = {"run": str(run.path.resolve()), "option": run.settings.option, "tasks": run.tasks}
+    if form == "peft":
+        for task in run.tasks:
+            model = run.task_model(task)
+            write_adapter(staged / task, model, run.settings, task)
+            write_head(staged / task, model, task)
+            written.append(out / task)
+        mark |= {"format": "peft", "checkpoint": run.settings.checkpoint, "load": PEFT_LOADING}
+    elif run.settings.option in ("finetune", "pretrain"):
         if run.settings.option == "finetune":  # one model holds every task
             models = dict.fromkeys(run.tasks, run.task_model(run.tasks[0]))
         else:
@@ -200,7 +224,6 @@ def write_export(staged: Path, run: TrainedRun, out: Path) -> list[Path]:
             write_encoder(staged / task, run, model, task)
             write_head(staged / task, model, task)
             written.append(out / task)
-    mark = {"run": str(run.path.resolve()), "option": run.settings.option, "tasks": run.tasks}
     atomic_write_text(staged / EXPORT_MARK, json.dumps(mark, indent=2) + "\n")
     return written
 
@@ -219,10 +242,19 @@ def main(argv: list[str] | None = None) -> int:
         help="the folder to write (an existing, non-empty one only with --overwrite)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    p.add_argument(
+        "--format",
+        choices=("hf", "peft"),
+        default="hf",
+        help=(
+            "hf: a plain BERT per run (finetune, pretrain) or per task (lora, merged); peft: "
+            "a LoRA run's tasks unmerged, as PEFT adapters of the base checkpoint"
+        ),
+    )
     args = p.parse_args(argv)
 
     def body() -> None:
-        for folder in export(args.run_dir, args.out_dir, args.overwrite):
+        for folder in export(args.run_dir, args.out_dir, args.overwrite, args.format):
             print(f"wrote {folder}")
 
     return run_command(body, "OUT_DIR was left as it was before this export")

@@ -229,7 +229,9 @@ class MultitaskModel(nn.Module):
         return task.is_pair and self.pair_encoding == "separate"
 
     def forward(self, task_name: str, batch: Batch) -> torch.Tensor:
-        """Encoder + representation + head: token ids -> (B, C) outputs."""
+        """Encoder + representation + head: token ids -> (B, C) outputs. Every sequence is
+        embedded before any is encoded (two for separately encoded pairs): dropout draws its
+        masks in that order, which a seeded run's results depend on."""
         return self.outputs_from_embeddings(task_name, self.embed(batch), batch)
 
     def loss(self, task: Task, batch: Batch) -> torch.Tensor:

@@ -136,12 +136,9 @@ class TrainingStep(nn.Module):
         self.model = model
         self.objective = objective or model.loss
         self.weights = weights or {}
+        # After an optimizer step: what the objective keeps in step with the weights (SMART's
+        # teacher), or None
+        self.after_update = getattr(self.objective, "after_update", None)
 
     def forward(self, task: Task, batch: Batch) -> torch.Tensor:
         return self.objective(task, batch) * self.weights.get(task.name, 1.0)
-
-    def after_update(self) -> None:
-        """After an optimizer step: whatever the objective keeps in step with the weights."""
-        after = getattr(self.objective, "after_update", None)
-        if after is not None:
-            after()

@@ -153,7 +153,8 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     if scheduler is not None:
         scheduler.step()
-    after_update = getattr(unwrapped(step), "after_update", None)  # SMART's teacher, if any
+    # SMART's teacher, if any (DistributedDataParallel holds the step as .module)
+    after_update = getattr(getattr(step, "module", step), "after_update", None)
     if counts and after_update is not None:
         after_update()
     return losses if counts else None
@@ -215,8 +216,3 @@ def rescaled(groups: list[dict], chosen: set[int], lr: float, factor: float) -> 
             if params:
                 result.append({**group, "params": params, "lr": rate * scale})
     return result
-
-
-def unwrapped(step: nn.Module) -> nn.Module:
-    """The step module itself, also when DistributedDataParallel wraps it."""
-    return step.module if isinstance(step, nn.parallel.DistributedDataParallel) else step

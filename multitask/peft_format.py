@@ -1,0 +1,180 @@
+"""A LoRA run's task as a PEFT adapter folder, and a PEFT adapter folder as a task's LoRA.
+
+    python -m multitask.export RUN_DIR OUT_DIR --format peft     # OUT_DIR/<task>/ per task
+    python train_multitask.py --option lora --init_lora sst=OUT_DIR/sst
+
+PEFT (Hugging Face's parameter-efficient fine-tuning library, ``peft``) keeps a LoRA adapter as
+two files: ``adapter_config.json`` (rank ``r``, ``lora_alpha``, ``target_modules``,
+``lora_dropout``) and ``adapter_model.safetensors``, which holds for every adapted ``nn.Linear``
+of transformers' ``BertModel`` the tensors
+
+    base_model.model.encoder.layer.N.<module path>.lora_A.weight    A: r×d_in
+    base_model.model.encoder.layer.N.<module path>.lora_B.weight    B: d_out×r
+
+and computes y = W x + b + (α / r) · B A x: minBERT's LoRA exactly (minbert/plugins/lora.py, Hu
+et al. 2021), so A and B carry over unchanged and only their names differ. The module paths of
+minBERT's targets are the Hugging Face names DESIGN.md keeps (``HF_PATHS``). PEFT matches a
+listed target by the end of a module's name, and ``output.dense`` also ends
+``attention.output.dense``: with the ``output`` target the targets are written as the one regular
+expression PEFT matches whole names with.
+
+What a PEFT adapter cannot hold is refused (``unexportable``): another plug-in beside LoRA, the
+per-task LayerNorms of ``--train_layernorms``, an encoder trained with ``--train_encoder`` (the
+adapter would then sit on weights that are not the base checkpoint's).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from minbert.checkpoint import atomic_write_text, save_tensors
+from multitask.model import ModelSettings, MultitaskModel
+
+HF_PATHS = {
+    "query": "attention.self.query",
+    "key": "attention.self.key",
+    "value": "attention.self.value",
+    "attention_output": "attention.output.dense",
+    "intermediate": "intermediate.dense",
+    "output": "output.dense",
+}
+CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+
+
+def adapter_folders(entries: list[str], tasks: list[str]) -> dict[str, str]:
+    """``--init_lora ["sst=out/sst", ...]`` -> ``{"sst": "out/sst"}``; ValueError names a bad
+    entry."""
+    folders: dict[str, str] = {}
+    for entry in entries:
+        name, _, folder = entry.partition("=")
+        if name not in tasks or name in folders or not folder:
+            raise ValueError(
+                f"--init_lora {entry!r}: give TASK=DIR with a task of --tasks "
+                f"({','.join(tasks)}), each at most once"
+            )
+        folders[name] = folder
+    return folders
+
+
+def unexportable(settings: ModelSettings) -> str | None:
+    """Why a run of ``settings`` has no PEFT LoRA adapter equivalent, or None."""
+    if settings.option != "lora":
+        return f"--option {settings.option}: only a LoRA run is a PEFT LoRA adapter"
+    if settings.also:
+        return f"--also {','.join(settings.also)}: a PEFT LoRA adapter holds LoRA alone"
+    if settings.train_layernorms:
+        return "--train_layernorms: a PEFT LoRA adapter has no per-task LayerNorms"
+    if settings.train_encoder:
+        return "--train_encoder: the adapter would sit on weights that are not the checkpoint's"
+    return None
+
+
+def target_modules(targets: tuple[str, ...]) -> list[str] | str:
+    """PEFT's ``target_modules`` for minBERT's LoRA targets (see the module docstring)."""
+    paths = [HF_PATHS[name] for name in targets]
+    if "output" not in targets:
+        return paths
+    return r"encoder\.layer\.\d+\.(" + "|".join(re.escape(p) for p in paths) + ")"
+
+
+def key(layer: int, target: str, part: str) -> str:
+    return f"base_model.model.encoder.layer.{layer}.{HF_PATHS[target]}.lora_{part}.weight"
+
+
+def adapter_config(settings: ModelSettings) -> dict:
+    """``adapter_config.json`` as PEFT writes it for this LoRA (the fields PEFT reads)."""
+    lora = settings.lora
+    return {
+        "peft_type": "LORA",
+        "base_model_name_or_path": settings.checkpoint,
+        "r": lora.rank,
+        "lora_alpha": lora.alpha,
+        "lora_dropout": lora.dropout,
+        "target_modules": target_modules(lora.target_names),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "init_lora_weights": True,
+        "use_rslora": False,
+        "use_dora": False,
+        "inference_mode": True,
+        "modules_to_save": None,
+        "layers_to_transform": None,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "task_type": None,
+    }
+
+
+def write_adapter(folder: Path, model: MultitaskModel, settings: ModelSettings, task: str) -> None:
+    """The task's LoRA as a PEFT adapter folder (``adapter_config.json``, the tensors)."""
+    updates = model.bert.plugins["lora"].by_task[task]
+    tensors = {}
+    for layer, maps in enumerate(updates):
+        for target, update in maps.items():
+            tensors[key(layer, target, "A")] = update.A.detach().contiguous()
+            tensors[key(layer, target, "B")] = update.B.detach().contiguous()
+    folder.mkdir(parents=True, exist_ok=True)
+    save_tensors(tensors, folder / WEIGHTS)
+    atomic_write_text(folder / CONFIG, json.dumps(adapter_config(settings), indent=2) + "\n")
+
+
+def read_adapter(folder: str | Path, model: MultitaskModel, task: str) -> dict[str, torch.Tensor]:
+    """The tensors of a PEFT LoRA adapter folder for ``task``'s LoRA in ``model``, by this
+    model's names; ValueError (one line naming the folder) where the folder is not a LoRA
+    adapter of this model's rank, α, targets and base shapes."""
+    folder = Path(folder)
+    for name in (CONFIG, WEIGHTS):
+        if not (folder / name).is_file():
+            raise ValueError(f"{folder}: no {name}; give a folder PEFT's save_pretrained wrote")
+    try:
+        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+        tensors = load_file(str(folder / WEIGHTS))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{folder}: not readable as a PEFT adapter ({err})") from None
+    lora = model.bert.plugins["lora"]
+    ours = {
+        "peft_type": "LORA",
+        "r": lora.rank,
+        "lora_alpha": lora.alpha,
+        "target_modules": target_modules(lora.targets),
+        "use_dora": False,
+        "use_rslora": False,
+    }
+    theirs = {k: config.get(k) for k in ours}
+    if isinstance(theirs["target_modules"], list):
+        theirs["target_modules"] = sorted(theirs["target_modules"])
+        ours["target_modules"] = sorted(ours["target_modules"])
+    if differ := [
+        f"{k} {theirs[k]!r} (this run: {ours[k]!r})" for k in ours if theirs[k] != ours[k]
+    ]:
+        raise ValueError(f"{folder}: another LoRA than this run's: {'; '.join(differ)}")
+    expected = {
+        key(layer, target, part): getattr(update, part)
+        for layer, maps in enumerate(lora.by_task[task])
+        for target, update in maps.items()
+        for part in "AB"
+    }
+    named = {k.replace(".default.", "."): v for k, v in tensors.items()}
+    if set(named) != set(expected):
+        missing, extra = sorted(set(expected) - set(named)), sorted(set(named) - set(expected))
+        raise ValueError(f"{folder}: another base model: missing {missing[:2]}, extra {extra[:2]}")
+    if wrong := [k for k, v in expected.items() if named[k].shape != v.shape]:
+        raise ValueError(
+            f"{folder}: another base model: {wrong[0]} is {list(named[wrong[0]].shape)}"
+        )
+    return named
+
+
+@torch.no_grad()
+def load_adapter(folder: str | Path, model: MultitaskModel, task: str) -> None:
+    """Start ``task``'s LoRA in ``model`` from a PEFT adapter folder (``read_adapter``)."""
+    tensors = read_adapter(folder, model, task)
+    for layer, maps in enumerate(model.bert.plugins["lora"].by_task[task]):
+        for target, update in maps.items():
+            update.A.copy_(tensors[key(layer, target, "A")])
+            update.B.copy_(tensors[key(layer, target, "B")])
