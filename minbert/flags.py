@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import math
 import re
+import sys
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -173,6 +174,22 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        """As argparse's, but a comma-separated list flag (``--tasks``, ``--teachers``) given
+        twice is an error: argparse would keep the last and drop the first silently."""
+        words = list(sys.argv[1:] if args is None else args)
+        words = words[: words.index("--")] if "--" in words else words
+        for action in self._actions:
+            if action.type is _comma_list:
+                for flag in action.option_strings:
+                    given = [w for w in words if w == flag or w.startswith(f"{flag}=")]
+                    if len(given) > 1:
+                        self.error(
+                            f"{flag} given {len(given)} times: the last would replace the others; "
+                            f"name every value in one {flag} A,B,..."
+                        )
+        return super().parse_known_args(args, namespace)
 
 
 def nonempty_path(text: str) -> Path:

@@ -27,8 +27,8 @@ from minbert.flags import (
 )
 from minbert.sampling import MODES
 from minbert.smart import SmartConfig
-from multitask.devices import pick_device
-from multitask.distillation import CACHE, parse_teachers, teacher_problem
+from multitask.devices import THREADS_RANGE, pick_device
+from multitask.distillation import distillation_problems, parse_teachers
 from multitask.errors import UsageError
 from multitask.model import ModelSettings
 from multitask.run import RunFolder, folder_kind, merge_config, overlapping
@@ -256,7 +256,7 @@ class TrainConfig:
             "CPU threads for torch (default: torch's choice, one per core); on a machine shared "
             "with other jobs, fewer threads than cores avoids over-subscription"
         ),
-        within="[1, inf)",
+        within=THREADS_RANGE,
     )
     no_plots: bool = setting(False, "skip the PNG learning curves")
     # Not flags; saved in config.json. With --add_to, the earlier runs' tasks (frozen):
@@ -458,16 +458,7 @@ def problems(
         )
     if cfg.encoder_lr is not None and not m.train_encoder:
         yield "--encoder_lr goes with --train_encoder (a plug-in option training the encoder too)"
-    if cfg.teacher_annealing and cfg.teacher_weight is not None:
-        yield "--teacher_annealing and --teacher_weight: choose one (annealing is the default)"
-    if (cfg.teacher_annealing or cfg.teacher_weight is not None) and not cfg.teachers:
-        yield "--teacher_annealing / --teacher_weight: name the teachers with --teachers"
-    cached = cfg.resume and (Path(cfg.out_dir) / CACHE).is_file()  # teachers no longer needed
-    for name, folder in [] if cached else parse_teachers(cfg.teachers, tasks).items():
-        if elsewhere and not Path(folder).exists():
-            continue
-        if problem := teacher_problem(name, folder, m):
-            yield problem
+    yield from distillation_problems(cfg, elsewhere)
     if cfg.nonfinite_check == "device" and (cfg.smart or cfg.step_gradient == "pcgrad"):
         yield (
             "--nonfinite_check device: SMART (its teacher counts updates) and PCGrad (it projects "
