@@ -188,7 +188,8 @@ class TrainConfig:
         help=(
             "TASK=RUN_DIR,...: finished runs of this driver (a task alone or several, any "
             "option) whose head outputs teach the named tasks: each trains towards "
-            "λ·gold + (1 − λ)·teacher (Clark et al. 2019, BAM!; multitask/distillation.py)"
+            "λ·gold + (1 − λ)·teacher (Clark et al. 2019, BAM!; multitask/distillation.py); "
+            "given twice, the lists are merged (a task taught by two runs is an error)"
         ),
         factory=list,
         group="distillation from teachers",
@@ -317,7 +318,10 @@ WHERE_IT_RUNS = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
-        description=DESCRIPTION, formatter_class=HelpFormatter, allow_abbrev=False
+        description=DESCRIPTION,
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
+        merged=("--teachers",),
     )
     add_flags(parser, TrainConfig)
     files = parser.add_argument_group("data files (default: <data_dir>/<the course's file name>)")

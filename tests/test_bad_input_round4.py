@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import multitask.attention
+import train_multitask
 from minbert.checkpoint import save_tensors
 from tests.test_bad_input_commands import (
     MAINS,
@@ -346,18 +347,25 @@ CASES = [
     ),
     Case("d-head-hidden-huge", "driver", driver("--head_hidden", HUGE, *NEW), "--head_hidden"),
     Case(
-        "d-teachers-twice",
+        "d-teachers-twice-first-kept",
         "driver",
-        driver("--teachers", "sst={run}", "--teachers", "para={run}", *NEW),
-        "--teachers",
+        driver("--teachers", "sst={tmp}/nope", "--teachers", "para={run}", *NEW),
+        "--teachers sst=",
     ),
     Case(
-        "d-teachers-twice-equals",
+        "d-teachers-twice-equals-first-kept",
         "driver",
-        driver("--teachers=sst={run}", "--teachers=sst={run}", *NEW),
+        driver("--teachers=sst={tmp}/nope", "--teachers=para={run}", *NEW),
+        "--teachers sst=",
+    ),
+    Case(
+        "d-teachers-twice-one-task-two-runs",
+        "driver",
+        driver(
+            "--teachers", "sst={run}", "--teachers", "sst={adapter}", *NEW, runs=("run", "adapter")
+        ),
         "--teachers",
     ),
-    Case("d-tasks-twice", "driver", driver("--tasks", "sst", "--tasks", "para", *NEW), "--tasks"),
     Case(
         "d-teacher-is-overwritten-run",
         "driver",
@@ -493,6 +501,16 @@ def test_bad_invocation(case, made, tiny_checkpoint, tiny_data, tmp_path, monkey
 def test_at_least_fifty_cases():
     assert len(CASES) >= 50
     assert len({c.name for c in CASES}) == len(CASES)
+
+
+def test_teachers_given_twice_are_merged(made, tiny_checkpoint, tiny_data, tmp_path):
+    """Both --teachers count (documented in --help); the same entry twice counts once."""
+    run = made["run"]
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data)]
+    argv += ["--max_length", "32", "--out_dir", str(tmp_path / "new")]
+    argv += ["--teachers", f"sst={run}", "--teachers", f"para={run},sst={run}"]
+    assert train_multitask.parse_args(argv).teachers == [f"sst={run}", f"para={run}"]
+    assert "merged" in train_multitask.build_parser().format_help()
 
 
 def test_attention_writes_only_the_files_it_names_and_overwrites_only_when_asked(
