@@ -8,7 +8,7 @@ row, bad --seeds, --jobs 0, a missing --data_dir, --results inside a run folder,
 results file, a row of the same name recorded with another command unless --replace: one
 ``error:`` line, exit 2); it exits 1 when a row failed, and on Ctrl-C 130 with one line and the
 results file whole (it is replaced, never written in place; no queued row starts, a running row's
-process saves its state and ends, its folder resumes with --resume). Suites:
+process saves its state and ends: with --jobs 1 its own line stands above the runner's). Suites:
 
     defaults   short runs (--limit) comparing sentence representations and pair encodings, used
                to choose the driver's defaults
@@ -578,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(
             f"error: interrupted (Ctrl-C); {json_path} holds every row finished before, each "
-            "whole; no other row was started (a stopped row's run folder resumes with --resume)",
+            "whole; no other row was started; a stopped row's own output (with --jobs, its log) "
+            "says what its run folder holds",
             file=sys.stderr,
         )
         return 130

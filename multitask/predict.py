@@ -57,7 +57,7 @@ import torch
 from minbert.checkpoint import write_output
 from minbert.flags import ArgumentParser
 from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
-from multitask.devices import pick_device, set_threads
+from multitask.devices import THREADS_RANGE, pick_device, set_threads
 from multitask.errors import UsageError, run_command
 from multitask.evaluation import head_outputs
 from multitask.run import folder_kind
@@ -227,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--strict", action="store_true", help="a line that cannot be read is an error")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    p.add_argument(
+        "--threads", type=int, default=None, help=f"CPU threads for torch ({THREADS_RANGE})"
+    )
     return p
 
 
