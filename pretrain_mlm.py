@@ -50,10 +50,12 @@ from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream
 from multitask.config import SEEDS, not_a_checkpoint
 from multitask.data import load_data
+from multitask.devices import THREADS_RANGE
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.run import Layout, RunFolder, merge_config, overlapping
 from multitask.step import optimizer_for
 from tasks import TASKS
+from tasks.reader import has_visible_text
 
 # The MLM run folder: a checkpoint directory once finished, plus the run's own files.
 MLM_FOLDER = Layout(
@@ -96,7 +98,7 @@ class MLMConfig:
     out_dir: str = setting("runs/mlm", "output checkpoint directory", group="run")
     resume: bool = setting(False, "continue the run in --out_dir")
     overwrite: bool = setting(False, "replace an earlier run of this command in --out_dir")
-    threads: int | None = setting(None, "CPU threads for torch", within="[1, inf)")
+    threads: int | None = setting(None, "CPU threads for torch", within=THREADS_RANGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,9 +162,14 @@ def sentences_of(cfg: MLMConfig) -> tuple[list[str], list[str]]:
             lines = path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError as err:
             raise UsageError(f"--text: {path} is not UTF-8 text ({err})") from None
-        kept = [line.strip() for line in lines if line.strip()]
+        kept = [line.strip() for line in lines if has_visible_text(line)]
+        if not kept:
+            raise UsageError(
+                f"--text: {path} holds no sentence: its {len(lines)} line(s) are blank or only "
+                "invisible characters (zero-width spaces, lone combining marks)"
+            )
         if len(kept) < len(lines):
-            print(f"{path}: {len(lines) - len(kept)} blank lines skipped")
+            print(f"{path}: {len(lines) - len(kept)} blank or invisible lines skipped")
         held = min(cfg.held_out, len(kept) // 10)
         if held < 1:
             raise UsageError(

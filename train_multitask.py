@@ -47,7 +47,7 @@ from multitask.data import (
     report_truncation,
 )
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
-from multitask.distillation import gold_weight, parse_teachers, teacher_outputs
+from multitask.distillation import gold_weight, save_teacher_outputs, teacher_outputs
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.evaluation import calibrate_similarity_heads, evaluate, write_predictions
 from multitask.loss_log import LossLog, NonFiniteStep
@@ -158,10 +158,11 @@ def set_up(cfg: TrainConfig) -> Run:
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model = make_model(cfg, device)
     train = {name: splits["train"] for name, splits in data.items()}
-    teachers = parse_teachers(cfg.teachers, cfg.tasks)
+    taught = teacher_outputs(folder, cfg.teachers, train, device, cfg.resume)  # before removing
     if not cfg.resume:  # a resumed run restores its heads
         calibrate_similarity_heads(model, train, tokenizer, cfg.batch_size, device)
     folder.start(cfg.resume)
+    save_teacher_outputs(folder, taught, cfg.resume)
     if not cfg.resume:
         folder.write_config(cfg.to_flat())
     if skipped_rows:
@@ -184,7 +185,6 @@ def set_up(cfg: TrainConfig) -> Run:
     optimizer = optimizer_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay, cfg.encoder_lr)
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
     clock = Clock()
-    taught = teacher_outputs(folder, teachers, train, device, cfg.resume)
 
     def gold() -> float:  # distillation's λ at the step the loop is at
         return gold_weight(clock.step, total_steps, cfg.teacher_weight)

@@ -5,8 +5,10 @@ folder under --runs_dir; this script reads back its metrics.jsonl, summary.json 
 parameters.json and writes one JSON and one Markdown file with the exact commands, the commit and
 the machine. Like every command, it checks its flags before anything runs (an unknown --only
 row, bad --seeds, --jobs 0, a missing --data_dir, --results inside a run folder, a cut-off
-results file: one ``error:`` line, exit 2); it exits 1 when a row failed, and on Ctrl-C 130 with
-the results file whole (it is replaced, never written in place). Suites:
+results file, a row of the same name recorded with another command unless --replace: one
+``error:`` line, exit 2); it exits 1 when a row failed, and on Ctrl-C 130 with one line and the
+results file whole (it is replaced, never written in place; no queued row starts, a running row's
+process saves its state and ends: with --jobs 1 its own line stands above the runner's). Suites:
 
     defaults   short runs (--limit) comparing sentence representations and pair encodings, used
                to choose the driver's defaults
@@ -70,12 +72,15 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import _common
 from suite_results import markdown
@@ -83,6 +88,8 @@ from suite_results import markdown
 from minbert.flags import ArgumentParser
 
 ROOT = _common.ROOT
+STOPPING = threading.Event()  # set on Ctrl-C: rows that end now were stopped, not failed
+STOP_GRACE_S = 60  # on Ctrl-C, how long a row's process may take to save its state and end
 
 # What a configuration runs: the driver, unless its flags start with the plain loop's script.
 DRIVER, PLAIN_LOOP = "train_multitask.py", "benchmarks/plain_loop.py"
@@ -391,6 +398,36 @@ def results_files(args: argparse.Namespace) -> tuple[Path, Path]:
     return stem.with_name(f"{stem.name}.json"), stem.with_name(f"{stem.name}.md")
 
 
+def row_command(name: str, flags: list[str], args: argparse.Namespace, extra: list[str]) -> list:
+    """The command that runs row ``name``: the driver (or the plain loop) on --data_dir, into
+    ``<runs_dir>/<suite>-<name>``, with the row's flags and ``extra`` (the flags after --)."""
+    out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
+    script, flags = (flags[0], flags[1:]) if flags[0] == PLAIN_LOOP else (DRIVER, flags)
+    cmd = [sys.executable, script, "--data_dir", args.data_dir, "--out_dir", str(out_dir)]
+    return [*cmd, "--overwrite", *flags, *extra]
+
+
+def recorded(cmd: list[str]) -> str:
+    """A command as a results row records it: as a user types it (``python ...``)."""
+    return shlex.join(_common.portable_words(cmd))
+
+
+def run_child(cmd: list[str], out: Any) -> int:
+    """Run one row's process to its end; on Ctrl-C (which the row's process, in the same
+    process group, had too) wait until it has saved its state and ended, then stop."""
+    stderr = subprocess.STDOUT if out else None
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=stderr) as child:
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            try:
+                child.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:  # the Ctrl-C reached the runner alone
+                child.send_signal(signal.SIGINT)
+                child.wait()
+            raise
+
+
 def run_one(
     name: str, flags: list[str], args: argparse.Namespace, extra: list[str], log: bool = False
 ) -> bool:
@@ -399,10 +436,8 @@ def run_one(
     ``<runs_dir>/<suite>-<name>.log`` (several running at once), with a line here as it starts
     and ends."""
     json_path, md_path = results_files(args)
-    out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
-    script, flags = (flags[0], flags[1:]) if flags[0] == PLAIN_LOOP else (DRIVER, flags)
-    cmd = [sys.executable, script, "--data_dir", args.data_dir, "--out_dir", str(out_dir)]
-    cmd += ["--overwrite", *flags, *extra]
+    cmd = row_command(name, flags, args, extra)
+    out_dir = Path(cmd[cmd.index("--out_dir") + 1])
     print("$", shlex.join(cmd), flush=True)
     commit = git_commit()  # the code the run starts from
     start = time.time()
@@ -411,14 +446,15 @@ def run_one(
         log_path.parent.mkdir(parents=True, exist_ok=True)
         print(f"{name}: started, output in {log_path}", flush=True)
         with open(log_path, "w") as out:
-            rc = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
+            rc = run_child(cmd, out)
     else:
-        rc = subprocess.run(cmd, cwd=ROOT).returncode
+        rc = run_child(cmd, None)
     if rc != 0:
-        print(f"{name}: exit code {rc}", file=sys.stderr, flush=True)
+        if not STOPPING.is_set() and rc not in (130, -signal.SIGINT):  # else the runner says
+            print(f"{name}: exit code {rc}", file=sys.stderr, flush=True)
         return False
     row = {
-        "command": shlex.join(_common.portable_words(cmd)),  # as a user types it
+        "command": recorded(cmd),
         "commit": commit,
         "machine": machine(),
         **versions(),
@@ -434,6 +470,26 @@ def run_one(
     if log:
         print(f"{name}: done in {time.time() - start:.0f} s", flush=True)
     return True
+
+
+def check_replaced(
+    p: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    chosen: list[tuple[str, list]],
+    extra: list[str],
+    results: dict,
+) -> None:
+    """A row already in the results file under the same name but recorded with another command
+    (other flags, data or runs folder) is replaced only with --replace: one line otherwise."""
+    if args.replace:
+        return
+    for name, flags in chosen:
+        old = results.get(name, {}).get("command") if isinstance(results.get(name), dict) else None
+        if old is not None and old != recorded(row_command(name, flags, args, extra)):
+            p.error(
+                f"row {name}: {results_files(args)[0]} already holds it, recorded with another "
+                f"command ({old}); pass --replace to replace it, or give another --results"
+            )
 
 
 def chosen_runs(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, list]]:
@@ -488,6 +544,13 @@ def main(argv: list[str] | None = None) -> int:
         "--results", default=None, help="results file stem (default: benchmarks/results/<suite>)"
     )
     p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace a row of the results file recorded with another command (other flags, "
+        "data or runs folder) under the same name; without it such a row is refused in one "
+        "line before anything runs (a row rerun with the same command is always replaced)",
+    )
+    p.add_argument(
         "--jobs",
         type=int,
         default=1,
@@ -503,24 +566,44 @@ def main(argv: list[str] | None = None) -> int:
     chosen = chosen_runs(p, args)
     json_path, md_path = results_files(args)
     check_paths(p, args, json_path)
-    read_results(p, json_path)  # a cut-off file is named before anything runs
+    results = read_results(p, json_path)  # a cut-off file is named before anything runs
+    if not args.render:
+        check_replaced(p, args, chosen, extra, results)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     if args.render:
-        write_markdown(md_path, args.suite, read_results(p, json_path))
+        write_markdown(md_path, args.suite, results)
         return 0
     try:
-        if args.jobs == 1:
-            done = [run_one(name, flags, args, extra) for name, flags in chosen]
-        else:  # each run's output to its log; the results file is shared under its lock
-            with ThreadPoolExecutor(args.jobs) as pool:
-                done = list(pool.map(lambda c: run_one(*c, args, extra, log=True), chosen))
+        done = run_rows(chosen, args, extra)
     except KeyboardInterrupt:
-        print(f"interrupted; {json_path} holds every row finished before", file=sys.stderr)
+        print(
+            f"error: interrupted (Ctrl-C); {json_path} holds every row finished before, each "
+            "whole; no other row was started; a stopped row's own output (with --jobs, its log) "
+            "says what its run folder holds",
+            file=sys.stderr,
+        )
         return 130
     if failed := [name for (name, _), ok in zip(chosen, done) if not ok]:
         print(f"error: {len(failed)} row(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_rows(chosen: list[tuple[str, list]], args: argparse.Namespace, extra: list[str]) -> list:
+    """Run the rows, one after another or --jobs at once (each output to its log; the results
+    file shared under its lock); whether each succeeded. On Ctrl-C no queued row starts, the
+    running ones end (they had the Ctrl-C too) and KeyboardInterrupt is raised again."""
+    if args.jobs == 1:
+        return [run_one(name, flags, args, extra) for name, flags in chosen]
+    pool = ThreadPoolExecutor(args.jobs)
+    try:
+        return list(pool.map(lambda c: run_one(*c, args, extra, log=True), chosen))
+    except KeyboardInterrupt:
+        STOPPING.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=False)
 
 
 def read_results(p: argparse.ArgumentParser, json_path: Path) -> dict:
@@ -529,9 +612,12 @@ def read_results(p: argparse.ArgumentParser, json_path: Path) -> dict:
     if not json_path.exists():
         return {}
     try:
-        return json.loads(json_path.read_text())
+        results = json.loads(json_path.read_text())
     except ValueError:
         p.error(f"{json_path} is corrupted (not JSON); move it away or give another --results")
+    if not isinstance(results, dict):
+        p.error(f"{json_path} is corrupted (not rows by name); move it away or give --results")
+    return results
 
 
 if __name__ == "__main__":

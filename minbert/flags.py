@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import math
 import re
+import sys
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -173,6 +174,29 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+    def __init__(self, *args: Any, merged: tuple[str, ...] = (), **kwargs: Any) -> None:
+        """``merged``: comma-separated list flags whose every occurrence counts (``--teachers
+        a=x --teachers b=y`` is ``--teachers a=x,b=y``; a value given twice counts once), where
+        argparse would keep the last and drop the others silently."""
+        super().__init__(*args, **kwargs)
+        self.merged = merged
+
+    def parse_known_args(self, args=None, namespace=None):
+        words = list(sys.argv[1:] if args is None else args)
+        words = words[: words.index("--")] if "--" in words else words
+        parsed, rest = super().parse_known_args(args, namespace)
+        for flag in self.merged:
+            values = []
+            for i, word in enumerate(words):
+                if word == flag and i + 1 < len(words):
+                    values.append(words[i + 1])
+                elif word.startswith(f"{flag}="):
+                    values.append(word[len(flag) + 1 :])
+            if len(values) > 1:
+                merged = [v for value in values for v in _comma_list(value)]
+                setattr(parsed, flag.lstrip("-"), list(dict.fromkeys(merged)))
+        return parsed, rest
 
 
 def nonempty_path(text: str) -> Path:

@@ -31,14 +31,20 @@ What is written:
                sentence at a time (``--pair_encoding separate``) gives one figure per sentence,
                OUT.png and OUT-2.png
 
-A ``.html`` or ``.png`` suffix on OUT is dropped. A bad run folder, task or empty input is one
-``error:`` line and exit code 2.
+A ``.html`` or ``.png`` suffix on OUT is dropped; the command says which files it writes, and
+checks them before it computes anything: OUT naming an existing folder is refused (name a file in
+it), an existing OUT.html or OUT.png is replaced only with ``--overwrite`` (``--out fig.html``
+never replaces a ``fig.png`` beside it silently), and nothing is written into a run, export or
+checkpoint folder (the run or checkpoint looked at included, at any depth). A bad run folder,
+task, flag or empty input is one ``error:`` line and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,14 +55,22 @@ import torch
 
 from minbert.bert import BertModel
 from minbert.checkpoint import atomic_write, atomic_write_text
-from minbert.pretrained import load_config, load_pretrained, resolve_checkpoint_dir
+from minbert.flags import ArgumentParser
+from minbert.pretrained import (
+    CheckpointError,
+    load_config,
+    load_pretrained,
+    resolve_checkpoint_dir,
+)
 from minbert.tokenizer import Tokenizer
 from multitask.collate import Batch
+from multitask.devices import THREADS_RANGE, set_threads
 from multitask.errors import UsageError, run_command
 from multitask.model import MultitaskModel
+from multitask.run import folder_kind
 from multitask.trained import TrainedRun
 from tasks.base import TASKS, Task, get_task
-from tasks.reader import has_visible_text
+from tasks.reader import empty_text_problem
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -77,6 +91,7 @@ class Subject:
     task: Task | None = None
     model: MultitaskModel | None = None
     separate: bool = False  # a pair encoded one sentence at a time
+    protected: list[Path] = field(default_factory=list)  # folders --out never writes into
 
 
 @dataclass
@@ -99,7 +114,10 @@ def open_run(run_dir: str, task_name: str | None) -> Subject:
     model, tokenizer = run.task_model(task_name), run.tokenizer()
     source = f"run {run.path} (--option {run.settings.option}), task {task_name}"
     separate = model.encodes_separately(task)
-    return Subject(model.bert, tokenizer, source, task, model, separate)
+    protected = [run.path.resolve()]
+    with contextlib.suppress(CheckpointError):
+        protected.append(resolve_checkpoint_dir(run.settings.checkpoint).resolve())
+    return Subject(model.bert, tokenizer, source, task, model, separate, protected)
 
 
 def open_checkpoint(checkpoint: str, task_name: str | None) -> Subject:
@@ -116,15 +134,16 @@ def open_checkpoint(checkpoint: str, task_name: str | None) -> Subject:
         tokenizer = Tokenizer.from_checkpoint(directory, length)
     except ValueError as err:
         raise UsageError(f"--checkpoint {checkpoint}: {err}") from None
-    return Subject(bert, tokenizer, f"checkpoint {directory} (no task head)")
+    source = f"checkpoint {directory} (no task head)"
+    return Subject(bert, tokenizer, source, protected=[Path(directory).resolve()])
 
 
 def check_inputs(subject: Subject, first: str, second: str | None) -> list[str]:
     """The sentences to encode, or a UsageError saying what is missing or empty."""
-    if not has_visible_text(first):
-        raise UsageError("--input is empty: give the sentence to look at")
-    if second is not None and not has_visible_text(second):
-        raise UsageError("--pair is empty: give the second sentence, or leave --pair out")
+    if problem := empty_text_problem("sentence", first):
+        raise UsageError(f"--input: {problem}; give the sentence to look at")
+    if second is not None and (problem := empty_text_problem("sentence", second)):
+        raise UsageError(f"--pair: {problem}; give the second sentence, or leave --pair out")
     task = subject.task
     if task is not None and task.is_pair and second is None:
         raise UsageError(f"--task {task.name} reads two sentences: give the second with --pair")
@@ -270,22 +289,63 @@ def write_figure(path: Path, tokens: list[str], maps: torch.Tensor, title: str) 
         plt.close(fig)
 
 
-def output_stem(out: str) -> Path:
-    """OUT without a .html / .png suffix; its folder is made when missing."""
-    path = Path(out)
-    if path.suffix.lower() in (".html", ".png"):
-        path = path.with_suffix("")
-    if not path.name:
+def output_paths(out: str, figures: int, overwrite: bool, protected: list[Path]) -> list[Path]:
+    """The files ``--out`` names (OUT.html, then OUT.png and OUT-2.png ... one per figure),
+    checked before anything is computed: never a folder, never inside a run, export or
+    checkpoint folder (``protected``: the run looked at and its checkpoint, at any depth), and
+    an existing file only with ``--overwrite``. Missing folders above OUT are made when writing."""
+    if out == "":
+        raise UsageError(
+            "--out: an empty path; give a file name (OUT.html and OUT.png are written)"
+        )
+    given = Path(out)
+    if given.is_dir() or out.endswith(("/", os.sep)):
+        raise UsageError(
+            f"--out {out} is a folder; give a file name in it (e.g. --out {given / 'attention'}: "
+            f"{given / 'attention.html'} and {given / 'attention.png'} are written)"
+        )
+    stem = given.with_suffix("") if given.suffix.lower() in (".html", ".png") else given
+    if not stem.name or stem.name in (".", ".."):
         raise UsageError(f"--out {out!r}: give a file name (OUT.html and OUT.png are written)")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"--out {out}: cannot make its folder ({err.strerror})") from None
-    return path
+    names = [f"{stem.name}.html"] + [
+        f"{stem.name}{'' if n == 1 else f'-{n}'}.png" for n in range(1, figures + 1)
+    ]
+    paths = [stem.with_name(name) for name in names]
+    check_output_folder(out, stem.parent, protected)
+    if odd := [p for p in paths if p.exists() and not p.is_file()]:
+        raise UsageError(f"--out {out}: {odd[0]} exists and is not a file; choose another --out")
+    if (existing := [str(p) for p in paths if p.exists()]) and not overwrite:
+        raise UsageError(
+            f"--out {out}: {', '.join(existing)} already exist(s); this command writes "
+            f"{', '.join(str(p) for p in paths)}: pass --overwrite to replace them, or another "
+            "--out"
+        )
+    return paths
+
+
+def check_output_folder(out: str, folder: Path, protected: list[Path]) -> None:
+    """The folder --out writes into: not under a file, not a run, export or checkpoint folder
+    nor inside one (a checkpoint folder is recognised where it is OUT's own folder)."""
+    existing = folder.resolve()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"--out {out}: {existing} is a file, not a folder; choose another --out")
+    for depth, above in enumerate([existing, *existing.parents]):
+        kind = folder_kind(above)
+        if kind == "a checkpoint folder" and depth > 0:
+            kind = None
+        if above in protected:
+            kind = kind or "the folder of the run or checkpoint looked at"
+        if kind:
+            raise UsageError(
+                f"--out {out}: {above} is {kind}, which this command never writes into; choose "
+                "a file elsewhere"
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m multitask.attention",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -304,8 +364,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--input", required=True, metavar="TEXT", help="the sentence")
     p.add_argument("--pair", metavar="TEXT", help="the second sentence, for a pair task")
-    p.add_argument("--out", required=True, metavar="OUT", help="writes OUT.html and OUT.png")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="OUT",
+        help="writes OUT.html and OUT.png (and OUT-2.png for a pair encoded apart); an existing "
+        "folder is refused (name a file in it), so is an existing file without --overwrite, and "
+        "anything inside a run, export or checkpoint folder",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace OUT.html and OUT.png where they exist"
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help=f"CPU threads for torch ({THREADS_RANGE})"
+    )
     return p
 
 
@@ -313,26 +385,25 @@ def attention_command(args: argparse.Namespace) -> list[Path]:
     """Write the page and the figures (see the module docstring); returns their paths."""
     if (args.run_dir is None) == (args.checkpoint is None):
         raise UsageError("give either RUN_DIR (a finished run) or --checkpoint DIR, not both")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UsageError(f"--threads {args.threads}: must be at least 1")
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     if args.run_dir is not None:
         subject = open_run(args.run_dir, args.task)
     else:
         subject = open_checkpoint(args.checkpoint, args.task)
     sentences = check_inputs(subject, args.input, args.pair)
-    stem = output_stem(args.out)
+    figures = 2 if len(sentences) == 2 and subject.separate else 1
+    written = output_paths(args.out, figures, args.overwrite, subject.protected)
     sequences, fields = look(subject, sentences)
     page = PAGE_TEMPLATE.read_text(encoding="utf-8")
     html = page.replace(DATA_MARK, page_data(subject, sentences, sequences, fields), 1)
-    written = [stem.with_name(stem.name + ".html")]
+    try:
+        written[0].parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out {args.out}: cannot make its folder ({err.strerror})") from None
     atomic_write_text(written[0], html)
-    for number, s in enumerate(sequences, start=1):
-        suffix = "" if number == 1 else f"-{number}"
-        written.append(stem.with_name(f"{stem.name}{suffix}.png"))
+    for path, s in zip(written[1:], sequences, strict=True):
         title = f"{subject.source}: {s.label}, P = softmax(QKᵀ/√d_k + M)"
-        write_figure(written[-1], s.tokens, s.maps[ENCODER], title)
+        write_figure(path, s.tokens, s.maps[ENCODER], title)
     print(f"prediction: {prediction_text(subject.task, fields)}")
     if any(s.truncated for s in sequences):
         print(f"note: the input was cut to {subject.tokenizer.max_length} tokens", file=sys.stderr)

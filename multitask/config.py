@@ -27,8 +27,8 @@ from minbert.flags import (
 )
 from minbert.sampling import MODES
 from minbert.smart import SmartConfig
-from multitask.devices import pick_device
-from multitask.distillation import CACHE, parse_teachers, teacher_problem
+from multitask.devices import THREADS_RANGE, pick_device
+from multitask.distillation import distillation_problems, parse_teachers
 from multitask.errors import UsageError
 from multitask.model import ModelSettings
 from multitask.peft_format import adapter_folders
@@ -189,7 +189,8 @@ class TrainConfig:
         help=(
             "TASK=RUN_DIR,...: finished runs of this driver (a task alone or several, any "
             "option) whose head outputs teach the named tasks: each trains towards "
-            "λ·gold + (1 − λ)·teacher (Clark et al. 2019, BAM!; multitask/distillation.py)"
+            "λ·gold + (1 − λ)·teacher (Clark et al. 2019, BAM!; multitask/distillation.py); "
+            "given twice, the lists are merged (a task taught by two runs is an error)"
         ),
         factory=list,
         group="distillation from teachers",
@@ -265,7 +266,7 @@ class TrainConfig:
             "CPU threads for torch (default: torch's choice, one per core); on a machine shared "
             "with other jobs, fewer threads than cores avoids over-subscription"
         ),
-        within="[1, inf)",
+        within=THREADS_RANGE,
     )
     no_plots: bool = setting(False, "skip the PNG learning curves")
     # Not flags; saved in config.json. With --add_to, the earlier runs' tasks (frozen):
@@ -326,7 +327,10 @@ WHERE_IT_RUNS = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
-        description=DESCRIPTION, formatter_class=HelpFormatter, allow_abbrev=False
+        description=DESCRIPTION,
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
+        merged=("--teachers",),
     )
     add_flags(parser, TrainConfig)
     files = parser.add_argument_group("data files (default: <data_dir>/<the course's file name>)")
@@ -472,16 +476,7 @@ def problems(
         )
     if cfg.encoder_lr is not None and not m.train_encoder:
         yield "--encoder_lr goes with --train_encoder (a plug-in option training the encoder too)"
-    if cfg.teacher_annealing and cfg.teacher_weight is not None:
-        yield "--teacher_annealing and --teacher_weight: choose one (annealing is the default)"
-    if (cfg.teacher_annealing or cfg.teacher_weight is not None) and not cfg.teachers:
-        yield "--teacher_annealing / --teacher_weight: name the teachers with --teachers"
-    cached = cfg.resume and (Path(cfg.out_dir) / CACHE).is_file()  # teachers no longer needed
-    for name, folder in [] if cached else parse_teachers(cfg.teachers, tasks).items():
-        if elsewhere and not Path(folder).exists():
-            continue
-        if problem := teacher_problem(name, folder, m):
-            yield problem
+    yield from distillation_problems(cfg, elsewhere)
     if cfg.nonfinite_check == "device" and (cfg.smart or cfg.step_gradient == "pcgrad"):
         yield (
             "--nonfinite_check device: SMART (its teacher counts updates) and PCGrad (it projects "

@@ -16,6 +16,19 @@ import torch
 
 from multitask.errors import UsageError
 
+MAX_THREADS = 1024  # more CPU threads than any machine has cores; above it a typo, not a setting
+THREADS_RANGE = f"[1, {MAX_THREADS}]"
+
+
+def set_threads(threads: int | None) -> None:
+    """``--threads``: torch's CPU threads, 1..MAX_THREADS (a huge number would start that many
+    threads at the first matrix product); None keeps torch's choice."""
+    if threads is None:
+        return
+    if not 1 <= threads <= MAX_THREADS:
+        raise UsageError(f"--threads {threads}: must be in {THREADS_RANGE}")
+    torch.set_num_threads(threads)
+
 
 def pick_device(name: str) -> torch.device:
     """``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``; a device this machine or

@@ -22,7 +22,9 @@ Chen, Gao 2019 distil MT-DNN from ensembles of single-task models in the same wa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,7 +33,7 @@ from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
 from multitask.errors import UsageError
 from multitask.evaluation import head_outputs
 from multitask.model import ModelSettings
-from multitask.run import RunFolder
+from multitask.run import RunFolder, overlapping
 from multitask.trained import TrainedRun
 from tasks.base import get_task
 from tasks.reader import Example
@@ -98,28 +100,68 @@ def vocabulary(checkpoint: str) -> bytes:
 
 def teacher_outputs(
     folder: RunFolder,
-    teachers: dict[str, str],
+    entries: Sequence[str],
     train: dict[str, Sequence[Example]],
     device: torch.device,
     resume: bool,
 ) -> dict[str, torch.Tensor]:
-    """Each taught task's teacher outputs (N, C) on its training examples, in their order: read
-    from the run folder on a resume, else computed once and written there."""
+    """Each taught task's teacher outputs (N, C) on its training examples (``entries``: the
+    --teachers flag, TASK=RUN_DIR; ``train``: each task's examples), in their order: read
+    from the run folder on a resume, else computed. Called before the run folder is touched (a
+    teacher that cannot be read stops the command before ``--overwrite`` removes anything);
+    ``save_teacher_outputs`` writes them once the folder is started."""
+    teachers = parse_teachers(entries, list(train))
     if not teachers:
         return {}
-    if resume and folder.file(CACHE).is_file():
-        saved = load_tensors(folder.file(CACHE))
+    cache = folder.file(CACHE)
+    if resume and cache.is_file():
+        saved = load_tensors(cache)
+        if sorted(saved) != sorted(teachers):
+            raise UsageError(
+                f"--teachers: {cache} holds the teacher outputs of {', '.join(saved) or 'no task'}"
+                f", but the run is taught {', '.join(teachers)}; remove the file to compute every "
+                "teacher's outputs again from the --teachers runs"
+            )
         for name, outputs in saved.items():
-            if name not in train or len(outputs) != len(train[name]):
-                raise UsageError(f"{folder.file(CACHE)} does not fit the run's training data")
+            if len(outputs) != len(train[name]):
+                raise UsageError(f"{cache} does not fit the run's training data")
         return saved
     outputs = {}
     with torch.random.fork_rng(devices=[]):  # building a teacher draws no number of the run's
         for name, path in teachers.items():
             outputs[name] = one_teacher(name, path, train[name], device)
-    if folder.writes:
-        save_tensors(outputs, folder.file(CACHE))
     return outputs
+
+
+def save_teacher_outputs(folder: RunFolder, outputs: dict[str, torch.Tensor], resume: bool) -> None:
+    """Once the run folder is started: keep the outputs there for a resume (unless a resume read
+    them from there)."""
+    if outputs and folder.writes and not (resume and folder.file(CACHE).is_file()):
+        save_tensors(outputs, folder.file(CACHE))
+
+
+def distillation_problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
+    """What is wrong with the distillation flags of a driver config (``multitask.config``'s
+    TrainConfig), first things first: a teacher that is the run being written (or overwritten)
+    is refused before its folder is read as a teacher."""
+    if cfg.teacher_annealing and cfg.teacher_weight is not None:
+        yield "--teacher_annealing and --teacher_weight: choose one (annealing is the default)"
+    if (cfg.teacher_annealing or cfg.teacher_weight is not None) and not cfg.teachers:
+        yield "--teacher_annealing / --teacher_weight: name the teachers with --teachers"
+    teachers = parse_teachers(cfg.teachers, cfg.tasks)
+    for name, folder in teachers.items():
+        if overlapping(Path(cfg.out_dir), Path(folder)):
+            yield (
+                f"--teachers {name}={folder}: the teacher is the run --out_dir {cfg.out_dir} "
+                "writes (or lies inside it, or holds it); a run cannot teach itself: give a "
+                "finished run in another folder"
+            )
+    cached = cfg.resume and (Path(cfg.out_dir) / CACHE).is_file()  # teachers no longer needed
+    for name, folder in [] if cached else teachers.items():
+        if elsewhere and not Path(folder).exists():
+            continue
+        if problem := teacher_problem(name, folder, cfg.model):
+            yield problem
 
 
 def one_teacher(

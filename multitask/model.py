@@ -51,6 +51,9 @@ SEPARATE_BY_DEFAULT = ("pretrain", *PLUGINS)
 # alone left Quora below --option pretrain's; with the LayerNorms every task is above it
 # (benchmarks/results/plugins-3-epochs-defaults.md).
 LAYERNORMS_BY_DEFAULT = ("lhuc",)
+# A plug-in or head at most this many times the checkpoint's hidden size wide (--adapter_size,
+# --pal_size, --lora_rank, --head_hidden): wider is a typo, and a huge one would not fit anywhere.
+WIDEST_FACTOR = 16
 
 
 @dataclass
@@ -143,7 +146,9 @@ class ModelSettings:
         what an input needs ([CLS] x [SEP], or [CLS] a [SEP] b [SEP]) and at most the
         checkpoint's position table. A UsageError-worthy ValueError names the flag otherwise."""
         checkpoint = resolve_checkpoint_dir(self.checkpoint)
-        positions = load_config(checkpoint).max_position_embeddings
+        config = load_config(checkpoint)
+        positions = config.max_position_embeddings
+        self.check_widths(config.hidden_size)
         if self.train_encoder and self.plugin is None:
             raise ValueError(
                 f"--train_encoder goes with a plug-in --option (adapter, pals, lhuc, lora); "
@@ -169,6 +174,24 @@ class ModelSettings:
                 "tasks' inputs need .. the checkpoint's position table)"
             )
         return checkpoint
+
+    def check_widths(self, hidden: int) -> None:
+        """A plug-in or head wider than WIDEST_FACTOR × the hidden size D is a typo, not a
+        bottleneck (10**9 would ask for terabytes): a ValueError naming the flag."""
+        widest = WIDEST_FACTOR * hidden
+        widths = {
+            "adapter_size": self.adapter.size,
+            "pal_size": self.pals.size,
+            "pal_heads": self.pals.heads,
+            "lora_rank": self.lora.rank,
+            "head_hidden": self.head_hidden,
+        }
+        for flag, width in widths.items():
+            if width is not None and width > widest:
+                raise ValueError(
+                    f"--{flag} {width}: at most {widest} ({WIDEST_FACTOR} × the checkpoint's "
+                    f"hidden size {hidden})"
+                )
 
     @property
     def plugin(self) -> str | None:

@@ -57,13 +57,13 @@ import torch
 from minbert.checkpoint import write_output
 from minbert.flags import ArgumentParser
 from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
-from multitask.devices import pick_device
+from multitask.devices import THREADS_RANGE, pick_device, set_threads
 from multitask.errors import UsageError, run_command
 from multitask.evaluation import head_outputs
 from multitask.run import folder_kind
 from multitask.trained import TrainedRun
 from tasks.base import TASKS, RegressionTask, Task, get_task
-from tasks.reader import Example, SkippedRow, _check_is_utf8_text, has_visible_text
+from tasks.reader import Example, SkippedRow, _check_is_utf8_text, empty_text_problem
 
 FORMATS = ("text", "csv", "jsonl")
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -132,7 +132,7 @@ def _sentences(
     text: str, format: str, columns: list[str], header: list[str] | None, delimiter: str
 ) -> tuple[str, ...]:
     """The sentences of one line, or a ValueError saying what is wrong with it."""
-    if not has_visible_text(text):
+    if not text.strip():
         raise ValueError("empty line")
     if format == "text":
         values = text.split("\t")
@@ -160,9 +160,9 @@ def _sentences(
         values = [record[c] for c in columns]
         if not all(isinstance(v, str) for v in values):
             raise ValueError(f"the values of {', '.join(columns)} must be strings")
-    empty = [c for c, v in zip(columns, values) if not has_visible_text(v)]
+    empty = [problem for c, v in zip(columns, values) if (problem := empty_text_problem(c, v))]
     if empty:
-        raise ValueError(f"empty {' and '.join(empty)}")
+        raise ValueError("; ".join(empty))
     return tuple(v.strip() for v in values)
 
 
@@ -227,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--strict", action="store_true", help="a line that cannot be read is an error")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    p.add_argument(
+        "--threads", type=int, default=None, help=f"CPU threads for torch ({THREADS_RANGE})"
+    )
     return p
 
 
@@ -277,10 +279,7 @@ def read_raw(input: str) -> bytes:
 def predict_command(args: argparse.Namespace) -> None:
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"--batch_size {args.batch_size}: must be at least 1")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UsageError(f"--threads {args.threads}: must be at least 1")
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     run = TrainedRun(args.run_dir)
     if args.output is not None:
         check_output(args.output, args.input, run)

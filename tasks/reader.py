@@ -200,9 +200,22 @@ def _check_is_utf8_text(name: str, raw: bytes) -> None:
 
 
 def has_visible_text(text: str) -> bool:
-    """True when ``text`` has a character that is not whitespace, a control, a format character
-    or a zero-width space (categories Cc, Cf, Z*): a sentence of only those reads as empty."""
-    return any(not (ch.isspace() or unicodedata.category(ch)[0] in "CZ") for ch in text)
+    """True when ``text`` has a character that is not whitespace, a control, a format character,
+    a zero-width space or a combining mark (categories C*, Z*, M*): a sentence of only those
+    (``"\u200b\u200b"``, a lone accent ``"\u0301"``) reads as empty. A mark on a letter
+    (``"e\u0301"``) is text: the letter is visible."""
+    return any(not (ch.isspace() or unicodedata.category(ch)[0] in "CZM") for ch in text)
+
+
+def empty_text_problem(column: str, text: str) -> str | None:
+    """How the reader reports a sentence that holds nothing (``empty sentence``, or ``empty
+    sentence (only invisible characters: '\\u200b')``), or None when it holds text; predict and
+    the attention command report such input in the same words."""
+    if text == "":
+        return f"empty {column}"
+    if not has_visible_text(text):
+        return f"empty {column} (only invisible characters: {ascii(text)})"
+    return None
 
 
 def _strip_bom(line: bytes) -> bytes:
@@ -353,10 +366,8 @@ def _row_texts(row: _Row, layout: _Columns) -> list[str | None]:
     texts = []
     for index, column in zip(layout.text_indices, layout.text_columns, strict=True):
         text = row.field(index)
-        if text == "":
-            row.problems.append(f"empty {column}")
-        elif text is not None and not has_visible_text(text):
-            row.problems.append(f"empty {column} (only invisible characters: {text!r})")
+        if text is not None and (problem := empty_text_problem(column, text)):
+            row.problems.append(problem)
         texts.append(text)
     return texts
 

@@ -59,15 +59,18 @@ def mlm_argv(checkpoint: Path, data: Path, out: Path | str, *extra: str) -> list
     ]
 
 
+def make_runs(checkpoint: Path, data: Path, root: Path) -> dict[str, Path]:
+    """Tiny finished runs: finetune, adapter (sst,para), and a pretrain_mlm.py run."""
+    assert run_driver(checkpoint, data, root / "finetune", *SHORT) == 0
+    adapter = ("--option", "adapter", "--tasks", "sst,para")
+    assert run_driver(checkpoint, data, root / "adapter", *SHORT, *adapter) == 0
+    assert pretrain_mlm.main(mlm_argv(checkpoint, data, root / "mlm")) == 0
+    return {"run": root / "finetune", "adapter": root / "adapter", "mlm": root / "mlm"}
+
+
 @pytest.fixture(scope="module")
 def made(tiny_checkpoint, tiny_data, tmp_path_factory) -> dict[str, Path]:
-    """Tiny finished runs: finetune, adapter (sst,para), and a pretrain_mlm.py run."""
-    root = tmp_path_factory.mktemp("made")
-    assert run_driver(tiny_checkpoint, tiny_data, root / "finetune", *SHORT) == 0
-    adapter = ("--option", "adapter", "--tasks", "sst,para")
-    assert run_driver(tiny_checkpoint, tiny_data, root / "adapter", *SHORT, *adapter) == 0
-    assert pretrain_mlm.main(mlm_argv(tiny_checkpoint, tiny_data, root / "mlm")) == 0
-    return {"run": root / "finetune", "adapter": root / "adapter", "mlm": root / "mlm"}
+    return make_runs(tiny_checkpoint, tiny_data, tmp_path_factory.mktemp("made"))
 
 
 class Ctx:

@@ -305,10 +305,39 @@ def find_exercises(root: Path = PROJECT_ROOT) -> dict[str, list[Region]]:
     exercises: dict[str, list[Region]] = {}
     for rel in project_files(root):
         if rel.endswith(".py"):
-            text = (root / rel).read_text(encoding="utf-8")
+            text = read_source(root, rel)
             for region in find_regions(text, rel):
                 exercises.setdefault(region.exercise, []).append(region)
     return exercises
+
+
+def read_source(root: Path, rel: str) -> str:
+    """A Python file of the source tree as text; one that is not UTF-8 (Python's own encoding,
+    which the student tree keeps) is a ScaffoldError naming it and the first bad byte."""
+    raw = (root / rel).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ScaffoldError(
+            f"--source {root}: {rel} is not UTF-8 text (byte 0x{raw[err.start]:02x} at offset "
+            f"{err.start}); save it as UTF-8"
+        ) from None
+
+
+def _check_targets(out_dir: Path, files: list[str]) -> None:
+    """Before anything is written (also with --force): no file of the tree would have to
+    replace a folder of OUT_DIR, and no folder would have to replace a file."""
+    for rel in files:
+        target = out_dir / rel
+        if target.is_dir() and not target.is_symlink():
+            raise ScaffoldError(f"{target} is a folder where the file {rel} goes; move it away")
+        for above in target.parents:
+            if above == out_dir or out_dir not in above.parents:
+                break
+            if above.exists() and not above.is_dir():
+                raise ScaffoldError(
+                    f"{above} is a file where a folder of the tree goes ({rel}); move it away"
+                )
 
 
 def _check_output_dir(out_dir: Path, root: Path, force: bool) -> None:
@@ -340,19 +369,23 @@ def write_student_tree(
         if unknown:
             raise ScaffoldError(f"unknown exercise {unknown}; the exercises: {list(exercises)}")
     _check_output_dir(out_dir, root, force)
+    files = project_files(root)
+    _check_targets(out_dir, files)
+    students = {}  # every student version made before anything is written
+    for rel in files:
+        if rel.endswith(".py"):
+            text = read_source(root, rel)
+            if (student := student_source(text, rel, remove)) != text:
+                students[rel] = student
     out_dir.mkdir(parents=True, exist_ok=True)
-    for rel in project_files(root):
+    for rel in files:
         source, target = root / rel, out_dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if rel.endswith(".py"):
-            raw = source.read_bytes()
-            text = raw.decode("utf-8")
-            student = student_source(text, rel, remove)
-            if student != text:
-                target.write_bytes(student.encode("utf-8"))
-                shutil.copymode(source, target)
-                continue
-        shutil.copy2(source, target)
+        if rel in students:
+            target.write_bytes(students[rel].encode("utf-8"))
+            shutil.copymode(source, target)
+        else:
+            shutil.copy2(source, target)
     chosen = list(exercises) if remove is None else remove
     return {e: exercises[e] for e in chosen}
 
