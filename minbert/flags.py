@@ -36,7 +36,7 @@ import math
 import re
 import sys
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +311,18 @@ def _build(cls: type, values: dict[tuple[str, ...], Any], path: tuple[str, ...])
         elif (*path, f.name) in values:
             kwargs[f.name] = values[(*path, f.name)]
     return cls(**kwargs)
+
+
+def task_folders(flag: str, entries: Sequence[str], tasks: Sequence[str]) -> dict[str, str]:
+    """A ``TASK=DIR,...`` flag's entries -> ``{task: folder}`` (``--teachers sst=runs/sst``);
+    ValueError names an entry without a folder, of a task not in ``tasks``, or a task twice."""
+    folders: dict[str, str] = {}
+    for entry in entries:
+        name, _, folder = entry.partition("=")
+        if name not in tasks or name in folders or not folder:
+            raise ValueError(
+                f"{flag} {entry!r}: give TASK=DIR with a task of --tasks "
+                f"({','.join(tasks)}), each at most once"
+            )
+        folders[name] = folder
+    return folders

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from minbert.checkpoint import load_tensors, save_tensors
+from minbert.flags import task_folders
 from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
 from multitask.errors import UsageError
 from multitask.evaluation import head_outputs
@@ -43,16 +44,7 @@ CACHE = "teacher-outputs.safetensors"
 
 def parse_teachers(entries: Sequence[str], tasks: Sequence[str]) -> dict[str, str]:
     """``["sst=runs/sst", ...]`` -> ``{"sst": "runs/sst"}``; ValueError names a bad entry."""
-    teachers: dict[str, str] = {}
-    for entry in entries:
-        name, _, folder = entry.partition("=")
-        if name not in tasks or name in teachers or not folder:
-            raise ValueError(
-                f"--teachers {entry!r}: give TASK=RUN_DIR with a task of --tasks "
-                f"({','.join(tasks)}), each at most once"
-            )
-        teachers[name] = folder
-    return teachers
+    return task_folders("--teachers", entries, tasks)
 
 
 def gold_weight(step: int, total: int, teacher_weight: float | None) -> float:

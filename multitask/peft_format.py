@@ -33,6 +33,7 @@ import torch
 from safetensors.torch import load_file
 
 from minbert.checkpoint import atomic_write_text, save_tensors
+from minbert.flags import task_folders
 from multitask.model import ModelSettings, MultitaskModel
 
 HF_PATHS = {
@@ -49,16 +50,7 @@ CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 def adapter_folders(entries: list[str], tasks: list[str]) -> dict[str, str]:
     """``--init_lora ["sst=out/sst", ...]`` -> ``{"sst": "out/sst"}``; ValueError names a bad
     entry."""
-    folders: dict[str, str] = {}
-    for entry in entries:
-        name, _, folder = entry.partition("=")
-        if name not in tasks or name in folders or not folder:
-            raise ValueError(
-                f"--init_lora {entry!r}: give TASK=DIR with a task of --tasks "
-                f"({','.join(tasks)}), each at most once"
-            )
-        folders[name] = folder
-    return folders
+    return task_folders("--init_lora", entries, tasks)
 
 
 def unexportable(settings: ModelSettings) -> str | None:
