@@ -144,8 +144,7 @@ class Run:
 
 
 def set_up(cfg: TrainConfig) -> Run:
-    """Everything is read and built before the run folder is touched; then folder, optimizer,
-    sampler and batch streams."""
+    """Everything read and built before the run folder is touched; then the rest of the run."""
     dist, device = set_up_distributed(cfg.device, cfg.bf16, cfg.batch_size)
     if dist.world > 1 and cfg.step_gradient != "one-task":
         raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
@@ -182,15 +181,16 @@ def set_up(cfg: TrainConfig) -> Run:
     per_step = cfg.batch_size * (1 if cfg.step_gradient == "one-task" else len(sizes))
     steps_per_epoch = cfg.steps_per_epoch or math.ceil(sum(sizes.values()) / per_step)
     total_steps = steps_per_epoch * cfg.epochs
-    optimizer = optimizer_for(model, cfg.lr, cfg.weight_decay, cfg.layer_decay, cfg.encoder_lr)
+    optimizer = optimizer_for(
+        model, cfg.lr, cfg.weight_decay, cfg.layer_decay, cfg.encoder_lr, cfg.optimizer
+    )
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
     clock = Clock()
 
     def gold() -> float:  # distillation's λ at the step the loop is at
         return gold_weight(clock.step, total_steps, cfg.teacher_weight)
 
-    smart = cfg.smart_settings if cfg.smart else None
-    objective = objective_for(model, taught, gold, smart)
+    objective = objective_for(model, taught, gold, cfg.smart_settings if cfg.smart else None)
     group = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
     streams = {  # this process's share of each task's batches
         n: BatchStream(n, t.full_lengths, cfg.batch_size, cfg.seed, group, dist.rank, dist.world)

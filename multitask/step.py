@@ -33,6 +33,7 @@ from torch import nn
 from minbert.optimizer import AdamW, param_groups
 from minbert.pcgrad import surgery
 from multitask.collate import Batch
+from multitask.fused_adamw import FusedAdamW
 from tasks.base import Task
 
 
@@ -185,19 +186,23 @@ def optimizer_for(
     weight_decay: float,
     layer_decay: float = 1.0,
     encoder_lr: float | None = None,
-) -> AdamW:
+    kind: str = "foreach",
+) -> torch.optim.Optimizer:
     """The optimizer the driver trains with: the hand-written AdamW over
     ``param_groups(model, weight_decay, lr, layer_decay)``, through its multi-tensor path
     (``minbert/optimizer_foreach.py``: the same numbers with far fewer kernel launches) where
     the tree has it; the student tree leaves that file out, and then the student's own loop
     (``minbert.optimizer.AdamW``) trains. With ``encoder_lr`` (``--train_encoder``), the
     encoder's own weights (every BERT parameter but the plug-ins') train at ``encoder_lr`` in
-    place of ``lr``, times their layer's decay; plug-ins and heads at ``lr``."""
+    place of ``lr``, times their layer's decay; plug-ins and heads at ``lr``. ``kind`` fused
+    (``--optimizer fused``): torch's fused AdamW instead (multitask/fused_adamw.py)."""
     groups = param_groups(model, weight_decay, lr, layer_decay)
     if encoder_lr is not None:
         bert = model.bert
         encoder = {id(p) for p in bert.parameters()} - {id(p) for p in bert.plugins.parameters()}
         groups = rescaled(groups, encoder, lr, encoder_lr / lr)
+    if kind == "fused":
+        return FusedAdamW(groups, lr=lr)
     try:
         from minbert.optimizer_foreach import ForeachAdamW
     except ImportError:  # the student tree

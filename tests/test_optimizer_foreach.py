@@ -13,6 +13,7 @@ import torch
 
 from minbert.optimizer import AdamW, param_groups
 from minbert.optimizer_foreach import ForeachAdamW
+from multitask.fused_adamw import FusedAdamW
 from multitask.model import ModelSettings, build_model
 from multitask.step import optimizer_for
 
@@ -124,3 +125,24 @@ def test_a_step_flagged_off_changes_nothing(model):
     assert largest_difference(flagged, expected) == 0.0
     counts = {float(s["step"]) for s in optimizer.state.values()}
     assert max(counts) == 100 - len(skipped)
+
+
+def test_the_fused_path_equals_the_foreach_path_and_obeys_the_flag(model):
+    """``--optimizer fused`` (torch's fused AdamW, multitask/fused_adamw.py): the same 100 steps
+    within 1e-6 of the foreach path (its kernel rounds in its own order); through the device
+    flag, a skipped step changes nothing: equal, exactly, to never drawing it."""
+    foreach = train(model, lambda m: ForeachAdamW(groups_of(m), lr=1e-3))
+    fused = train(model, lambda m: FusedAdamW(groups_of(m), lr=1e-3))
+    assert largest_difference(fused, foreach) <= 1e-6
+    skipped = {0, 40, 41}
+    flagged = train(
+        model, lambda m: FusedAdamW(groups_of(m), lr=1e-3), apply=lambda s: s not in skipped
+    )
+    dropped = train(
+        model,
+        lambda m: FusedAdamW(groups_of(m), lr=1e-3),
+        apply=lambda s: DROPPED if s in skipped else True,
+    )
+    assert largest_difference(flagged, dropped) == 0.0
+    assert largest_difference(flagged, fused) > 1e-4  # the skipped steps did count
+    assert isinstance(optimizer_for(copy.deepcopy(model), 1e-3, 0.01, kind="fused"), FusedAdamW)
