@@ -14,6 +14,7 @@ This file quotes solution lines, so it is instructor-only (``INSTRUCTOR_ONLY`` o
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import types
@@ -1461,8 +1462,10 @@ def region_spans_of(text: str, mutant: Mutant) -> list[tuple[int, int]]:
     ]
 
 
-def run_own_checks(mutant: Mutant, ctx: Context, monkeypatch) -> dict:
-    """Run the exercise's own checks with the mutated module in place of the real one."""
+@contextlib.contextmanager
+def mutated(mutant: Mutant, monkeypatch) -> Iterator[types.ModuleType]:
+    """The mutated module in place of the real one (``sys.modules``, its package, the plug-in
+    registry) while the block runs; the real one back after."""
     name = mutant.path.removesuffix(".py").replace("/", ".")
     original = importlib.import_module(name)
     module = types.ModuleType(name)
@@ -1476,11 +1479,16 @@ def run_own_checks(mutant: Mutant, ctx: Context, monkeypatch) -> dict:
         for kind, cls in list(minbert.plugins.KINDS.items()):  # add_plugin builds from KINDS
             if cls.__module__ == name:
                 patch.setitem(minbert.plugins.KINDS, kind, getattr(module, cls.__name__))
+        yield module
+    assert sys.modules[name] is original
+
+
+def run_own_checks(mutant: Mutant, ctx: Context, monkeypatch) -> dict:
+    """Run the exercise's own checks with the mutated module in place of the real one."""
+    with mutated(mutant, monkeypatch):
         checks = [c for c in CHECKS if c.exercises == (mutant.exercise,)]
         assert checks, mutant.exercise
-        results = {c.name: run_check(c, ctx) for c in checks}
-    assert sys.modules[name] is original
-    return results
+        return {c.name: run_check(c, ctx) for c in checks}
 
 
 @pytest.fixture(scope="module")
@@ -1607,6 +1615,32 @@ def test_correct_variant_passes(variant: Mutant, ctx: Context, monkeypatch) -> N
     assert all(r.status == PASS for r in results.values()), {
         n: (r.status, r.max_abs_diff, r.detail) for n, r in results.items()
     }
+
+
+# The tests of the student tree that hold an exercise's code to numbers, by exercise, and the
+# names they import from the exercise's file: one truth per exercise, so every form the grader
+# accepts passes them too.
+STUDENT_TESTS = {"adamw": ("tests.test_optimizer", ("AdamW",))}
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize(
+    "variant", [v for v in CORRECT if v.exercise in STUDENT_TESTS], ids=lambda m: m.id
+)
+def test_correct_variant_passes_the_student_trees_tests(variant: Mutant, monkeypatch) -> None:
+    """Each test function of the exercise's student-tree tests, with the variant's code in place
+    of the solution's (parametrized tests aside: they test the schedule, not the exercise)."""
+    tests_name, names = STUDENT_TESTS[variant.exercise]
+    tests = importlib.import_module(tests_name)
+    with mutated(variant, monkeypatch) as module:
+        for name in names:
+            monkeypatch.setattr(tests, name, getattr(module, name))
+        ran = []
+        for name, test in vars(tests).items():
+            if name.startswith("test_") and not getattr(test, "pytestmark", None):
+                test()
+                ran.append(name)
+    assert len(ran) >= 5, ran
 
 
 def test_an_error_in_student_code_is_located_at_the_students_line(ctx, monkeypatch) -> None:
