@@ -48,6 +48,18 @@ def write_failure(err: BaseException) -> bool:
     return "inline_container" in str(err)
 
 
+def interrupt_in(err: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (Ctrl-C, or SIGTERM as the commands raise it) that ``err`` was
+    raised while handling, if any: torch's zip writer, interrupted mid-write, fails on its next
+    write with a RuntimeError, which is then no write fault of the file system."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class WriteError(OSError):
     """A file could not be written (full disk, read-only or vanished folder): its path and the
     reason, in one line."""
@@ -78,6 +90,8 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:
         Path(tmp).unlink(missing_ok=True)
+        if stop := interrupt_in(err):  # Ctrl-C inside torch's writer, which then gave up
+            raise stop from None
         if write_failure(err):
             raise WriteError(path, err) from err
         raise  # a RuntimeError of what was being written (an object that cannot be saved)

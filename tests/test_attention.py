@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from minbert.bert import BertModel, BertSelfAttention, extended_attention_mask
 from minbert.plugins import add_plugin
@@ -454,3 +455,21 @@ def test_page_loads_in_headless_chromium_without_a_console_error(runs, tmp_path,
     broken = tmp_path / "broken.html"
     broken.write_text(html.replace('"use strict";', '"use strict"; undefinedFunction();', 1))
     assert console_errors(load_in_chromium(broken, tmp_path)[1]) != []
+
+
+def test_nan_in_the_trained_weights_is_named_not_drawn(runs, tmp_path, capsys):
+    """The attention command on a run whose weights file holds NaN ends with one line naming
+    that file (exit 3), and draws nothing."""
+    run = tmp_path / "finetune"
+    shutil.copytree(runs["finetune"], run)
+    path = run / "best.safetensors"
+    tensors = load_file(path)
+    query = next(k for k in tensors if k.endswith("attention.self.query.weight"))
+    tensors[query] = torch.full_like(tensors[query], float("nan"))
+    save_file(tensors, path)
+    out = tmp_path / "fig.html"
+    code, _, err = run_command(
+        [str(run), "--task", "sst", "--input", SENTENCES[0], "--out", str(out)], capsys
+    )
+    assert code == 3 and f"{path} holds NaN or inf" in err and err.count("\n") == 1
+    assert not out.exists()

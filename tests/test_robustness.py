@@ -315,3 +315,23 @@ def test_the_device_check_is_refused_where_losses_must_be_read(flag, tmp_path):
         train_multitask.parse_args(
             ["--out_dir", str(tmp_path), "--nonfinite_check", "device", *flag]
         )
+
+
+def test_ctrl_c_inside_torchs_writer_is_the_interrupt_not_a_write_fault(tmp_path):
+    """Ctrl-C while torch.save writes a tensor's bytes: torch's zip writer then fails with a
+    RuntimeError (an "inline_container" enforce) raised while handling the KeyboardInterrupt,
+    which must stay the interrupt (the commands' one-line stop message), not "cannot write"."""
+    from minbert.checkpoint import atomic_write
+
+    def interrupted_write(f) -> None:
+        f.write(b"half")
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:672] . unexpected pos"
+            ) from None
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(tmp_path / "last.pt", interrupted_write)
+    assert not list(tmp_path.iterdir())  # nor the temporary file
