@@ -4,6 +4,7 @@
     python sanity_check.py --checkpoint DIR     # a local copy of the same checkpoint
     python sanity_check.py --only attention     # the checks of one component (see --list)
     python sanity_check.py --list               # the checks and the exercises each one grades
+    python sanity_check.py --results-json results.json   # also Gradescope's results file
 
 Each check measures the largest absolute difference between what minBERT computes and a
 reference, and passes when it is at most the check's stated tolerance. Two kinds of reference:
@@ -43,15 +44,20 @@ that of a known common mistake, and a hint (an exception is located at the stude
 at the student's function whose value given code could not use);
 under a NOT IMPLEMENTED, the exercise's hint and where it was raised. The last line reads
 ``N passed, M failed`` (NOT IMPLEMENTED counts as failed); the exit code is 1 if any check
-failed.
+failed. With ``--results-json FILE`` the same results are also written in Gradescope's
+``results.json`` form, with the points of ``minbert/course/points.json`` (or ``--points``)
+shared by each exercise's own checks (``minbert/course/gradescope.py``).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
+from minbert.checkpoint import atomic_write_text
 from minbert.course.checks import CHECKS
+from minbert.course.gradescope import POINTS, read_points, results_json
 from minbert.course.registry import PASS, Context, format_result, run_check, select
 from minbert.flags import ArgumentParser, nonempty_path
 
@@ -92,7 +98,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--list", action="store_true", help="list the checks and the exercises each depends on"
     )
+    parser.add_argument(
+        "--results-json",
+        metavar="FILE",
+        type=nonempty_path,
+        help="also write the results in Gradescope's results.json form (points per exercise "
+        "from --points)",
+    )
+    parser.add_argument(
+        "--points",
+        metavar="FILE",
+        type=nonempty_path,
+        help=f"with --results-json: a JSON object of points per exercise (default: {POINTS.name} "
+        "in minbert/course/, which an instructor edits)",
+    )
     args = parser.parse_args(argv)
+    if args.points is not None and args.results_json is None:
+        parser.error("--points goes with --results-json")
+    try:
+        points = read_points(args.points or POINTS, {e for c in CHECKS for e in c.exercises})
+    except ValueError as err:
+        parser.error(f"--points: {err}")
     try:
         checks = select(CHECKS, args.only) if args.only else CHECKS
     except ValueError as err:
@@ -114,11 +140,17 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(args.checkpoint, args.reference)
     passed = 0
     shown_hints: set[str] = set()  # a hint shared by several failing checks is printed once
+    printed = []
     for check in checks:
         result = run_check(check, ctx)
+        printed.append((result, format_result(result, width)))
         print(format_result(result, width, shown_hints), flush=True)
         passed += result.status == PASS
     print(f"{passed} passed, {len(checks) - passed} failed")
+    if args.results_json is not None:
+        text = json.dumps(results_json(printed, points), indent=2, ensure_ascii=False) + "\n"
+        atomic_write_text(args.results_json, text)
+        print(f"wrote {args.results_json}")
     return 0 if passed == len(checks) else 1
 
 
