@@ -78,7 +78,15 @@ PLACEMENTS = {  # size 5 does not divide the hidden size 32: a fractional reduct
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_checkpoint, tiny_data, tmp_path_factory) -> dict[str, Path]:
+def library_python() -> Path:
+    """The adapters environment's Python; without it the test is skipped before any training."""
+    if not VENV_PYTHON.exists():
+        pytest.skip(f"no {VENV_PYTHON.relative_to(ROOT)}: `make adapters-env` builds it")
+    return VENV_PYTHON
+
+
+@pytest.fixture(scope="module")
+def runs(library_python, tiny_checkpoint, tiny_data, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adapters_runs")
     return {
         name: adapter_run(tiny_checkpoint, tiny_data, root / name, *extra)
@@ -91,14 +99,14 @@ def exported(run_dir: Path, out: Path) -> Path:
     return out
 
 
-def library_hidden(checkpoint: Path, jobs: list[str], batch: dict, tmp_path: Path) -> dict:
+def library_hidden(
+    python: Path, checkpoint: Path, jobs: list[str], batch: dict, tmp_path: Path
+) -> dict:
     """last_hidden_state of each LOADER:FOLDER job, computed by the adapters library."""
-    if not VENV_PYTHON.exists():
-        pytest.skip(f"no {VENV_PYTHON.relative_to(ROOT)}: `make adapters-env` builds it")
     torch.save(batch, tmp_path / "batch.pt")
     script = tmp_path / "library_side.py"
     script.write_text(LIBRARY_SIDE)
-    argv = [str(VENV_PYTHON), str(script), str(checkpoint), str(tmp_path / "batch.pt")]
+    argv = [str(python), str(script), str(checkpoint), str(tmp_path / "batch.pt")]
     argv += [str(tmp_path / "hidden.pt"), *jobs]
     env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
@@ -115,7 +123,9 @@ def test_reduction_factor_gives_the_bottleneck_size():
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("placement", list(PLACEMENTS))
-def test_adapters_loads_each_task_with_minberts_outputs(placement, runs, tiny_checkpoint, tmp_path):
+def test_adapters_loads_each_task_with_minberts_outputs(
+    placement, library_python, runs, tiny_checkpoint, tmp_path
+):
     """Hidden states within 1e-5 of minBERT's task model through both of the library's ways
     in (BertAdapterModel, adapters.init(BertModel)), and the head file applied to their mean
     gives the run's head outputs; each task its own adapter."""
@@ -130,7 +140,7 @@ def test_adapters_loads_each_task_with_minberts_outputs(placement, runs, tiny_ch
             f"head-{task}.json",
         }
     jobs = [f"{loader}:{out / task}" for task in TASKS for loader in ("model", "init")]
-    theirs = library_hidden(tiny_checkpoint, jobs, batch, tmp_path)
+    theirs = library_hidden(library_python, tiny_checkpoint, jobs, batch, tmp_path)
     for task in TASKS:
         model = run.task_model(task).eval()
         with torch.no_grad():
