@@ -204,6 +204,7 @@ def export(run_dir: str, out_dir: str, overwrite: bool = False, form: str = "hf"
             "a plain BERT has no place for; use its per-task files "
             f"({run.path}/task-<task>.safetensors) with python -m multitask.predict, or "
             "multitask.trained.TrainedRun in Python"
+            + ("" if adapters_format.unexportable(run.settings) else ", or --format adapters")
         )
     out = check_out_dir(out_dir, run, overwrite)
     try:

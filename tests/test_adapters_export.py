@@ -185,3 +185,10 @@ def test_what_adapters_cannot_hold_is_refused_in_one_line(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0] and "AdapterHub" in err[0], (said, err)
         assert not (tmp_path / "o").exists()
+    plain = tmp_path / "plain"  # the Hugging Face layout points an adapter run to this format
+    assert run_driver(tiny_checkpoint, tiny_data, plain, *short, "--option", "adapter") == 0
+    capsys.readouterr()
+    assert export_command.main([str(plain), str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("or --format adapters"), err
+    assert not (tmp_path / "o").exists()
