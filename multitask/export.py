@@ -1,8 +1,9 @@
-"""Export a trained run to the Hugging Face layout, for tools that load a plain BERT, or a LoRA
-run's tasks as PEFT adapters.
+"""Export a trained run to the Hugging Face layout, for tools that load a plain BERT, a LoRA
+run's tasks as PEFT adapters, or an adapter run's tasks as AdapterHub adapters.
 
     python -m multitask.export RUN_DIR OUT_DIR [--overwrite]
-    python -m multitask.export RUN_DIR OUT_DIR --format peft
+    python -m multitask.export RUN_DIR OUT_DIR --format peft        # a LoRA run
+    python -m multitask.export RUN_DIR OUT_DIR --format adapters    # an adapter run
 
 What is written, by the run's option:
 
@@ -17,13 +18,24 @@ Each encoder directory holds ``config.json``, ``model.safetensors``, ``vocab.txt
 ``BertTokenizer.from_pretrained`` load it), and per task ``head-<task>.safetensors`` with
 ``head-<task>.json``: which sentence vector the head reads, the head's equation, its tensors and
 what its outputs mean. Adapters, PALs and LHUC add computations that a plain BERT has no place
-for: those runs are refused, and their per-task files (``RUN_DIR/task-<task>.safetensors``) are
-what to use, through ``python -m multitask.predict`` or ``multitask.trained.TrainedRun``.
+for: those runs are refused (an adapter run has ``--format adapters``), and their per-task files
+(``RUN_DIR/task-<task>.safetensors``) are what to use, through ``python -m multitask.predict`` or
+``multitask.trained.TrainedRun``.
 
 With ``--format peft`` (LoRA runs): OUT_DIR/<task>/ per task holds the task's LoRA unmerged as a
 PEFT adapter (``adapter_config.json``, ``adapter_model.safetensors``; multitask/peft_format.py)
 that ``peft.PeftModel.from_pretrained`` loads onto ``transformers.BertModel`` of the run's base
 checkpoint, and the task's head files as above; ``export.json`` says how to load it.
+
+With ``--format adapters`` (adapter runs): OUT_DIR/<task>/ per task holds the task's adapters as
+an AdapterHub bottleneck adapter (``adapter_config.json``, ``pytorch_adapter.bin``, as the
+``adapters`` library's ``save_adapter`` writes them; multitask/adapters_format.py says which
+``BnConfig`` computes minBERT's adapter and why) that ``BertAdapterModel.from_pretrained`` of the
+base checkpoint (or ``adapters.init(BertModel)``) loads with ``load_adapter`` and runs after
+``set_active_adapters(<task>)``, and the task's head files as above. The export never imports
+``adapters``. What a format cannot hold is refused in one line naming the setting (another
+plug-in beside it, per-task LayerNorms, a trained encoder; for adapters also a shared adapter),
+and nothing is written.
 
 OUT_DIR is written in a temporary folder beside it and renamed when complete (a temporary folder
 left by a killed export is removed by the next export to OUT_DIR), with ``export.json`` naming the
@@ -46,9 +58,9 @@ import torch
 from minbert.checkpoint import atomic_write_text, save_tensors
 from minbert.flags import ArgumentParser
 from minbert.pretrained import CheckpointError, resolve_checkpoint_dir, save_checkpoint_dir
+from multitask import adapters_format, peft_format
 from multitask.errors import RunStopped, UsageError, run_command
 from multitask.model import MultitaskModel
-from multitask.peft_format import unexportable, write_adapter
 from multitask.run import EXPORT_MARK, folder_kind, overlapping
 from multitask.trained import TrainedRun
 from tasks.base import BinaryTask, MultiClassTask, Task, get_task
@@ -169,20 +181,30 @@ PEFT_LOADING = (
     "from transformers import BertModel; from peft import PeftModel; "
     "model = PeftModel.from_pretrained(BertModel.from_pretrained(CHECKPOINT), OUT_DIR/TASK)"
 )
+ADAPTERS_LOADING = (
+    "from adapters import BertAdapterModel; model = BertAdapterModel.from_pretrained(CHECKPOINT); "
+    "name = model.load_adapter(OUT_DIR/TASK); model.set_active_adapters(name)"
+)
+# The adapter formats: the module that writes and refuses, the library's name, how to load.
+FORMATS = {
+    "peft": (peft_format, "PEFT adapter", PEFT_LOADING),
+    "adapters": (adapters_format, "AdapterHub adapter", ADAPTERS_LOADING),
+}
 
 
 def export(run_dir: str, out_dir: str, overwrite: bool = False, form: str = "hf") -> list[Path]:
     """Write the export (see the module docstring); returns the directories written."""
     run = TrainedRun(run_dir)
     refused = [k for k in run.settings.plugin_kinds if k not in MERGEABLE]
-    if form == "peft" and (why := unexportable(run.settings)):
-        raise UsageError(f"{run.path}: no PEFT adapter for this run: {why}")
+    if form in FORMATS and (why := FORMATS[form][0].unexportable(run.settings)):
+        raise UsageError(f"{run.path}: no {FORMATS[form][1]} for this run: {why}")
     if refused and form == "hf":
         raise UsageError(
             f"{run.path} was trained with {' and '.join(refused)} plug-ins, which add computations "
             "a plain BERT has no place for; use its per-task files "
             f"({run.path}/task-<task>.safetensors) with python -m multitask.predict, or "
             "multitask.trained.TrainedRun in Python"
+            + ("" if adapters_format.unexportable(run.settings) else ", or --format adapters")
         )
     out = check_out_dir(out_dir, run, overwrite)
     try:
@@ -202,13 +224,14 @@ def write_export(staged: Path, run: TrainedRun, out: Path, form: str = "hf") -> 
     """Every file of the export into ``staged``; the folders they will have under ``out``."""
     written = []
     mark = {"run": str(run.path.resolve()), "option": run.settings.option, "tasks": run.tasks}
-    if form == "peft":
+    if form in FORMATS:
+        module, _, loading = FORMATS[form]
         for task in run.tasks:
             model = run.task_model(task)
-            write_adapter(staged / task, model, run.settings, task)
+            module.write_adapter(staged / task, model, run.settings, task)
             write_head(staged / task, model, task)
             written.append(out / task)
-        mark |= {"format": "peft", "checkpoint": run.settings.checkpoint, "load": PEFT_LOADING}
+        mark |= {"format": form, "checkpoint": run.settings.checkpoint, "load": loading}
     elif run.settings.option in ("finetune", "pretrain"):
         if run.settings.option == "finetune":  # one model holds every task
             models = dict.fromkeys(run.tasks, run.task_model(run.tasks[0]))
@@ -244,11 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     p.add_argument(
         "--format",
-        choices=("hf", "peft"),
+        choices=("hf", *FORMATS),
         default="hf",
         help=(
             "hf: a plain BERT per run (finetune, pretrain) or per task (lora, merged); peft: "
-            "a LoRA run's tasks unmerged, as PEFT adapters of the base checkpoint"
+            "a LoRA run's tasks unmerged, as PEFT adapters of the base checkpoint; adapters: an "
+            "adapter run's tasks as AdapterHub (adapters library) bottleneck adapters"
         ),
     )
     args = p.parse_args(argv)
