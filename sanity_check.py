@@ -67,7 +67,7 @@ DEFAULT_REFERENCE = ROOT / "sanity_check_reference.pt"
 __all__ = ["CHECKS", "DEFAULT_REFERENCE", "main"]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="sanity_check.py",
         description="Check minBERT against references, one independent check per component "
@@ -112,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"with --results-json: a JSON object of points per exercise (default: {POINTS.name} "
         "in minbert/course/, which an instructor edits)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.points is not None and args.results_json is None:
         parser.error("--points goes with --results-json")
