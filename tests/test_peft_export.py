@@ -18,6 +18,7 @@ import train_multitask
 from multitask import export as export_command
 from multitask import predict as predict_command
 from multitask.collate import Batch
+from multitask.peft_format import write_adapter
 from multitask.trained import TrainedRun
 from tests.helpers import driver_argv, run_driver
 
@@ -108,6 +109,11 @@ def test_init_lora_starts_from_the_folder_bit_for_bit(
                 prefix = f"base_model.model.encoder.layer.{layer}.{path}"
                 assert torch.equal(update.A.detach().cpu(), saved[f"{prefix}.lora_A.weight"])
                 assert torch.equal(update.B.detach().cpu(), saved[f"{prefix}.lora_B.weight"])
+        again = tmp_path / "again" / task  # and written out again: the same tensors, bit for bit
+        write_adapter(again, run.model, run.cfg.model, task)
+        written = load_file(str(again / "adapter_model.safetensors"))
+        assert written.keys() == saved.keys()
+        assert all(torch.equal(written[k], saved[k]) for k in saved)
     continued = lora_run(tiny_checkpoint, tiny_data, tmp_path / "continued", "--init_lora", folders)
     source = tmp_path / "input.txt"
     source.write_text("a good film\n")
