@@ -629,19 +629,18 @@ def snapshot(*folders: Path) -> dict[str, bytes | None]:
     return seen
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_invocation(case, made, tiny_checkpoint, tiny_data, tmp_path, monkeypatch, capsys):
-    ctx = Ctx(tmp_path, made, tiny_checkpoint, tiny_data)
-    if case.name.endswith("is-checkpoint"):
-        checkpoint_copy(ctx)
+def invoke(case: Case, ctx: Ctx, mains: dict, monkeypatch, capsys) -> dict[str, bytes | None]:
+    """Run the case's command and assert what every case asserts: its exit code, exactly one
+    line on standard error, ``error: `` and the case's words (no usage block before it), no
+    traceback. The snapshot of the files from before the command."""
     argv = case.argv(ctx)
     monkeypatch.chdir(ctx.cwd)
     if case.patch:
         case.patch(monkeypatch, ctx)
-    before = snapshot(tmp_path, tiny_checkpoint)
+    before = snapshot(ctx.tmp, ctx.checkpoint)
     capsys.readouterr()
     try:
-        code = MAINS[case.command](argv)
+        code = mains[case.command](argv)
     except SystemExit as exit:  # argparse's own exit
         code = exit.code
     err = capsys.readouterr().err
@@ -654,6 +653,15 @@ def test_bad_invocation(case, made, tiny_checkpoint, tiny_data, tmp_path, monkey
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert case.words in lines[0], lines[0]
     assert "Traceback" not in err
+    return before
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_invocation(case, made, tiny_checkpoint, tiny_data, tmp_path, monkeypatch, capsys):
+    ctx = Ctx(tmp_path, made, tiny_checkpoint, tiny_data)
+    if case.name.endswith("is-checkpoint"):
+        checkpoint_copy(ctx)
+    before = invoke(case, ctx, MAINS, monkeypatch, capsys)
     after = snapshot(tmp_path, tiny_checkpoint)
     if case.output:  # whole files of the command's own new folder, no temporary file
         own = str(tmp_path / case.output)

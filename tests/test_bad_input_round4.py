@@ -30,6 +30,7 @@ from tests.test_bad_input_commands import (
     Ctx,
     driver,
     interrupt,
+    invoke,
     make_runs,
     mlm,
     plain,
@@ -479,22 +480,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_invocation(case, made, tiny_checkpoint, tiny_data, tmp_path, monkeypatch, capsys):
     ctx = Ctx(tmp_path, made, tiny_checkpoint, tiny_data)
-    argv = case.argv(ctx)
-    monkeypatch.chdir(ctx.cwd)
-    if case.patch:
-        case.patch(monkeypatch, ctx)
-    before = snapshot(tmp_path, tiny_checkpoint)
-    capsys.readouterr()
-    try:
-        code = COMMANDS[case.command](argv)
-    except SystemExit as exit:  # argparse's own exit
-        code = exit.code
-    err = capsys.readouterr().err
-    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip()]
-    assert code == case.code, err
-    assert len(lines) == 1 and lines[0].startswith("error: "), err  # no usage block before it
-    assert case.words in lines[0], lines[0]
-    assert "Traceback" not in err
+    before = invoke(case, ctx, COMMANDS, monkeypatch, capsys)
     assert snapshot(tmp_path, tiny_checkpoint) == before  # nothing changed, lost or left behind
 
 
