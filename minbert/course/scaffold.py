@@ -71,6 +71,7 @@ INSTRUCTOR_ONLY = (
     "tests/test_scaffold.py",
     "tests/test_grader_mutants.py",
     "tests/test_grader_store.py",  # plants cheats through the mutant harness
+    "tests/test_grade_class.py",  # plants solution files as submissions
     "scripts/course_references.py",
     "scripts/make_course_references.py",
 )
