@@ -555,7 +555,8 @@ def test_ctrl_c_to_the_runners_process_group_is_one_line_and_a_whole_results_fil
     try:
         deadline = time.time() + 120
         logs = [runs / "tiny-first.log", runs / "tiny-second.log"]
-        while not all(p.exists() and "step" in p.read_text() for p in logs):
+        # both rows in their epoch ("steps per task" opens it; the "step N" line would close it)
+        while not all(p.exists() and "steps per task" in p.read_text() for p in logs):
             assert runner_process.poll() is None and time.time() < deadline
             time.sleep(0.2)
         os.killpg(runner_process.pid, signal.SIGINT)
