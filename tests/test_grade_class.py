@@ -45,7 +45,8 @@ def test_a_class_is_graded_each_submission_alone(tmp_path, capsys):
     attack = f"\nfrom pathlib import Path\nPath({str(victim)!r}).write_text('broken')\n"
     attack += f"Path({str(points)!r}).write_text('{{}}')\n"
     submit(subs / "eve", {OPT: solution(OPT) + attack, SAMPLING: solution(SAMPLING)})
-    peek = "\nimport torch\n_ = torch.load('minbert/course/reference_data.pt', weights_only=False)\n"
+    peek = "\nimport torch\n"
+    peek += "_ = torch.load('minbert/course/reference_data.pt', weights_only=False)\n"
     submit(subs / "frank", {OPT: solution(OPT) + peek, SAMPLING: solution(SAMPLING)})
     submit(subs / "zed", good)
     with zipfile.ZipFile(subs / "yan.zip", "w") as archive:  # a zip, files at its top
