@@ -524,7 +524,7 @@ import sys
 import multitask_runs
 checkpoint, data, runs, results = sys.argv[1:5]
 tiny = ["--checkpoint", checkpoint, "--batch_size", "4", "--max_length", "32", "--epochs", "1",
-        "--steps_per_epoch", "400", "--no_plots"]
+        "--steps_per_epoch", "100000", "--no_plots"]
 multitask_runs.SUITES["tiny"] = [("first", tiny), ("second", tiny), ("third", tiny)]
 sys.exit(multitask_runs.main(["tiny", "--jobs", "2", "--data_dir", data, "--runs_dir", runs,
                               "--results", results]))
@@ -555,7 +555,8 @@ def test_ctrl_c_to_the_runners_process_group_is_one_line_and_a_whole_results_fil
     try:
         deadline = time.time() + 120
         logs = [runs / "tiny-first.log", runs / "tiny-second.log"]
-        # both rows in their epoch ("steps per task" opens it; the "step N" line would close it)
+        # both rows in their epoch ("steps per task" opens it), which they cannot finish before
+        # the SIGINT: 100,000 steps (400 took a tiny row 2 s, and one finished first under load)
         while not all(p.exists() and "steps per task" in p.read_text() for p in logs):
             assert runner_process.poll() is None and time.time() < deadline
             time.sleep(0.2)
