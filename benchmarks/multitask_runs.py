@@ -435,6 +435,8 @@ def run_one(
     results file; False when the run failed (nothing added). ``log``: its output goes to
     ``<runs_dir>/<suite>-<name>.log`` (several running at once), with a line here as it starts
     and ends."""
+    if STOPPING.is_set():  # a queued row after a Ctrl-C: never started
+        return False
     json_path, md_path = results_files(args)
     cmd = row_command(name, flags, args, extra)
     out_dir = Path(cmd[cmd.index("--out_dir") + 1])
@@ -449,8 +451,10 @@ def run_one(
             rc = run_child(cmd, out)
     else:
         rc = run_child(cmd, None)
+    if rc in (130, -signal.SIGINT):  # the row had the Ctrl-C: this thread starts no other row
+        STOPPING.set()  # (the main thread, which the Ctrl-C also reached, may not have yet)
     if rc != 0:
-        if not STOPPING.is_set() and rc not in (130, -signal.SIGINT):  # else the runner says
+        if not STOPPING.is_set():  # else the runner says
             print(f"{name}: exit code {rc}", file=sys.stderr, flush=True)
         return False
     row = {
@@ -526,6 +530,7 @@ def check_paths(p: argparse.ArgumentParser, args: argparse.Namespace, json_path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    STOPPING.clear()  # a new command: no Ctrl-C yet (tests call main several times)
     p = ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("suite", choices=sorted(SUITES))
     p.add_argument(

@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from minbert.pretrained import default_checkpoint_dir
 from multitask import export as export_command
 from multitask.adapters_format import reduction_factor
 from multitask.collate import Batch
@@ -192,3 +193,21 @@ def test_what_adapters_cannot_hold_is_refused_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].endswith("or --format adapters"), err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.numerics
+def test_adapters_on_the_packaged_checkpoint(library_python, tiny_data, tmp_path):
+    """The same equality on the packaged all-MiniLM-L6-v2 (6 layers, hidden 384), the base a
+    user's adapter sits on, loaded by the library's BertAdapterModel."""
+    checkpoint = default_checkpoint_dir()
+    run_dir = adapter_run(checkpoint, tiny_data, tmp_path / "run", "--adapter_size", "16")
+    out = exported(run_dir, tmp_path / "adapters")
+    run = TrainedRun(run_dir)
+    batch = {k: v for k, v in run.tokenizer()(SENTENCES).items() if k != "num_truncated"}
+    jobs = [f"model:{out / task}" for task in TASKS]
+    theirs = library_hidden(library_python, checkpoint, jobs, batch, tmp_path)
+    for task in TASKS:
+        model = run.task_model(task).eval()
+        with torch.no_grad():
+            ours = model.bert(**batch, task=task)["last_hidden_state"]
+        assert (theirs[f"model:{out / task}"] - ours).abs().max() < 1e-5, task

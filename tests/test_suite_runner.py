@@ -96,3 +96,20 @@ def test_a_failed_row_makes_the_runner_fail(
     assert multitask_runs.main([*argv, "--results", str(tmp_path / "tiny")]) == 1
     assert "error: 1 row(s) failed: bad" in capsys.readouterr().err
     assert list(json.loads((tmp_path / "tiny.json").read_text())) == ["good"]
+
+
+def test_a_row_whose_process_had_the_ctrl_c_stops_the_queue(tiny_checkpoint, tmp_path, monkeypatch):
+    """A row whose process ended by Ctrl-C (exit 130) stops its worker from starting the next
+    queued row, also before the runner's main thread has seen the Ctrl-C itself."""
+    started = []
+
+    def interrupted(cmd, out):
+        started.append(cmd[cmd.index("--out_dir") + 1])
+        return 130
+
+    monkeypatch.setattr(multitask_runs, "run_child", interrupted)
+    tiny = ["--checkpoint", str(tiny_checkpoint), "--epochs", "1"]
+    monkeypatch.setitem(multitask_runs.SUITES, "tiny", [("a", tiny), ("b", tiny)])
+    argv = ["tiny", "--data_dir", str(tmp_path), "--runs_dir", str(tmp_path / "runs")]
+    assert multitask_runs.main([*argv, "--results", str(tmp_path / "tiny")]) != 0
+    assert len(started) == 1  # b never started
