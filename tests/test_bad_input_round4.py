@@ -551,6 +551,9 @@ def test_ctrl_c_to_the_runners_process_group_is_one_line_and_a_whole_results_fil
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # a shell without job control starts background commands (CI's make) with SIGINT
+        # ignored, which Python keeps: the runner gets the default back, as a terminal gives it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.time() + 120
