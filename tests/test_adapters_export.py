@@ -198,7 +198,9 @@ def test_what_adapters_cannot_hold_is_refused_in_one_line(
 @pytest.mark.numerics
 def test_adapters_on_the_packaged_checkpoint(library_python, tiny_data, tmp_path):
     """The same equality on the packaged all-MiniLM-L6-v2 (6 layers, hidden 384), the base a
-    user's adapter sits on, loaded by the library's BertAdapterModel."""
+    user's adapter sits on, loaded by the library's BertAdapterModel, on the real tokens (a
+    padding position's state, which nothing reads, differs by up to 1.8e-5 on torch's plain
+    kernels through six layers of float32 rounding)."""
     checkpoint = default_checkpoint_dir()
     run_dir = adapter_run(checkpoint, tiny_data, tmp_path / "run", "--adapter_size", "16")
     out = exported(run_dir, tmp_path / "adapters")
@@ -206,8 +208,9 @@ def test_adapters_on_the_packaged_checkpoint(library_python, tiny_data, tmp_path
     batch = {k: v for k, v in run.tokenizer()(SENTENCES).items() if k != "num_truncated"}
     jobs = [f"model:{out / task}" for task in TASKS]
     theirs = library_hidden(library_python, checkpoint, jobs, batch, tmp_path)
+    real = batch["attention_mask"].bool()  # a padding position's state, read by nothing, aside
     for task in TASKS:
         model = run.task_model(task).eval()
         with torch.no_grad():
             ours = model.bert(**batch, task=task)["last_hidden_state"]
-        assert (theirs[f"model:{out / task}"] - ours).abs().max() < 1e-5, task
+        assert (theirs[f"model:{out / task}"] - ours)[real].abs().max() < 1e-5, task
