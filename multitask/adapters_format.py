@@ -67,15 +67,9 @@ SITES = {"attention": "attention.output", "feed_forward": "output"}  # minBERT -
 
 def unexportable(settings: ModelSettings) -> str | None:
     """Why a run of ``settings`` has no AdapterHub bottleneck adapter equivalent, or None."""
+    if why := settings.not_alone("adapter", "an adapter run", "an AdapterHub adapter"):
+        return why
     adapter = settings.adapter
-    if settings.option != "adapter":
-        return f"--option {settings.option}: only an adapter run is an AdapterHub adapter"
-    if settings.also:
-        return f"--also {','.join(settings.also)}: an AdapterHub adapter holds the adapter alone"
-    if settings.train_layernorms:
-        return "--train_layernorms: an AdapterHub bottleneck adapter has no per-task LayerNorms"
-    if settings.train_encoder:
-        return "--train_encoder: the adapter would sit on weights that are not the checkpoint's"
     if adapter.share != 1:
         return (
             f"--adapter_share {adapter.share}: AdapterHub keeps one adapter per layer, "

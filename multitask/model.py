@@ -206,6 +206,20 @@ class ModelSettings:
             return []
         return ["layernorm"] * self.train_layernorms + [self.plugin, *self.also]
 
+    def not_alone(self, option: str, run: str, holder: str) -> str | None:
+        """Why a run of these settings is not ``option``'s plug-in alone on the checkpoint's
+        frozen encoder, which is what another library's adapter file (``holder``) holds; or
+        None. ``run`` names such a run ("a LoRA run")."""
+        if self.option != option:
+            return f"--option {self.option}: only {run} is {holder}"
+        if self.also:
+            return f"--also {','.join(self.also)}: {holder} holds one plug-in alone"
+        if self.train_layernorms:
+            return f"--train_layernorms: {holder} has no per-task LayerNorms"
+        if self.train_encoder:
+            return "--train_encoder: the adapter would sit on weights that are not the checkpoint's"
+        return None
+
     def plugin_options(self, kind: str) -> dict:
         """The options of plug-in ``kind``, as ``add_plugin`` takes them."""
         settings = getattr(self, kind, None)

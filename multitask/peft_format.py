@@ -55,15 +55,7 @@ def adapter_folders(entries: list[str], tasks: list[str]) -> dict[str, str]:
 
 def unexportable(settings: ModelSettings) -> str | None:
     """Why a run of ``settings`` has no PEFT LoRA adapter equivalent, or None."""
-    if settings.option != "lora":
-        return f"--option {settings.option}: only a LoRA run is a PEFT LoRA adapter"
-    if settings.also:
-        return f"--also {','.join(settings.also)}: a PEFT LoRA adapter holds LoRA alone"
-    if settings.train_layernorms:
-        return "--train_layernorms: a PEFT LoRA adapter has no per-task LayerNorms"
-    if settings.train_encoder:
-        return "--train_encoder: the adapter would sit on weights that are not the checkpoint's"
-    return None
+    return settings.not_alone("lora", "a LoRA run", "a PEFT LoRA adapter")
 
 
 def target_modules(targets: tuple[str, ...]) -> list[str] | str:
