@@ -299,6 +299,11 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         )
         for sampling in ("annealed", "round-robin", "proportional", "square-root")
     ],
+    # Sharing that may beat each task trained alone (meant for --seeds 1,2,3): the default
+    # multitask finetune run, the first stage of multitask-then-each-task fine-tuning (MT-DNN).
+    "sharing": [
+        ("multitask", ["--option", "finetune"]),
+    ],
     # Pairs cross-encoded, as every row of the committed study ran (the default then).
     "adapter-study": [
         ("adapter-annealed", STUDY),
