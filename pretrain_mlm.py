@@ -43,7 +43,6 @@ from minbert.mlm import (
     mlm_loss,
     word_continuations,
 )
-from minbert.optimizer import linear_warmup_decay
 from minbert.pretrained import load_config, resolve_checkpoint_dir
 from minbert.seeds import derived_seed
 from minbert.tokenizer import Tokenizer
@@ -53,7 +52,7 @@ from multitask.data import load_data
 from multitask.devices import THREADS_RANGE
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.run import Layout, RunFolder, merge_config, overlapping
-from multitask.step import optimizer_for
+from multitask.step import linear_warmup_decay, optimizer_for
 from tasks import TASKS
 from tasks.reader import has_visible_text
 

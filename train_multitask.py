@@ -5,13 +5,10 @@
     python train_multitask.py --evaluate runs/finetune-annealed       # predictions from a saved run
 
 The run: config (multitask/config.py: every flag, parsed and checked) -> data -> model ->
-optimizer -> task sampler -> training loop -> evaluation.
-Each step draws one task (round-robin, or p_i ∝ N_i^α, see minbert/sampling.py), takes that task's
-next length-grouped batch, and updates the shared encoder (or only the plug-ins and heads) on that
-task's loss (with --step_gradient: a batch of every task, minbert/pcgrad.py). The model layer
-is multitask/model.py; everything the run writes goes through its RunFolder (multitask/run.py):
-config.json, metrics.jsonl, train_log.jsonl, checkpoints, prediction files and learning-curve
-plots; see README.md.
+optimizer -> task sampler -> training loop -> evaluation. Each step draws one task (round-robin,
+or p_i ∝ N_i^α: minbert/sampling.py), takes its next length-grouped batch, and updates the shared
+encoder (or only the plug-ins and heads) on its loss (multitask/step.py). Everything the run
+writes goes through its RunFolder (multitask/run.py); see README.md.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from minbert.optimizer import linear_warmup_decay
 from minbert.plugins import format_parameter_report, parameter_report
 from minbert.sampling import TaskSampler
 from minbert.seeds import derived_seed
@@ -50,16 +46,20 @@ from multitask.devices import Distributed, autocast, pick_device, set_up_distrib
 from multitask.distillation import gold_weight, save_teacher_outputs, teacher_outputs
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.evaluation import calibrate_similarity_heads, evaluate, write_predictions
-from multitask.loss_log import LossLog, NonFiniteStep
 from multitask.model import MultitaskModel, build_model
-from multitask.objectives import Objective, Smart, TrainingStep, objective_for
+from multitask.objectives import Smart, objective_for
 from multitask.peft_format import adapter_folders, load_adapter
 from multitask.run import RunFolder
 from multitask.step import (
     DeviceFlagged,
     HostChecked,
+    LossLog,
     NonFiniteLoss,
+    NonFiniteStep,
+    Objective,
     PCGrad,
+    TrainingStep,
+    linear_warmup_decay,
     loss_weights,
     optimizer_for,
     train_step,
@@ -76,15 +76,18 @@ def read_data(cfg: TrainConfig) -> tuple[Data, str]:
 
 
 def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
-    """build_model with the config's settings; --add_to also loads the earlier runs."""
+    """build_model with the config's settings; --add_to also loads the earlier runs, --init_from
+    the run it starts from."""
     try:
         model = build_model(cfg.model, cfg.tasks, cfg.dropout, cfg.base_tasks)
     except ValueError as err:
         raise UsageError(f"--option {cfg.model.option}: {err}") from err
     if cfg.add_to:
         RunFolder(cfg.add_to).load_into(model)
+    if cfg.init_from and not cfg.resume:  # a resumed run restores its weights from last.pt
+        RunFolder(cfg.init_from).load_start(model)
     for task, folder in ({} if cfg.resume else adapter_folders(cfg.init_lora, cfg.tasks)).items():
-        try:  # a resumed run restores its LoRA from last.pt
+        try:
             load_adapter(folder, model, task)
         except ValueError as err:
             raise UsageError(f"--init_lora {task}={folder}: {err}") from None
@@ -129,7 +132,7 @@ class Run:
     smart: Smart | None  # its momentum teacher is saved in last.pt
     steps_per_epoch: int
     extra: dict[str, Any]
-    log: LossLog  # the losses since the last read and line (multitask/loss_log.py)
+    log: LossLog  # the losses since the last read and line (multitask/step.py)
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""

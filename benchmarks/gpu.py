@@ -137,8 +137,7 @@ def throughput(models: dict, shapes: list, repeats: int) -> str:
 def option_rows(data_dir: str, repeats: int) -> str:
     from minbert.tokenizer import Tokenizer
     from multitask.collate import batch_to
-    from multitask.objectives import TrainingStep
-    from multitask.step import HostChecked, train_step
+    from multitask.step import HostChecked, TrainingStep, train_step
 
     rows, device = [], torch.device("cuda")
     for option in OPTIONS:

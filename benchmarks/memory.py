@@ -38,8 +38,7 @@ def worker(option: str, steps: int, data_dir: str) -> dict:
     import torch
 
     from minbert.tokenizer import Tokenizer
-    from multitask.objectives import TrainingStep
-    from multitask.step import HostChecked, train_step
+    from multitask.step import HostChecked, TrainingStep, train_step
 
     option_flag = option if option in OPTIONS else "finetune"
     cfg = _common.driver_args(option_flag, data_dir=data_dir)

@@ -43,8 +43,7 @@ from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream, fixed_batches, length_grouped_batches
 from multitask.collate import collate, token_lengths
-from multitask.objectives import TrainingStep
-from multitask.step import HostChecked, train_step
+from multitask.step import HostChecked, TrainingStep, train_step
 from tasks import get_task
 
 POOLS = (50, 10, 2, 1)  # --batch_pool sizes measured; the first is the driver's default

@@ -32,8 +32,7 @@ from _common import Report, interleaved, median, paired_ratio, spread, table
 
 from multitask.batching import BatchStream
 from multitask.collate import collate, token_lengths
-from multitask.objectives import TrainingStep
-from multitask.step import HostChecked, train_step
+from multitask.step import HostChecked, TrainingStep, train_step
 from tasks import Task, get_task
 
 OPTIONS = ("finetune", "pretrain", "adapter", "pals", "lhuc", "lora")

@@ -13,9 +13,10 @@ Module attribute paths are exactly Hugging Face's BERT names (``embeddings.word_
 ``encoder.layer.N.attention.self.query``, ...), so a pretrained checkpoint loads with
 ``load_state_dict(strict=True)`` after a small key fix-up (see ``minbert/pretrained.py``).
 
-Plug-ins (adapters, PALs, LHUC, LoRA; ``minbert/plugins/``) act at a few named call sites inside
-each layer (``minbert/sites.py``). With nothing attached every site is the identity, so the plain
-model is exactly BERT.
+Plug-ins (adapters, PALs, LHUC, LoRA; ``minbert/plugins/``) act at a few named sites inside each
+layer: hooks on the layer's own modules, installed when a plug-in is attached
+(``minbert/sites.py``). The code here calls its modules and knows nothing of plug-ins; with
+nothing attached no hook exists, so the plain model is exactly BERT.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minbert.sites import NO_SITES, ComposedSites, LayerSites
+from minbert.sites import Plugins
 
 
 @dataclass
@@ -170,23 +171,20 @@ class BertSelfAttention(nn.Module):
         self.dropout_p = config.attention_probs_dropout_prob
         self.use_fast_path = True
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
 
-        # HINT: the query, key and value projections of x go through the plug-in site
-        # HINT: sites.linear (named "query", "key", "value"); split D into nh heads of size hs,
-        # HINT: heads before tokens; attention with the mask and, in training only, the attention
+        # HINT: project x with self.query, self.key, self.value; split D into nh heads of hs,
+        # HINT: heads before tokens; attend with the mask and, in training only, the attention
         # HINT: dropout: torch's fused F.scaled_dot_product_attention when self.use_fast_path, else
         # HINT: the written-out one above; then merge the heads back to (B, T, D).
         # BEGIN SOLUTION: attention
         def split_heads(t: torch.Tensor) -> torch.Tensor:
             return t.view(B, T, self.num_heads, D // self.num_heads).transpose(1, 2)
 
-        q = split_heads(sites.linear("query", self.query, x))  # (B, T, D) -> (B, nh, T, hs)
-        k = split_heads(sites.linear("key", self.key, x))
-        v = split_heads(sites.linear("value", self.value, x))
+        q = split_heads(self.query(x))  # (B, T, D) -> (B, nh, T, hs)
+        k = split_heads(self.key(x))
+        v = split_heads(self.value(x))
         dropout_p = self.dropout_p if self.training else 0.0
         if self.use_fast_path:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
@@ -195,15 +193,13 @@ class BertSelfAttention(nn.Module):
         return y.transpose(1, 2).reshape(B, T, D)  # (B, nh, T, hs) -> (B, T, D)
         # END SOLUTION
 
-    def probabilities(
-        self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
-    ) -> torch.Tensor:
+    def probabilities(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Each head's attention probabilities P = softmax(QKᵀ / √d_k + M), (B, T, D) ->
         (B, nh, T, T): row i is how much token i attends to each token j, after the mask and the
         softmax, before dropout (none is applied).
 
-        Recomputed from the layer input x through the same ``sites.linear("query"/"key", ...)``
-        calls as ``forward``, so LoRA on the query or key is included. P comes from the
+        Recomputed from the layer input x through the same ``self.query`` and ``self.key`` as
+        ``forward``, so LoRA on the query or key (a hook on them) is included. P comes from the
         written-out ``scaled_dot_product_attention`` with the identity as the values: P · I = P,
         exactly, so the equation is written once (in the course's student tree, P is the student's
         own). In training mode a plug-in's dropout on these projections (LoRA's) draws masks of its
@@ -211,15 +207,17 @@ class BertSelfAttention(nn.Module):
         """
         B, T, D = x.shape
         nh, hs = self.num_heads, D // self.num_heads
-        q = sites.linear("query", self.query, x).view(B, T, nh, hs)  # (B, T, D) -> (B, T, nh, hs)
-        k = sites.linear("key", self.key, x).view(B, T, nh, hs)
+        q = self.query(x).view(B, T, nh, hs)  # (B, T, D) -> (B, T, nh, hs)
+        k = self.key(x).view(B, T, nh, hs)
         identity = torch.eye(T, dtype=q.dtype, device=q.device).expand(B, nh, T, T)
         # (B, nh, T, hs) queries and keys, the identity as values: P · I = P, (B, nh, T, T)
         return scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), identity, mask)
 
 
 class BertSelfOutput(nn.Module):
-    """Attention output projection and add & norm: LayerNorm(x + adapter(dropout(W_O · heads)))."""
+    """Attention output projection and add & norm: LayerNorm(x + dropout(W_O · heads)).
+
+    (An adapter acts on the output of ``self.dropout``, before the residual add.)"""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -227,15 +225,11 @@ class BertSelfOutput(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(
-        self, heads: torch.Tensor, x: torch.Tensor, sites: LayerSites = NO_SITES
-    ) -> torch.Tensor:
-        # HINT: the class docstring's equation: the projection through its site
-        # HINT: ("attention_output"), dropout, the after_attention site, the residual, and the
-        # HINT: LayerNorm through its site ("attention").
+    def forward(self, heads: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        # HINT: the class docstring's equation with this module's dense, dropout and LayerNorm
+        # HINT: (plug-ins act on what each of them returns).
         # BEGIN SOLUTION: layer
-        h = self.dropout(sites.linear("attention_output", self.dense, heads))
-        return sites.norm("attention", self.LayerNorm, x + sites.after_attention(h))
+        return self.LayerNorm(x + self.dropout(self.dense(heads)))
         # END SOLUTION
 
 
@@ -245,10 +239,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
-    ) -> torch.Tensor:
-        return self.output(self.self(x, mask, sites), x, sites)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.output(self.self(x, mask), x)
 
 
 class BertIntermediate(nn.Module):
@@ -259,13 +251,15 @@ class BertIntermediate(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
         self.act = ACTIVATIONS[config.hidden_act]
 
-    def forward(self, x: torch.Tensor, sites: LayerSites = NO_SITES) -> torch.Tensor:
-        return self.act(sites.linear("intermediate", self.dense, x))  # (B, T, D) -> (B, T, F)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))  # (B, T, D) -> (B, T, F)
 
 
 class BertOutput(nn.Module):
-    """Second half of the feed-forward network and add & norm:
-    LayerNorm(x + adapter(dropout(h W_2 + b_2)) + parallel), where ``parallel`` is a PAL's term."""
+    """Second half of the feed-forward network and add & norm: LayerNorm(x + dropout(h W_2 + b_2)).
+
+    (An adapter acts on the output of ``self.dropout``; a PAL adds its term to the input of
+    ``self.LayerNorm``.)"""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -273,22 +267,10 @@ class BertOutput(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(
-        self,
-        h: torch.Tensor,
-        x: torch.Tensor,
-        sites: LayerSites = NO_SITES,
-        parallel: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        # HINT: the class docstring's equation: the projection through its site ("output"),
-        # HINT: dropout, the after_feed_forward site, the residual, the parallel term when there is
-        # HINT: one, and the LayerNorm through its site ("feed_forward").
+    def forward(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        # HINT: the class docstring's equation with this module's dense, dropout and LayerNorm.
         # BEGIN SOLUTION: layer
-        h = self.dropout(sites.linear("output", self.dense, h))  # (B, T, F) -> (B, T, D)
-        h = x + sites.after_feed_forward(h)
-        if parallel is not None:
-            h = h + parallel
-        return sites.norm("feed_forward", self.LayerNorm, h)
+        return self.LayerNorm(x + self.dropout(self.dense(h)))  # (B, T, F) -> (B, T, D)
         # END SOLUTION
 
 
@@ -305,17 +287,11 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites = NO_SITES
-    ) -> torch.Tensor:
-        # HINT: the two sub-layers of the docstring with the sub-modules above (each gets the
-        # HINT: sites); a PAL's parallel term (sites.parallel) is computed from the layer input x
-        # HINT: and added in the second add & norm; the after_layer site acts on the result.
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # HINT: the two sub-layers of the docstring with the sub-modules above.
         # BEGIN SOLUTION: layer
-        parallel = sites.parallel(x, mask)  # PAL attends over the layer input, in parallel
-        a = self.attention(x, mask, sites)
-        y = self.output(self.intermediate(a, sites), a, sites, parallel)
-        return sites.after_layer(y)
+        a = self.attention(x, mask)
+        return self.output(self.intermediate(a), a)
         # END SOLUTION
 
 
@@ -343,7 +319,7 @@ class BertModel(nn.Module):
     vectors (so SMART can perturb embeddings and encode again),
     ``forward`` = ``encode(embed(...))``.
     Plug-ins attached to ``self.plugins`` (a container keyed by plug-in name) act through the
-    sites of each layer for the task named in the call.
+    sites of each layer for the task named in the call (``minbert/sites.py``).
     """
 
     def __init__(self, config: BertConfig) -> None:
@@ -352,7 +328,7 @@ class BertModel(nn.Module):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config)
-        self.plugins = nn.ModuleDict()  # filled by minbert.plugins; empty for plain BERT
+        self.plugins = Plugins()  # filled by minbert.plugins; empty for plain BERT
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -387,12 +363,6 @@ class BertModel(nn.Module):
             )
         return self.embeddings(input_ids, token_type_ids)
 
-    def layer_sites(self, layer: int, task: str | None) -> LayerSites:
-        """The plug-in sites of one layer for ``task`` (the identity when nothing is attached)."""
-        if len(self.plugins) == 0:
-            return NO_SITES
-        return ComposedSites(list(self.plugins.values()), layer, task)
-
     def encode(
         self,
         embeddings: torch.Tensor,
@@ -414,16 +384,18 @@ class BertModel(nn.Module):
         """
         B, T, D = embeddings.shape
         mask = extended_attention_mask(attention_mask, embeddings.dtype)  # (B, T) -> (B, 1, 1, T)
+        if len(self.plugins):
+            self.plugins.activate(task)
         hidden = embeddings
         attentions: list[torch.Tensor] = []
         plugin_attentions: dict[str, list[torch.Tensor]] = {}
         for i, layer in enumerate(self.encoder.layer):
-            sites = self.layer_sites(i, task)
             if output_attentions:  # from the layer input, before the layer runs
-                attentions.append(layer.attention.self.probabilities(hidden, mask, sites))
-                for name, probs in sites.attentions(hidden, mask).items():
-                    plugin_attentions.setdefault(name, []).append(probs)
-            hidden = layer(hidden, mask, sites)
+                attentions.append(layer.attention.self.probabilities(hidden, mask))
+                if len(self.plugins):
+                    for name, probs in self.plugins.sites(i).attentions(hidden, mask).items():
+                        plugin_attentions.setdefault(name, []).append(probs)
+            hidden = layer(hidden, mask)
         out: dict[str, Any] = {"last_hidden_state": hidden, "pooler_output": self.pooler(hidden)}
         if output_attentions:
             out["attentions"] = tuple(attentions)

@@ -1,4 +1,7 @@
-"""AdamW and the linear warmup / linear decay learning-rate schedule, written out by hand.
+"""AdamW written out by hand, and the parameter groups it trains (layer-wise learning rates).
+
+The learning-rate schedule (linear warmup, linear decay) is the training loop's:
+``multitask/step.py``.
 
 AdamW is Adam (Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization") with the weight
 decay taken out of the gradient and applied to the weights directly ("decoupled"), as proposed by
@@ -18,7 +21,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LambdaLR
 
 from minbert.bert import BertModel
 
@@ -131,55 +133,6 @@ class AdamW(torch.optim.Optimizer):
                 # END SOLUTION
 
         return loss
-
-
-class LinearWarmupDecay:
-    """The learning-rate multiplier of linear warmup followed by linear decay.
-
-    With w = warmup_steps, N = total_steps and s = the number of optimizer steps taken so far:
-
-        factor(s) = s / w                          for s < w        (rises 0 → 1)
-        factor(s) = max(0, (N − s) / (N − w))      for s ≥ w        (falls 1 → 0 at s = N)
-
-    With w = 0 there is no warmup: factor(0) = 1. (N − w) is taken as at least 1 so that w = N is
-    allowed (warmup to the last step, then 0).
-
-    A small class rather than a lambda so that ``LambdaLR.state_dict()`` saves w and N with it.
-    """
-
-    def __init__(self, warmup_steps: int, total_steps: int) -> None:
-        if warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
-        if total_steps <= 0:
-            raise ValueError(f"total_steps must be > 0, got {total_steps}")
-        if warmup_steps > total_steps:
-            raise ValueError(f"warmup_steps {warmup_steps} exceeds total_steps {total_steps}")
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-
-    def __call__(self, step: int) -> float:
-        if step < self.warmup_steps:
-            return step / self.warmup_steps
-        return max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
-
-
-def linear_warmup_decay(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
-) -> LambdaLR:
-    """Linear warmup over ``warmup_steps``, then linear decay to 0 at ``total_steps``.
-
-    The learning rate of every group is lr_base · factor(s), with factor as in
-    ``LinearWarmupDecay``; call ``scheduler.step()`` once after each ``optimizer.step()``.
-
-    1. s = 0 … w − 1:  factor(s) = s / w                (the first step has lr 0 when w > 0)
-    2. s = w … N:      factor(s) = (N − s) / (N − w)    (1 at s = w, 0 at s = N)
-    3. s > N:          factor(s) = 0
-
-    To resume a run, build the optimizer and this scheduler as at the start, then load the
-    optimizer's state dict and then the scheduler's: the scheduler's constructor sets each
-    group's lr, and the optimizer's saved state puts the saved lr back.
-    """
-    return LambdaLR(optimizer, LinearWarmupDecay(warmup_steps, total_steps))
 
 
 def layer_depths(model: nn.Module) -> dict[int, int]:

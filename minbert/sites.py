@@ -5,47 +5,61 @@ Shape legend
     T   tokens per sequence
     D   hidden size
 
-Two sides of one protocol:
+The layer itself knows nothing of plug-ins: it calls its own modules (``self.query(x)``,
+``self.dropout(h)``, ``self.LayerNorm(h)``) and the sites are hooks on those modules
+(``nn.Module.register_forward_hook``), installed only when a plug-in is attached. With nothing
+attached no hook exists, so the plain model is exactly BERT and runs no code of this file.
 
-* ``LayerSites`` is what a ``BertLayer`` calls, for one layer and one task. Every site is the
-  identity (``NO_SITES``), so with nothing attached the layer is exactly BERT:
+Each site is one module of a ``BertLayer``, and what a plug-in does there:
 
-  - ``linear(name, module, x)``: a linear map of the layer (``query``, ``key``, ``value``,
-    ``attention_output``, ``intermediate``, ``output``), where LoRA adds its low-rank term;
-  - ``after_attention(h)``: the attention output projection, before its add & norm (adapter);
-  - ``after_feed_forward(h)``: the feed-forward output, before its add & norm (adapter);
-  - ``norm(name, module, h)``: an add & norm's LayerNorm ``module`` applied to the sum ``h``
-    (``attention`` or ``feed_forward``), where per-task LayerNorms replace it and adapters
-    placed after the LayerNorm act;
+  - ``linear(name, module, x, y)``: the output y = module(x) of a linear map of the layer
+    (``query``, ``key``, ``value``, ``attention_output``, ``intermediate``, ``output``;
+    ``LINEAR_SITES``), where LoRA adds its low-rank term;
+  - ``after_attention(h)``: the output of ``attention.output.dropout``, the attention output
+    projection before its add & norm (adapter);
+  - ``after_feed_forward(h)``: the output of ``output.dropout``, the feed-forward output before
+    its add & norm (adapter);
+  - ``norm(name, module, h, y)``: the output y = module(h) of an add & norm's LayerNorm
+    (``attention`` or ``feed_forward``) on the sum h, where per-task LayerNorms replace it and
+    adapters placed after the LayerNorm act;
   - ``parallel(x, mask)``: a term computed from the layer input x (B, T, D), given the additive
-    attention mask (B, 1, 1, T), added before the layer's final LayerNorm (PAL), or ``None``;
+    attention mask (B, 1, 1, T), when the layer starts, and added to the input of its final
+    LayerNorm (PAL), or ``None``;
   - ``after_layer(h)``: the layer output (LHUC);
-  - ``attentions(x, mask)``: not a site the layer calls, but what ``BertModel.encode`` asks
-    each layer for when it is asked for attention maps: the attention probabilities plug-ins
-    compute from the layer input x, by name (``{"pals": (B, nh, T, T)}``), or ``{}``.
+  - ``attentions(x, mask)``: not a hook, but what ``BertModel.encode`` asks each layer for when
+    it is asked for attention maps: the attention probabilities plug-ins compute from the layer
+    input x, by name (``{"pals": (B, nh, T, T)}``), or ``{}``.
 
-* ``SiteHandler`` is what a plug-in implements: the same sites, told the layer index and the
-  task explicitly, so nothing about the active task is stored between calls. Each is the
-  identity unless the plug-in overrides it.
+Three pieces:
 
-``ComposedSites`` joins the two: the sites of one layer for one task, composed over every
-attached handler in the order they were attached. ``BertModel.layer_sites`` builds one; this
-module imports nothing from ``minbert.plugins``, so the model depends on the protocol only.
+* ``LayerSites``: the sites of one layer for one task, each the identity; ``hook_layer`` routes a
+  layer's modules through one (the grader does so with a test ``LayerSites`` of its own).
+* ``SiteHandler``: what a plug-in implements, the same sites told the layer index and the task.
+* ``Plugins``: the container ``BertModel.plugins`` (keyed by plug-in kind). ``hook`` installs the
+  hooks of every layer once; ``activate(task)``, called by ``BertModel.encode`` with the task of
+  the forward, checks the task against every plug-in; ``sites(layer)`` composes every handler
+  in the order they were attached (``ComposedSites``).
+
+This module imports nothing from ``minbert.plugins``, so the model depends on the protocol only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 
 class LayerSites:
     """The sites of one layer for one task, each the identity (see the module docstring)."""
 
-    def linear(self, name: str, module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        return module(x)
+    def linear(
+        self, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        return y
 
     def after_attention(self, h: torch.Tensor) -> torch.Tensor:
         return h
@@ -53,8 +67,10 @@ class LayerSites:
     def after_feed_forward(self, h: torch.Tensor) -> torch.Tensor:
         return h
 
-    def norm(self, name: str, module: nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
-        return module(h)
+    def norm(
+        self, name: str, module: nn.LayerNorm, h: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        return y
 
     def parallel(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
         return None
@@ -64,9 +80,6 @@ class LayerSites:
 
     def attentions(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         return {}
-
-
-NO_SITES = LayerSites()
 
 
 class SiteHandler:
@@ -117,18 +130,16 @@ class SiteHandler:
 
 
 class ComposedSites(LayerSites):
-    """The sites of layer ``layer`` for ``task``, each composing every handler in order. The task
-    is checked here, once per layer, against every handler."""
+    """The sites of layer ``layer`` for ``task``, each composing every handler in order."""
 
     def __init__(self, handlers: Sequence[SiteHandler], layer: int, task: str | None) -> None:
-        for handler in handlers:
-            handler.check_task(task)
         self.handlers = handlers
         self.layer = layer
         self.task = task
 
-    def linear(self, name: str, module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        y = module(x)
+    def linear(
+        self, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         for handler in self.handlers:
             y = handler.linear(self.layer, self.task, name, module, x, y)
         return y
@@ -143,8 +154,9 @@ class ComposedSites(LayerSites):
             h = handler.after_feed_forward(self.layer, self.task, h)
         return h
 
-    def norm(self, name: str, module: nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
-        y = module(h)
+    def norm(
+        self, name: str, module: nn.LayerNorm, h: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         for handler in self.handlers:
             y = handler.norm(self.layer, self.task, name, module, h, y)
         return y
@@ -168,3 +180,94 @@ class ComposedSites(LayerSites):
         for handler in self.handlers:
             found |= handler.attentions(self.layer, self.task, x, mask)
         return found
+
+
+def module_at(layer: nn.Module, path: str) -> nn.Module:
+    """The sub-module of a ``BertLayer`` at a dotted ``path`` (``"attention.self.query"``)."""
+    for name in path.split("."):
+        layer = getattr(layer, name)
+    return layer
+
+
+# The linear sites of a BertLayer: site name -> the nn.Linear's path inside the layer.
+LINEAR_SITES = {
+    "query": "attention.self.query",
+    "key": "attention.self.key",
+    "value": "attention.self.value",
+    "attention_output": "attention.output.dense",
+    "intermediate": "intermediate.dense",
+    "output": "output.dense",
+}
+
+
+def hook_layer(
+    layer: nn.Module, sites: Callable[[], LayerSites], linears: Iterable[str] = LINEAR_SITES
+) -> list[RemovableHandle]:
+    """Route the modules of ``layer`` (a ``BertLayer``) through ``sites()``, asked at every call:
+    the hooks of the module docstring, on the linear sites named in ``linears``. Returns the
+    hooks' handles (``handle.remove()`` takes one away)."""
+    parallel: dict[str, torch.Tensor] = {}  # the PAL term, from the layer's start to its norm
+    hooks = [(module_at(layer, LINEAR_SITES[n]), partial(on_linear, sites, n)) for n in linears]
+    hooks += [
+        (layer.attention.output.dropout, partial(on_output, sites, "after_attention")),
+        (layer.attention.output.LayerNorm, partial(on_norm, sites, "attention")),
+        (layer.output.dropout, partial(on_output, sites, "after_feed_forward")),
+        (layer.output.LayerNorm, partial(on_norm, sites, "feed_forward")),
+        (layer, partial(on_output, sites, "after_layer")),
+    ]
+    handles = [module.register_forward_hook(hook) for module, hook in hooks]
+    handles.append(layer.register_forward_pre_hook(partial(on_layer_input, sites, parallel)))
+    handles.append(layer.output.LayerNorm.register_forward_pre_hook(partial(add_term, parallel)))
+    return handles
+
+
+def on_linear(sites, name: str, module: nn.Linear, args: tuple, y: torch.Tensor) -> torch.Tensor:
+    return sites().linear(name, module, args[0], y)
+
+
+def on_output(sites, site: str, module: nn.Module, args: tuple, h: torch.Tensor) -> torch.Tensor:
+    return getattr(sites(), site)(h)
+
+
+def on_norm(sites, name: str, module: nn.LayerNorm, args: tuple, y: torch.Tensor) -> torch.Tensor:
+    return sites().norm(name, module, args[0], y)
+
+
+def on_layer_input(sites, parallel: dict[str, torch.Tensor], layer: nn.Module, args: tuple) -> None:
+    """At the layer's start: the parallel term from its input x and mask, kept for its norm."""
+    term = sites().parallel(*args[:2])
+    if term is not None:
+        parallel["term"] = term
+
+
+def add_term(parallel: dict[str, torch.Tensor], norm: nn.LayerNorm, args: tuple) -> tuple | None:
+    """Before the layer's final LayerNorm: its input plus the parallel term, if there is one."""
+    term = parallel.pop("term", None)
+    return None if term is None else (args[0] + term,)
+
+
+class Plugins(nn.ModuleDict):
+    """``BertModel.plugins``: the attached plug-ins by kind, and the task they act for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.task: str | None = None
+        self.hooked = False
+
+    def hook(self, layers: Iterable[nn.Module]) -> None:
+        """Install the sites of every layer, once (``add_plugin`` calls it)."""
+        if not self.hooked:
+            for i, layer in enumerate(layers):
+                hook_layer(layer, partial(self.sites, i))
+            self.hooked = True
+
+    def activate(self, task: str | None) -> None:
+        """The task of this forward: checked against every plug-in (a ValueError naming the
+        known tasks), then what every site acts for until the next forward."""
+        for handler in self.values():
+            handler.check_task(task)
+        self.task = task
+
+    def sites(self, layer: int) -> LayerSites:
+        """The sites of ``layer`` for the active task, every plug-in in the order attached."""
+        return ComposedSites(list(self.values()), layer, self.task)

@@ -39,7 +39,7 @@ from tasks.base import SPLITS, RegressionTask, Task
 from tasks.metrics import OVERALL_TASKS
 
 SEEDS = "[0, 4294967295]"  # 2^32 - 1: seed·1,000,003 + step stays far inside a 64-bit generator
-PATH_FLAGS = ("data_dir", "out_dir", "checkpoint", "evaluate", "add_to")
+PATH_FLAGS = ("data_dir", "out_dir", "checkpoint", "evaluate", "add_to", "init_from")
 DESCRIPTION = (
     "Multitask fine-tuning of one BERT on SST-5 sentiment, Quora paraphrase and STS-B similarity."
 )
@@ -241,6 +241,15 @@ class TrainConfig:
         ),
         metavar="RUN_DIR",
     )
+    init_from: str | None = setting(
+        None,
+        (
+            "start from RUN_DIR, a finished finetune run: its encoder, and the head of each task "
+            "of --tasks that it trained, are the starting weights (multitask training, then each "
+            "task fine-tuned from it: MT-DNN); the model settings come from RUN_DIR's config.json"
+        ),
+        metavar="RUN_DIR",
+    )
     init_lora: list[str] = setting(
         help=(
             "TASK=DIR,...: start each named task's LoRA (--option lora) from a PEFT adapter "
@@ -282,10 +291,11 @@ class TrainConfig:
 
     def resolved(self) -> TrainConfig:
         """The one place where defaults that depend on other settings are decided."""
-        option, add_to = self.model.option, self.add_to
+        option, add_to, init_from = self.model.option, self.add_to, self.init_from
         lr = self.lr if self.lr is not None else (5e-5 if option == "finetune" else 1e-3)
         added = f"{add_to.rstrip('/')}+{'+'.join(self.tasks)}" if add_to else None
-        out_dir = self.out_dir or self.evaluate or added or f"runs/{option}-{self.sampling}"
+        then = f"{init_from.rstrip('/')}-then-{'+'.join(self.tasks)}" if init_from else None
+        out_dir = self.out_dir or self.evaluate or added or then or f"runs/{option}-{self.sampling}"
         encoder_lr = self.encoder_lr
         if encoder_lr is None and self.model.train_encoder:
             encoder_lr = 5e-5
@@ -363,6 +373,8 @@ def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainC
         inherited = [*MODEL_KEYS, "tasks", "add_to", "base_tasks"]
     elif flat["add_to"]:
         source, flag, inherited = flat["add_to"], "--add_to", MODEL_KEYS
+    elif flat["init_from"]:
+        source, flag, inherited = flat["init_from"], "--init_from", MODEL_KEYS
     if source is not None:
         saved = read_run(source, flag)
         flat = merge_config(flat, saved, inherited, defaults | {"base_tasks": []}, flag, source)
@@ -464,6 +476,15 @@ def problems(
 
     if add_to and overlapping(Path(cfg.out_dir), Path(add_to)):
         yield "--out_dir must differ from --add_to and lie outside it: the earlier run stays"
+    if cfg.init_from and overlapping(Path(cfg.out_dir), Path(cfg.init_from)):
+        yield "--out_dir must differ from --init_from and lie outside it: the earlier run stays"
+    if cfg.init_from and add_to:
+        yield "--init_from and --add_to: give one (a run to start from, or a run to add tasks to)"
+    if cfg.init_from and m.option != "finetune":
+        yield (
+            f"--init_from: {cfg.init_from} was trained with --option {m.option}; per-task "
+            "fine-tuning starts from a finetune run (to add tasks to a plug-in run: --add_to)"
+        )
     if overlapping(Path(cfg.out_dir), checkpoint):
         yield (
             f"--out_dir {cfg.out_dir} and the checkpoint folder {checkpoint} must not be the same "

@@ -18,14 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from minbert.smart import MomentumTeacher, SmartConfig, bregman_term, smart_regularizer
 from multitask.collate import Batch, to_device
 from multitask.model import MultitaskModel
+from multitask.step import Objective
 from tasks.base import Task
-
-Objective = Callable[[Task, Batch], torch.Tensor]
 
 
 class Taught:
@@ -111,34 +109,3 @@ def objective_for(
     if smart is not None:
         objective = Smart.for_model(model, inner, smart)
     return objective
-
-
-class TrainingStep(nn.Module):
-    """The loss of one batch as a module, so that DistributedDataParallel sees the whole step
-    (SMART's extra forwards included) as its forward: the objective's loss times the task's
-    weight.
-
-    With ``weights`` (``--loss_weights``), task t's loss is multiplied by w_t, so the objective
-    the steps follow is Σ_t w_t·L_t instead of Σ_t L_t: a per-task loss weight, the lever of
-    multitask weighting studies (Kendall et al. 2018, "Multi-Task Learning Using Uncertainty to
-    Weigh Losses", learn the w_t; here they are fixed). With one task per step, Adam's
-    second-moment estimate is shared by every task's steps, so a weight changes that task's
-    update size against the others' rather than cancelling out.
-    """
-
-    def __init__(
-        self,
-        model: MultitaskModel,
-        objective: Objective | None = None,
-        weights: dict[str, float] | None = None,
-    ) -> None:
-        super().__init__()
-        self.model = model
-        self.objective = objective or model.loss
-        self.weights = weights or {}
-        # After an optimizer step: what the objective keeps in step with the weights (SMART's
-        # teacher), or None
-        self.after_update = getattr(self.objective, "after_update", None)
-
-    def forward(self, task: Task, batch: Batch) -> torch.Tensor:
-        return self.objective(task, batch) * self.weights.get(task.name, 1.0)

@@ -441,6 +441,24 @@ class RunFolder:
             earlier._load_own(model)
         self._load_own(model)
 
+    def load_start(self, model: MultitaskModel) -> None:
+        """``--init_from``: this finetune run's trained tensors as the starting weights of
+        ``model`` (same settings, its own tasks): the encoder, and the head of each task both
+        have; the heads of tasks ``model`` lacks stay out, a new task's head starts fresh."""
+        state, own = self._read_best("--init_from"), model.state_dict()
+        kept = {k: v for k, v in state.items() if k in own}
+        if wrong := [k for k, v in kept.items() if own[k].shape != v.shape]:
+            raise UsageError(
+                f"--init_from: {self.file('best.safetensors')} does not fit the model, e.g. "
+                f"tensor {wrong[0]}"
+            )
+        model.load_state_dict(kept, strict=False)
+        heads = sorted({k.split(".")[1] for k in kept if k.startswith("heads.")})
+        print(
+            f"started from {self.file('best.safetensors')}: {len(kept)} of its {len(state)} "
+            f"tensors (the encoder, and the heads of {', '.join(heads) or 'no task'})"
+        )
+
     def _load_own(self, model: MultitaskModel) -> None:
         """This run's best.safetensors alone, over ``model``."""
         state, own = self._read_best("--add_to"), model.state_dict()

@@ -1,7 +1,11 @@
-"""One training step: the loss of each batch, its backward, and the update as a strategy.
+"""One training step, everything it enters below the driver: the loss of each batch as a
+module, its backward, the update as a strategy, the learning-rate schedule, and the loss log.
 
-    step = TrainingStep(model, objective_for(model, ...))      # multitask/objectives.py
+    step = TrainingStep(model, objective_for(model, ...))      # objective: multitask/objectives.py
+    optimizer = optimizer_for(model, lr, weight_decay)
+    scheduler = linear_warmup_decay(optimizer, warmup_steps, total_steps)
     losses = train_step(step, [(task, batch)], optimizer, HostChecked(), scheduler)
+    log.add(at_step, [task.name], losses, examples)             # LossLog: no read of the device
 
 What the loss is belongs to the objective (the model's own loss, or SMART and distillation
 wrapped around it: ``multitask/objectives.py``). How the gradients become an update is the
@@ -17,24 +21,43 @@ in how several batches' gradients combine and in when the run learns of a non-fi
     DeviceFlagged(healthy,   nothing read on the host, for a GPU that should never wait for it:
                   skip)      finiteness stays a flag on the device that the multi-tensor AdamW
                              obeys (``step(apply_if=flag)``), and the run learns of a non-finite
-                             loss when its losses are read (``multitask/loss_log.py``)
+                             loss when its losses are read (``LossLog``)
 
-The optimizer the driver steps is here too (``optimizer_for``).
+The loss log keeps the training losses between two log lines on the device as the steps make
+them, reads them on the host only at --log_every (and before a save or an evaluation), then logs
+a mean per task:
+
+    log = LossLog(extra, means=dist.means, stop_on_nonfinite=True, skipped=report)
+    log.add(step, ["sst"], losses, examples=32)     # every step: no read of the device
+    log.read()                                       # a CPU-GPU sync point: the host waits here
+    folder.log_training(step, epoch, log.line())     # the mean loss per task since the last line
+
+Its state lives in ``extra`` (the driver's part of last.pt: ``running``, the losses read since
+the last line, and ``examples``, the examples of the steps read), so a resumed run logs as the
+uninterrupted one. Reading is where a step whose loss was not finite is found when the steps
+do not check their losses on the host (``DeviceFlagged``): it took no update, and it is skipped
+with a message, or the run stops there (``NonFiniteStep``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 
 from minbert.optimizer import AdamW, param_groups
 from minbert.pcgrad import surgery
 from multitask.collate import Batch
 from multitask.fused_adamw import FusedAdamW
+from multitask.model import MultitaskModel
 from tasks.base import Task
+
+Objective = Callable[[Task, Batch], torch.Tensor]
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -43,6 +66,37 @@ class NonFiniteLoss(FloatingPointError):
     def __init__(self, message: str, task: str) -> None:
         super().__init__(message)
         self.task = task
+
+
+class TrainingStep(nn.Module):
+    """The loss of one batch as a module, so that DistributedDataParallel sees the whole step
+    (SMART's extra forwards included) as its forward: the objective's loss times the task's
+    weight.
+
+    With ``weights`` (``--loss_weights``), task t's loss is multiplied by w_t, so the objective
+    the steps follow is Σ_t w_t·L_t instead of Σ_t L_t: a per-task loss weight, the lever of
+    multitask weighting studies (Kendall et al. 2018, "Multi-Task Learning Using Uncertainty to
+    Weigh Losses", learn the w_t; here they are fixed). With one task per step, Adam's
+    second-moment estimate is shared by every task's steps, so a weight changes that task's
+    update size against the others' rather than cancelling out.
+    """
+
+    def __init__(
+        self,
+        model: MultitaskModel,
+        objective: Objective | None = None,
+        weights: dict[str, float] | None = None,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.objective = objective or model.loss
+        self.weights = weights or {}
+        # After an optimizer step: what the objective keeps in step with the weights (SMART's
+        # teacher), or None
+        self.after_update = getattr(self.objective, "after_update", None)
+
+    def forward(self, task: Task, batch: Batch) -> torch.Tensor:
+        return self.objective(task, batch) * self.weights.get(task.name, 1.0)
 
 
 class HostChecked:
@@ -221,3 +275,107 @@ def rescaled(groups: list[dict], chosen: set[int], lr: float, factor: float) -> 
             if params:
                 result.append({**group, "params": params, "lr": rate * scale})
     return result
+
+
+class LinearWarmupDecay:
+    """The learning-rate multiplier of linear warmup followed by linear decay.
+
+    With w = warmup_steps, N = total_steps and s = the number of optimizer steps taken so far:
+
+        factor(s) = s / w                          for s < w        (rises 0 → 1)
+        factor(s) = max(0, (N − s) / (N − w))      for s ≥ w        (falls 1 → 0 at s = N)
+
+    With w = 0 there is no warmup: factor(0) = 1. (N − w) is taken as at least 1 so that w = N is
+    allowed (warmup to the last step, then 0).
+
+    A small class rather than a lambda so that ``LambdaLR.state_dict()`` saves w and N with it.
+    """
+
+    def __init__(self, warmup_steps: int, total_steps: int) -> None:
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        if total_steps <= 0:
+            raise ValueError(f"total_steps must be > 0, got {total_steps}")
+        if warmup_steps > total_steps:
+            raise ValueError(f"warmup_steps {warmup_steps} exceeds total_steps {total_steps}")
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
+        return max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
+
+
+def linear_warmup_decay(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+) -> LambdaLR:
+    """Linear warmup over ``warmup_steps``, then linear decay to 0 at ``total_steps``.
+
+    The learning rate of every group is lr_base · factor(s), with factor as in
+    ``LinearWarmupDecay``; call ``scheduler.step()`` once after each ``optimizer.step()``.
+
+    1. s = 0 … w − 1:  factor(s) = s / w                (the first step has lr 0 when w > 0)
+    2. s = w … N:      factor(s) = (N − s) / (N − w)    (1 at s = w, 0 at s = N)
+    3. s > N:          factor(s) = 0
+
+    To resume a run, build the optimizer and this scheduler as at the start, then load the
+    optimizer's state dict and then the scheduler's: the scheduler's constructor sets each
+    group's lr, and the optimizer's saved state puts the saved lr back.
+    """
+    return LambdaLR(optimizer, LinearWarmupDecay(warmup_steps, total_steps))
+
+
+class NonFiniteStep(Exception):
+    """A step's loss read as not finite (``step``, ``task``, ``value``), with --nonfinite stop."""
+
+    def __init__(self, step: int, task: str, value: float) -> None:
+        super().__init__(f"non-finite loss ({value})")
+        self.step, self.task, self.value = step, task, value
+
+
+class LossLog:
+    """The steps since the last read (step, task names, their losses on the device, examples)
+    and, in ``extra``, the losses read since the last log line."""
+
+    def __init__(
+        self,
+        extra: dict[str, Any],
+        means: Callable[[list[torch.Tensor]], list[float]],
+        stop_on_nonfinite: bool,
+        skipped: Callable[[int, list[str]], None],
+    ) -> None:
+        self.extra, self.means = extra, means
+        self.stop_on_nonfinite, self.skipped = stop_on_nonfinite, skipped
+        self.pending: list[tuple[int, list[str], list[torch.Tensor], int]] = []
+
+    def add(self, step: int, names: list[str], losses: list[torch.Tensor], examples: int) -> None:
+        self.pending.append((step, names, losses, examples))
+
+    def read(self) -> None:
+        """Move the pending losses to the host (their means over the processes) into ``running``
+        and count their examples: one read of the device for all of them. A non-finite one
+        stops the run (``NonFiniteStep``) or, with skipping, is reported and left out."""
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        values = iter(self.means([loss for _, _, losses, _ in pending for loss in losses]))
+        for step, names, losses, examples in pending:
+            means = [next(values) for _ in losses]
+            bad = [(name, v) for name, v in zip(names, means) if not math.isfinite(v)]
+            if bad and self.stop_on_nonfinite:
+                raise NonFiniteStep(step, *bad[0])
+            if bad:
+                self.skipped(step, names)
+                continue
+            for name, value in zip(names, means):
+                self.extra["running"][name].append(value)
+            self.extra["examples"] += examples
+
+    def line(self) -> dict[str, float]:
+        """Task -> its mean loss since the last line (tasks with a loss only); starts anew."""
+        running = self.extra["running"]
+        means = {name: sum(v) / len(v) for name, v in running.items() if v}
+        for losses in running.values():
+            losses.clear()
+        return means

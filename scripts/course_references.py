@@ -153,9 +153,7 @@ def layer(layer_module, heads, x, mask, sites, training, mistake=None):
     h = lin("attention_output", out1.dense, heads)
     if mistake not in ("no_attention_dropout", "dropout_after_add"):
         h = dropout(h, p, training)
-    if mistake == "after_attention_after_add":
-        a = norm("attention", out1.LayerNorm, after_attention(x + h))
-    elif mistake == "residual_adds_heads":
+    if mistake == "residual_adds_heads":
         a = norm("attention", out1.LayerNorm, heads + after_attention(h))
     elif mistake in ("norm_before_residual", "norm_before_residual_attention"):
         a = x + norm("attention", out1.LayerNorm, after_attention(h))
@@ -178,14 +176,12 @@ def layer(layer_module, heads, x, mask, sites, training, mistake=None):
         y = residual + norm("feed_forward", out2.LayerNorm, after_feed_forward(h) + parallel)
     elif mistake == "no_ffn_residual":
         y = norm("feed_forward", out2.LayerNorm, after_feed_forward(h) + parallel)
-    elif mistake == "parallel_after_norm":
-        y = norm("feed_forward", out2.LayerNorm, residual + after_feed_forward(h)) + parallel
     else:
         s = residual + after_feed_forward(h) + parallel
         if mistake == "dropout_after_add":
             s = dropout(s, p, training)
         y = norm("feed_forward", out2.LayerNorm, s)
-    return y if mistake == "no_after_layer" else after_layer(y)
+    return after_layer(y)
 
 
 # ----------------------------------------------------------------------------------------------

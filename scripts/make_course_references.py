@@ -97,9 +97,6 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "no_attention_dropout": "the dropout on the attention output projection is missing",
         "no_output_dropout": "the dropout on the feed-forward output is missing",
         "dropout_after_add": "the dropout is applied after the residual add instead of before it",
-        "parallel_after_norm": "the parallel (PAL) term is added after the LayerNorm",
-        "after_attention_after_add": "sites.after_attention is applied after the residual add",
-        "no_after_layer": "sites.after_layer is not applied to the output",
         "residual_adds_heads": "the residual around the attention adds the heads (the "
         "self-attention's output) instead of the layer input x",
         "norm_before_residual_attention": "in the attention sub-layer only, the LayerNorm is "
@@ -423,7 +420,7 @@ def layer_data() -> dict:
     for label, sites in (("plain", None), ("sites", ScalingSites())):
 
         def compute(mode, mistake, sites=sites):
-            heads = module.attention.self(x, mask, sites)
+            heads = module.attention.self(x, mask)
             return {
                 "layer output": ref.layer(module, heads, x, mask, sites, mode == "train", mistake)
             }

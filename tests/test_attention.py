@@ -128,11 +128,10 @@ def test_lora_on_query_and_key_is_in_the_attention():
         out = model(**batch, task="sst", output_attentions=True)
     mask = extended_attention_mask(batch["attention_mask"], torch.float32)
     for i, (layer, x) in enumerate(zip(model.encoder.layer, layer_inputs(model, batch, "sst"))):
-        sites = model.layer_sites(i, "sst")
-        attention = layer.attention.self
+        attention = layer.attention.self  # LoRA acts through hooks on its query, key and value
         with torch.no_grad():
-            expected = attention(x, mask, sites)
-            values = sites.linear("value", attention.value, x)
+            expected = attention(x, mask)
+            values = attention.value(x)
         got = merged(out["attentions"][i], values, attention.num_heads)
         real = batch["attention_mask"].bool()
         # float32 summed in two orders (the layer's kernel, P · V written out) over values that

@@ -19,7 +19,7 @@ from minbert.tokenizer import Tokenizer
 from multitask.collate import EncodedSplit
 from multitask.compiled import CompiledStep, compilations, mode_for
 from multitask.model import ModelSettings, build_model
-from multitask.objectives import TrainingStep
+from multitask.step import TrainingStep
 from tasks import get_task
 from tests.helpers import run_driver
 

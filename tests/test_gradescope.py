@@ -28,11 +28,11 @@ def test_the_course_points_file_names_every_exercise():
 
 
 def test_a_passing_run_scores_each_exercises_points_shared_by_its_own_checks(tmp_path, capsys):
-    """adamw 6 points (one own check: 6), sampler 4 (two own checks: 2 each), the schedule
+    """adamw 6 points (one own check: 6), sampler 4 (two own checks: 2 each), the tokenizer
     check grades no exercise (0 of 0)."""
     points = points_file(tmp_path, adamw=6, sampler=4)
     out = tmp_path / "results.json"
-    argv = ["--only", "adamw", "--only", "sampler", "--only", "schedule"]
+    argv = ["--only", "adamw", "--only", "sampler", "--only", "tokenizer"]
     assert sanity_check.main([*argv, "--results-json", str(out), "--points", str(points)]) == 0
     results = json.loads(out.read_text(encoding="utf-8"))
     scores = {t["name"].split(":")[0]: [] for t in results["tests"]}
@@ -40,7 +40,7 @@ def test_a_passing_run_scores_each_exercises_points_shared_by_its_own_checks(tmp
         scores[test["name"].split(":")[0]].append((test["score"], test["max_score"]))
         assert test["status"] == "passed" and test["visibility"] == "visible"
         assert test["name"] in test["output"] and "PASS" in test["output"]
-    assert scores == {"adamw": [(6.0, 6.0)], "sampler": [(2.0, 2.0)] * 2, "schedule": [(0, 0)]}
+    assert scores == {"adamw": [(6.0, 6.0)], "sampler": [(2.0, 2.0)] * 2, "tokenizer": [(0, 0)]}
     assert results["score"] == 10.0
     assert f"wrote {out}" in capsys.readouterr().out
 

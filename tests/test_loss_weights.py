@@ -8,8 +8,7 @@ import json
 import pytest
 import torch
 
-from multitask.objectives import TrainingStep
-from multitask.step import loss_weights
+from multitask.step import TrainingStep, loss_weights
 from tests.helpers import run_driver
 
 TASKS = ["sst", "para", "sts"]

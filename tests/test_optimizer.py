@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from minbert.bert import BertModel
-from minbert.optimizer import AdamW, LinearWarmupDecay, linear_warmup_decay, param_groups
+from minbert.optimizer import AdamW, param_groups
+from multitask.step import LinearWarmupDecay, linear_warmup_decay
 from tests.helpers import tiny_config
 
 pytestmark = pytest.mark.numerics  # the optimizer against torch: a second pass in CI

@@ -12,8 +12,7 @@ from torch import nn
 
 from minbert.optimizer import adamw_for
 from minbert.pcgrad import project_conflicting, surgery
-from multitask.objectives import TrainingStep
-from multitask.step import HostChecked, PCGrad, train_step
+from multitask.step import HostChecked, PCGrad, TrainingStep, train_step
 from tests.helpers import run_driver
 
 

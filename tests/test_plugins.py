@@ -177,12 +177,14 @@ def test_per_task_layernorms_are_attached_first() -> None:
 
 def test_adapter_after_layernorm_acts_on_the_normalised_output() -> None:
     """adapter(LayerNorm(x + attention)): the attention block's output is the adapter applied to
-    what the pretrained LayerNorm returned (hooks read both)."""
+    what the pretrained LayerNorm returned (hooks read both; the LayerNorm's ahead of the site's,
+    which is a hook on the same module)."""
     model = with_plugin(base_model(), "adapter-after-layernorm")
     perturb(model)
     layer = model.encoder.layer[1]
     seen = {}
-    layer.attention.output.LayerNorm.register_forward_hook(lambda m, i, o: seen.update(norm=o))
+    norm = layer.attention.output.LayerNorm
+    norm.register_forward_hook(lambda m, i, o: seen.update(norm=o), prepend=True)
     layer.attention.register_forward_hook(lambda m, i, o: seen.update(block=o))
     outputs(model, "sst")
     adapter = model.plugins["adapter"].by_task["sst"]["attention"][1]

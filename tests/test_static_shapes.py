@@ -12,7 +12,7 @@ import torch
 from minbert.tokenizer import Tokenizer
 from multitask.collate import EncodedSplit
 from multitask.model import ModelSettings, build_model
-from multitask.objectives import TrainingStep
+from multitask.step import TrainingStep
 from tasks import get_task
 from tests.helpers import run_driver
 

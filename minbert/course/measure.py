@@ -163,23 +163,33 @@ class Observed:
     def __init__(self, name: str, got: object, sealed: dict) -> None:
         self.name, self.got, self.kind, self.form = name, got, sealed["kind"], None
         self._near: list | None = None
+        self._buckets: dict[float, list[list[str]]] = {}
         if not isinstance(got, torch.Tensor) or list(got.shape) != list(sealed["shape"]):
             return
         got = got.detach()
         if self.kind == "projection":
             self.form = seal.project(name, got)
         elif self.kind == "rounded":
-            values = got.double().reshape(-1).tolist()
-            self.form = [seal.nearby_digests(name, i, x, sealed["q"]) for i, x in enumerate(values)]
+            self.form = self._rounded(sealed["q"])
         else:
             integral = got.is_floating_point() and bool((got == got.round()).all())
             self.form = seal.exact_digest(name, got.to(torch.int64) if integral else got)
 
+    def _rounded(self, q: float) -> list[list[str]]:
+        """Per value, the digests of the buckets of width q around it (``rounded``), nearest
+        first; kept per q."""
+        if q not in self._buckets:
+            values = self.got.detach().double().reshape(-1).tolist()
+            self._buckets[q] = [
+                seal.nearby_digests(self.name, i, x, q) for i, x in enumerate(values)
+            ]
+        return self._buckets[q]
+
     def offsets(self, sealed: dict) -> list[int | None]:
         """Per value, how many buckets it is from the stored one (0 to 2; None: farther), by the
         digests (``rounded``, or a ``projection`` that holds them: an expected output)."""
-        if self.kind == "rounded":
-            near, stored = self.form, sealed["digests"]
+        if self.kind == "rounded":  # a mistake's buckets may be wider (``seal.MISTAKE_ULPS``)
+            near, stored = self._rounded(sealed["q"]), sealed["digests"]
         else:
             if self._near is None:
                 values = self.got.detach().double().reshape(-1).tolist()

@@ -41,6 +41,10 @@ import math
 
 import torch
 
+# A known mistake's output may be far larger than the answer (a loss summed instead of averaged):
+# its buckets are at least this many units in the last place of its largest value wide, so that
+# another CPU's float32 rounding of it (a few ulps) still lands within its window.
+MISTAKE_ULPS = 16
 SMALL = 64  # at most this many floating-point values: ``rounded``, else ``projection``
 MIN_SLICE = 4  # a slice of fewer values is merged with the next axis
 ROUNDING_ITERATIONS = 2000  # of PBKDF2 for ``rounded``: about half a millisecond a digest
@@ -135,6 +139,9 @@ def seal(name: str, t: torch.Tensor, tolerance: float | None = None, answer: boo
         raise ValueError(f"{name}: a floating-point output needs the check's tolerance (> 0)")
     q = tolerance / WINDOW
     values = t.detach().double().reshape(-1).tolist()
+    if not answer:  # a mistake's output, named on any CPU: buckets no finer than its rounding
+        largest = max((abs(x) for x in values if math.isfinite(x)), default=0.0)
+        q = max(q, MISTAKE_ULPS * torch.finfo(t.dtype).eps * largest / WINDOW)
     if t.numel() <= SMALL:
         digests = [bucket_digest(name, i, bucket(x, q)) for i, x in enumerate(values)]
         return {"kind": "rounded", "shape": shape, "q": q, "digests": digests}

@@ -18,7 +18,8 @@ Usage::
     out = model(input_ids, attention_mask, token_type_ids, task="sst")
 
 A plug-in lives in ``model.plugins[kind]`` and keeps each task's parameters in
-``plugin.by_task[task]``; it acts through the sites of every layer (``minbert/sites.py``):
+``plugin.by_task[task]``; it acts through the sites of every layer, hooks on the layer's modules
+(``minbert/sites.py``):
 
     kind       site                                   file
     adapter    after_attention, after_feed_forward    adapter.py  (Houlsby et al. 2019)
@@ -75,6 +76,7 @@ def add_plugin(model: BertModel, kind: str, tasks: Iterable[str], **options) -> 
     plugin.to(device=reference.device, dtype=reference.dtype)
     plugin.train(model.training)  # a plug-in added to a model in eval mode must not drop out
     model.plugins[kind] = plugin
+    model.plugins.hook(model.encoder.layer)
     plugin.attach(model)
     return plugin
 

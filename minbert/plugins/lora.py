@@ -41,6 +41,7 @@ from torch import nn
 from minbert.bert import BertConfig
 from minbert.flags import check_ranges, setting
 from minbert.plugins.base import Plugin
+from minbert.sites import LINEAR_SITES, module_at
 
 TARGETS = ("query", "key", "value", "attention_output", "intermediate", "output")
 
@@ -82,14 +83,7 @@ def target_shape(config: BertConfig, name: str) -> tuple[int, int]:
 
 def target_module(layer: nn.Module, name: str) -> nn.Linear:
     """The base nn.Linear behind the linear site ``name`` of a ``BertLayer``."""
-    return {
-        "query": layer.attention.self.query,
-        "key": layer.attention.self.key,
-        "value": layer.attention.self.value,
-        "attention_output": layer.attention.output.dense,
-        "intermediate": layer.intermediate.dense,
-        "output": layer.output.dense,
-    }[name]
+    return module_at(layer, LINEAR_SITES[name])
 
 
 class LowRankUpdate(nn.Module):

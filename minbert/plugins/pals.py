@@ -185,8 +185,8 @@ class PAL(Plugin):
     ) -> torch.Tensor:
         if mask is None:
             raise RuntimeError(
-                "PAL attends over the layer input and needs the attention mask: the layer must "
-                "call sites.parallel(x, mask)"
+                "PAL attends over the layer input and needs the attention mask: call the layer "
+                "as layer(x, mask)"
             )
         # HINT: PAL_l(x) = V_D · g_l(V_E · x) with this task's encoder V_E, this layer's
         # HINT: projected attention g_l (called with the mask, the attention dropout, which only

@@ -3,7 +3,7 @@ to its code (see ``minbert/course/registry.py``).
 
 The report lists the checks in the order they are registered, so the imports below are in the
 order of GUIDE.md: tokenizer, bert (embeddings, attention, layer, the whole model), optimizer
-(adamw, schedule), sampling, then the plug-ins, SMART and the MLM objective (masking, mlm-loss).
+(adamw), sampling, then the plug-ins, SMART and the MLM objective (masking, mlm-loss).
 ``CHECKS`` is that list.
 """
 

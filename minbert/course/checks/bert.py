@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -29,9 +29,6 @@ import torch.nn.functional as F
 from minbert.course.dropout import MODES, mode, recorded_dropout
 from minbert.course.measure import Measurement, Observed, compare, grade, measure_sealed, worst_of
 from minbert.course.registry import Context, check
-
-if TYPE_CHECKING:
-    from minbert.sites import LayerSites
 
 # BertConfig.tiny overrides of each component check (a small vocabulary keeps the stored
 # embedding table small).
@@ -130,7 +127,9 @@ class ScalingSites:
         "output": 0.7,
     }
 
-    def linear(self, name: str, module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    def linear(
+        self, name: str, module: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return (x @ module.weight.T + module.bias) * self.LINEAR_SCALE[name] + 0.05
 
     def after_attention(self, h: torch.Tensor) -> torch.Tensor:
@@ -139,7 +138,9 @@ class ScalingSites:
     def after_feed_forward(self, h: torch.Tensor) -> torch.Tensor:
         return 0.6 * h - 0.1
 
-    def norm(self, name: str, module: torch.nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
+    def norm(
+        self, name: str, module: torch.nn.LayerNorm, h: torch.Tensor, y: torch.Tensor | None = None
+    ) -> torch.Tensor:
         normed = F.layer_norm(h, module.normalized_shape, module.weight, module.bias, module.eps)
         return normed * (1.15 if name == "attention" else 0.85) + 0.03
 
@@ -151,14 +152,33 @@ class ScalingSites:
         return h * (1.0 + 0.25 * torch.cos(torch.arange(h.shape[-1], dtype=h.dtype)))
 
 
-def site_variants() -> list[tuple[str, LayerSites]]:
+def site_variants() -> list[tuple[str, ScalingSites | None]]:
     """(name, sites): no plug-ins, and every site changing what it sees."""
-    from minbert.sites import NO_SITES, LayerSites
+    return [("no sites", None), ("sites", ScalingSites())]
 
-    class TestSites(ScalingSites, LayerSites):  # a LayerSites, as the layer expects
-        pass
 
-    return [("no sites", NO_SITES), ("sites", TestSites())]
+@contextlib.contextmanager
+def sites_hooked(module: torch.nn.Module, sites: ScalingSites | None) -> Iterator[None]:
+    """``sites`` acting on ``module`` for the duration as a plug-in's do, through hooks on its
+    own modules (``minbert/sites.py``): a BertSelfAttention's query, key and value, or a layer's
+    (its self-attention the stand-in) other linear maps, dropouts, LayerNorms and output. The
+    student's code calls its modules and the sites follow; None: nothing hooked."""
+    from minbert.sites import hook_layer, on_linear
+
+    handles = []
+    if sites is not None and hasattr(module, "attention"):
+        linears = ("attention_output", "intermediate", "output")
+        handles = hook_layer(module, lambda: sites, linears)
+    elif sites is not None:
+        handles = [
+            getattr(module, name).register_forward_hook(partial(on_linear, lambda: sites, name))
+            for name in ("query", "key", "value")
+        ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 WRITTEN_OUT_CALLS_FUSED = (
@@ -230,8 +250,9 @@ def fused_through_written_out() -> Iterator[None]:
 @check(
     "attention: BertSelfAttention vs multi-head reference",
     tolerance=1e-5,
-    hint="project x to Q, K, V through the sites, split D into nh heads of hs (heads before "
-    "tokens), attend, and merge the heads back in the same order; attention dropout in training",
+    hint="project x with self.query, self.key, self.value, split D into nh heads of hs (heads "
+    "before tokens), attend, and merge the heads back in the same order; attention dropout in "
+    "training",
     exercises=("attention",),
 )
 def check_self_attention(ctx: Context) -> Measurement:
@@ -250,7 +271,8 @@ def check_self_attention(ctx: Context) -> Measurement:
             context = fused_through_written_out() if name == "train" else contextlib.nullcontext()
             with context, mode(attention, name, ctx.course_data["seed"]) as recorder:
                 for label, sites in site_variants():  # one mask sequence, in this order
-                    got[label] = attention(data["x"], data["mask"], sites)
+                    with sites_hooked(attention, sites):
+                        got[label] = attention(data["x"], data["mask"])
             label = f"heads ({path} path, {name} mode) "
             found.append(grade(data[path][name], got, label, dropout=recorder))
     attention.use_fast_path = True
@@ -266,7 +288,7 @@ class StandInSelfAttention(torch.nn.Module):
         super().__init__()
         self.mix = torch.nn.Linear(hidden_size, hidden_size)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, sites: LayerSites) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         keep = (mask[:, 0, 0, :, None] == 0).to(x.dtype)  # (B, 1, 1, T) -> (B, T, 1)
         return torch.tanh(self.mix(x)) * keep + 0.1 * x
 
@@ -294,8 +316,9 @@ def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
             with (
                 mode(layer, name, ctx.course_data["seed"]) as recorder,
                 torch.set_grad_enabled(name == "train"),
+                sites_hooked(layer, sites),
             ):
-                got = layer(x, data["mask"], sites)
+                got = layer(x, data["mask"])
             if name == "train" and (problem := backward_problem(got, [x])):
                 return Measurement(math.inf, problem)
             found.append(
@@ -314,11 +337,11 @@ check(
     exercises=("layer",),
 )(layer_check(with_sites=False))
 check(
-    "layer: plug-in sites called in their places",
+    "layer: plug-ins act through its modules",
     tolerance=1e-5,
-    hint="every linear map and LayerNorm through its site; after_attention on the attention "
-    "output before its add & norm; after_feed_forward and the parallel term before the second; "
-    "after_layer on the layer's output",
+    hint="call the layer's own modules (self.dense, self.dropout, self.LayerNorm, the "
+    "sub-modules) rather than F.linear, F.dropout or F.layer_norm on their weights: plug-ins act "
+    "on what each module returns",
     exercises=("layer",),
 )(layer_check(with_sites=True))
 

@@ -1,5 +1,5 @@
 """Checks of ``minbert/optimizer.py``: the hand-written AdamW (the ``adamw`` exercise) against a
-stored float64 trajectory, and the warmup/decay schedule (not an exercise) against hand values."""
+stored float64 trajectory."""
 
 from __future__ import annotations
 
@@ -95,39 +95,3 @@ def parameter(groups: list[dict], i: int) -> str:
                 )
             n += p.numel()
     return f"number {i}"
-
-
-# (warmup_steps, total_steps) -> {step: learning-rate factor}, worked out by hand from
-# factor(s) = s / w for s < w, else max(0, (N − s) / (N − w)).
-SCHEDULE_VALUES = {
-    (4, 10): {0: 0.0, 1: 0.25, 3: 0.75, 4: 1.0, 7: 0.5, 9: 1 / 6, 10: 0.0, 11: 0.0},
-    (0, 8): {0: 1.0, 2: 0.75, 4: 0.5, 8: 0.0},
-}
-
-
-@check(
-    "schedule: warmup/decay vs hand values",
-    tolerance=1e-12,
-    hint="not an exercise: check LinearWarmupDecay in minbert/optimizer.py",
-)
-def check_schedule(ctx: Context) -> Measurement:
-    """linear_warmup_decay stepped along with an optimizer (base lr 1) against hand values."""
-    from minbert.optimizer import linear_warmup_decay
-
-    worst = Measurement(0.0)
-    for (warmup, total), expected in SCHEDULE_VALUES.items():
-        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-        scheduler = linear_warmup_decay(opt, warmup, total)
-        for step in range(max(expected) + 1):
-            lr = opt.param_groups[0]["lr"]
-            if step in expected:
-                m = Measurement(
-                    abs(lr - expected[step]),
-                    f"warmup {warmup}, total {total}: lr factor {lr:.6f} at step {step}, "
-                    f"expected {expected[step]:.6f}",
-                )
-                if m.is_worse_than(worst):
-                    worst = m
-            opt.step()
-            scheduler.step()
-    return worst
