@@ -44,6 +44,8 @@ process saves its state and ends: with --jobs 1 its own line stands above the ru
     batching   one epoch of finetune with length-grouping pools of 50, 10, 2 and 1 batch(es)
                (--batch_pool; 1 is plain random batches): quality against epoch time, beside
                the plain Hugging Face loop (benchmarks/plain_loop.py) at the same budget
+    sharing    the default multitask finetune run, then each task fine-tuned from it
+               (--init_from, MT-DNN's recipe), beside each task alone; meant for --seeds 1,2,3
     adapter-study  task samplers with adapters on a frozen encoder (no trained weight shared:
                a sampler only decides how many updates each task's adapter gets) and the
                adapter study's ablations, each row one change from the first (adapters, annealed
@@ -299,10 +301,19 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         )
         for sampling in ("annealed", "round-robin", "proportional", "square-root")
     ],
-    # Sharing that may beat each task trained alone (meant for --seeds 1,2,3): the default
-    # multitask finetune run, the first stage of multitask-then-each-task fine-tuning (MT-DNN).
+    # Sharing that may beat each task trained alone (meant for --seeds 1,2,3; the rows in order,
+    # --jobs 1, or the multitask row first): the default multitask finetune run, then each task
+    # fine-tuned from it at the single-task recipe (MT-DNN), beside the distillation suite's
+    # teacher rows (each task alone).
     "sharing": [
         ("multitask", ["--option", "finetune"]),
+        *[
+            (
+                f"multitask-then-{task}",
+                ["--init_from", "{runs_dir}/sharing-multitask-seed-{seed}", "--tasks", task],
+            )
+            for task in ("sst", "para", "sts")
+        ],
     ],
     # Pairs cross-encoded, as every row of the committed study ran (the default then).
     "adapter-study": [
