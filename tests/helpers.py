@@ -41,6 +41,19 @@ def run_driver(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
     return train_multitask.main(driver_argv(checkpoint, data, out_dir, *extra))
 
 
+def short_run(epochs: int = 2, steps: int = 3) -> tuple[str, ...]:
+    """The flags of a short tiny run: ``epochs`` epochs of ``steps`` steps, no plots."""
+    return ("--epochs", str(epochs), "--steps_per_epoch", str(steps), "--no_plots")
+
+
+def tiny_run(
+    checkpoint: Path, data: Path, out_dir: Path, *extra: str, epochs: int = 2, steps: int = 3
+) -> Path:
+    """A finished short tiny run (``short_run(epochs, steps)`` then ``extra``) in ``out_dir``."""
+    assert run_driver(checkpoint, data, out_dir, *short_run(epochs, steps), *extra) == 0
+    return out_dir
+
+
 def signal_when_resumable(cmd: list[str], out_dir: Path, stop: int) -> tuple[int, str]:
     """Start ``cmd`` (from the repository root) in a fresh process and send it ``stop`` as soon
     as ``out_dir/last.pt`` exists (or after 120 s); its return code and stderr."""

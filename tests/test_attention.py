@@ -26,7 +26,7 @@ from multitask import attention as attention_command
 from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tasks import get_task
-from tests.helpers import run_driver, tiny_config
+from tests.helpers import tiny_config, tiny_run
 
 SENTENCES = ["a gorgeous, witty film", "The cat sat on the mat."]
 PAIR = ("How do I learn to cook?", "What is the best way to learn cooking?")
@@ -174,14 +174,10 @@ def test_pal_attention_is_returned_beside_the_encoders():
 def runs(tiny_checkpoint, tiny_data, tmp_path_factory) -> dict[str, Path]:
     """Tiny finished runs: finetune (pairs as one sequence) and pals (pairs encoded apart)."""
     root = tmp_path_factory.mktemp("attention-runs")
-    short = ("--epochs", "1", "--steps_per_epoch", "2", "--no_plots")
-    made = {}
-    for option in ("finetune", "pals"):
-        assert (
-            run_driver(tiny_checkpoint, tiny_data, root / option, *short, "--option", option) == 0
-        )
-        made[option] = root / option
-    return made
+    return {
+        o: tiny_run(tiny_checkpoint, tiny_data, root / o, "--option", o, epochs=1, steps=2)
+        for o in ("finetune", "pals")
+    }
 
 
 def inlined_data(html: Path) -> dict:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import train_multitask
-from tests.helpers import driver_argv, run_driver
+from tests.helpers import driver_argv, run_driver, short_run
 
-SHORT = ("--epochs", "1", "--steps_per_epoch", "2", "--no_plots")
+SHORT = short_run(epochs=1, steps=2)
 
 
 @pytest.fixture(scope="module")

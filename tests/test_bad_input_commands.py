@@ -36,10 +36,10 @@ import pretrain_mlm
 import sanity_check
 import train_multitask
 from minbert.course import scaffold
-from tests.helpers import driver_argv, run_driver, signal_when_resumable
+from tests.helpers import driver_argv, run_driver, short_run, signal_when_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
-SHORT = ("--epochs", "1", "--steps_per_epoch", "2", "--no_plots")
+SHORT = short_run(epochs=1, steps=2)
 MAINS = {
     "predict": multitask.predict.main,
     "export": multitask.export.main,

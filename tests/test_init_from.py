@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 import train_multitask
 from multitask.config import parse_args
 from multitask.errors import UsageError
-from tests.helpers import driver_argv, run_driver
+from tests.helpers import driver_argv, run_driver, short_run
 
-SHORT = ("--epochs", "1", "--steps_per_epoch", "3", "--eval_every", "3", "--no_plots")
+SHORT = short_run(epochs=1)
 
 
 @pytest.fixture(scope="module")

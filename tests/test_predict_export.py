@@ -22,15 +22,9 @@ from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tasks import get_task
 from tasks.base import read_predictions
-from tests.helpers import run_driver
+from tests.helpers import tiny_run
 
 TASKS = ("sst", "para", "sts")
-
-
-def tiny_run(checkpoint: Path, data: Path, out: Path, *extra: str) -> Path:
-    short = ("--epochs", "2", "--steps_per_epoch", "3", "--no_plots")
-    assert run_driver(checkpoint, data, out, *short, *extra) == 0
-    return out
 
 
 @pytest.fixture(scope="module")
