@@ -30,6 +30,7 @@ from minbert.smart import SmartConfig
 from multitask.devices import THREADS_RANGE, pick_device
 from multitask.distillation import distillation_problems, parse_teachers
 from multitask.errors import UsageError
+from multitask.fusion import STAGE_ONE_KEYS
 from multitask.model import ModelSettings
 from multitask.peft_format import adapter_folders
 from multitask.run import RunFolder, folder_kind, merge_config, overlapping
@@ -39,7 +40,15 @@ from tasks.base import SPLITS, RegressionTask, Task
 from tasks.metrics import OVERALL_TASKS
 
 SEEDS = "[0, 4294967295]"  # 2^32 - 1: seed·1,000,003 + step stays far inside a 64-bit generator
-PATH_FLAGS = ("data_dir", "out_dir", "checkpoint", "evaluate", "add_to", "init_from")
+PATH_FLAGS = (
+    "data_dir",
+    "out_dir",
+    "checkpoint",
+    "evaluate",
+    "add_to",
+    "init_from",
+    "adapters_from",
+)
 DESCRIPTION = (
     "Multitask fine-tuning of one BERT on SST-5 sentiment, Quora paraphrase and STS-B similarity."
 )
@@ -375,6 +384,9 @@ def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainC
         source, flag, inherited = flat["add_to"], "--add_to", MODEL_KEYS
     elif flat["init_from"]:
         source, flag, inherited = flat["init_from"], "--init_from", MODEL_KEYS
+    elif flat["adapters_from"]:
+        source, flag = flat["adapters_from"], "--adapters_from"
+        inherited = [k for k in MODEL_KEYS if k in STAGE_ONE_KEYS or k.startswith("adapter_")]
     if source is not None:
         saved = read_run(source, flag)
         flat = merge_config(flat, saved, inherited, defaults | {"base_tasks": []}, flag, source)
@@ -476,6 +488,8 @@ def problems(
 
     if add_to and overlapping(Path(cfg.out_dir), Path(add_to)):
         yield "--out_dir must differ from --add_to and lie outside it: the earlier run stays"
+    if (m.option == "fusion") != bool(m.adapters_from):
+        yield "--option fusion and --adapters_from RUN_DIR (its stage-1 adapter run) go together"
     if cfg.init_from and overlapping(Path(cfg.out_dir), Path(cfg.init_from)):
         yield "--out_dir must differ from --init_from and lie outside it: the earlier run stays"
     if cfg.init_from and add_to:

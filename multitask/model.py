@@ -37,16 +37,17 @@ from minbert.plugins.lora import LoRASettings
 from minbert.plugins.pals import PALSettings
 from minbert.pretrained import load_config, load_pretrained, resolve_checkpoint_dir
 from multitask.collate import Batch
+from multitask.fusion import stage_one
 from tasks.base import Task, get_task
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 
-OPTIONS = ("pretrain", "finetune", *PLUGINS)
+OPTIONS = ("pretrain", "finetune", *PLUGINS, "fusion")
 # Options whose pairs are encoded apart unless --pair_encoding says otherwise: with these few
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
 # similarity (benchmarks/results/option-encoding.md, plugins-3-epochs.md), and the adapter and
 # LoRA encoded apart are ahead on the pair tasks at 3 epochs (adapter-separate-3-epochs.md,
 # lora-separate-3-epochs.md). Only full fine-tuning is ahead cross-encoded (transfer-levers.md).
-SEPARATE_BY_DEFAULT = ("pretrain", *PLUGINS)
+SEPARATE_BY_DEFAULT = ("pretrain", *PLUGINS, "fusion")
 # Options that give each task its own LayerNorms unless --no-train_layernorms: LHUC's scales
 # alone left Quora below --option pretrain's; with the LayerNorms every task is above it
 # (benchmarks/results/plugins-3-epochs-defaults.md).
@@ -65,7 +66,8 @@ class ModelSettings:
         "finetune",
         (
             "pretrain: frozen encoder, only the task heads train; finetune: every weight trains; "
-            "adapter/pals/lhuc/lora: frozen encoder plus one parameter-efficient plug-in per task"
+            "adapter/pals/lhuc/lora: frozen encoder plus one parameter-efficient plug-in per task; "
+            "fusion: per task, fusion layers over the fixed adapters of --adapters_from"
         ),
         group="what to train",
     )
@@ -126,6 +128,15 @@ class ModelSettings:
             "--option adapter --also lhuc)"
         ),
         factory=list,
+    )
+    adapters_from: str | None = setting(
+        None,
+        (
+            "with --option fusion: a finished --option adapter run whose adapters every task "
+            "fuses (AdapterFusion, Pfeiffer et al. 2021; multitask/fusion.py); its checkpoint, "
+            "representation, pair encoding, --max_length and --adapter_* settings are the run's"
+        ),
+        metavar="RUN_DIR",
     )
     adapter: AdapterSettings = section(AdapterSettings, "adapter_")
     pals: PALSettings = section(PALSettings, "pal_")
@@ -196,7 +207,7 @@ class ModelSettings:
     @property
     def plugin(self) -> str | None:
         """The plug-in kind of the option, or None for pretrain and finetune."""
-        return self.option if self.option in PLUGINS else None
+        return self.option if self.option in (*PLUGINS, "fusion") else None
 
     @property
     def plugin_kinds(self) -> list[str]:
@@ -221,8 +232,9 @@ class ModelSettings:
         return None
 
     def plugin_options(self, kind: str) -> dict:
-        """The options of plug-in ``kind``, as ``add_plugin`` takes them."""
-        settings = getattr(self, kind, None)
+        """The options of plug-in ``kind``, as ``add_plugin`` takes them (fusion: those of the
+        adapters it fuses; ``build_model`` adds their tasks)."""
+        settings = self.adapter if kind == "fusion" else getattr(self, kind, None)
         return {} if settings is None else dataclasses.asdict(settings)
 
 
@@ -347,7 +359,12 @@ def build_model(
     bert = load_pretrained(settings.checkpoint) if encoder is None else encoder
     names = [*frozen_tasks, *tasks]
     for kind in settings.plugin_kinds:
-        add_plugin(bert, kind, names, **settings.plugin_options(kind))
+        if kind == "fusion":  # the first stage's adapters, fixed
+            sources, state = stage_one(settings.adapters_from)
+            add_plugin(bert, kind, names, sources=sources, **settings.plugin_options(kind))
+            bert.plugins["fusion"].sources.load_state_dict(state)
+        else:
+            add_plugin(bert, kind, names, **settings.plugin_options(kind))
     for module in bert.modules():
         if isinstance(module, nn.Dropout):
             module.p = dropout

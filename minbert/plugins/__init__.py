@@ -27,9 +27,11 @@ A plug-in lives in ``model.plugins[kind]`` and keeps each task's parameters in
     lhuc       after_layer                            lhuc.py     (Swietojanski & Renals 2014)
     lora       linear                                 lora.py     (Hu et al. 2021)
     layernorm  norm                                   layernorm.py (Houlsby et al. 2019)
+    fusion     the adapter's sites                    fusion.py   (Pfeiffer et al. 2021)
 
 The first four are the driver's ``--option`` choices (``PLUGINS``); ``layernorm``, per-task
-LayerNorms, goes beside one of them (``--train_layernorms``) and is attached first.
+LayerNorms, goes beside one of them (``--train_layernorms``) and is attached first; ``fusion``
+(``--option fusion``) fuses the fixed adapters of a finished adapter run.
 
 Several kinds may be attached at once; each site applies them in the order they were added.
 """
@@ -42,6 +44,7 @@ from minbert.bert import BertConfig, BertModel
 from minbert.plugins.adapter import HoulsbyAdapter
 from minbert.plugins.base import Plugin
 from minbert.plugins.freezing import freeze_all_but_task, freeze_for_plugins
+from minbert.plugins.fusion import AdapterFusion
 from minbert.plugins.layernorm import TaskLayerNorms
 from minbert.plugins.lhuc import LHUC
 from minbert.plugins.lora import LoRA
@@ -55,7 +58,7 @@ PLUGINS: dict[str, type[Plugin]] = {
     "lhuc": LHUC,
     "lora": LoRA,
 }
-KINDS: dict[str, type[Plugin]] = {**PLUGINS, "layernorm": TaskLayerNorms}
+KINDS: dict[str, type[Plugin]] = {**PLUGINS, "layernorm": TaskLayerNorms, "fusion": AdapterFusion}
 
 
 def _plugin_class(kind: str) -> type[Plugin]:
@@ -94,6 +97,7 @@ def count_formula(kind: str, config: BertConfig, **options) -> int:
 
 
 __all__ = [
+    "AdapterFusion",
     "LHUC",
     "PAL",
     "PLUGINS",

@@ -117,6 +117,10 @@ class Plugin(nn.Module, SiteHandler, ABC):
                 f"unknown task {task!r} for plug-in {self.kind!r}; known tasks: {self.tasks}"
             )
 
+    def fixed(self) -> list[nn.Module]:
+        """Modules of the plug-in that never train (AdapterFusion's stage-1 adapters)."""
+        return []
+
     def attach(self, model: nn.Module) -> None:
         """Called by ``add_plugin`` once the plug-in sits in ``model.plugins`` (LoRA keeps a
         reference to the layers so it can merge its update into their weights)."""

@@ -6,7 +6,8 @@ from minbert.bert import BertModel
 
 
 def freeze_for_plugins(model: BertModel) -> None:
-    """Freeze every parameter of ``model``, then unfreeze every plug-in parameter (all tasks).
+    """Freeze every parameter of ``model``, then unfreeze every plug-in parameter (all tasks) but
+    those of modules a plug-in keeps ``fixed``.
     (Per-task LayerNorms, as Houlsby et al. train them, are a plug-in of their own.)
 
     Task heads live outside the model; the caller leaves them trainable.
@@ -15,6 +16,9 @@ def freeze_for_plugins(model: BertModel) -> None:
         raise ValueError("no plug-ins are attached; add one with add_plugin before freezing")
     model.requires_grad_(False)
     model.plugins.requires_grad_(True)
+    for plugin in model.plugins.values():
+        for module in plugin.fixed():
+            module.requires_grad_(False)
 
 
 def freeze_all_but_task(model: BertModel, *tasks: str) -> None:

@@ -1,0 +1,66 @@
+"""AdapterFusion's first stage, as a fusion run reads it: the adapters of a finished adapter run.
+
+    python train_multitask.py --option adapter --out_dir runs/adapters              # stage 1
+    python train_multitask.py --option fusion --adapters_from runs/adapters         # stage 2
+
+``--adapters_from RUN`` names a finished ``--option adapter`` run (its adapters alone: no
+``--also``, per-task LayerNorms, trained encoder or ``--add_to`` chain). Its settings that shape
+the encoder (checkpoint, sentence representation, pair encoding, --max_length, every
+``--adapter_*`` flag) become the fusion run's; its tasks are the fusion's sources, and its
+``best.safetensors`` gives their adapter weights, loaded into ``AdapterFusion.sources``
+(``minbert/plugins/fusion.py``) whenever a fusion run's model is built (training, --resume,
+--evaluate, predict), so that folder must stay where it is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from minbert.checkpoint import UnsafeCheckpointError, load_tensors
+from multitask.errors import UsageError
+
+# The encoder-shaping settings a fusion run takes from its stage-1 run (config.json keys).
+STAGE_ONE_KEYS = ("checkpoint", "representation", "pair_encoding", "max_length")
+ADAPTER_PREFIX = "bert.plugins.adapter."
+
+
+def stage_one(run_dir: str) -> tuple[list[str], dict[str, torch.Tensor]]:
+    """The tasks of the adapter run ``run_dir`` and its adapters' state, keyed as in a
+    ``HoulsbyAdapter`` (``by_task.<task>....``); a UsageError in one line when it is not a
+    finished adapter run of adapters alone."""
+    folder = Path(run_dir)
+    config, best = folder / "config.json", folder / "best.safetensors"
+    try:
+        saved = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UsageError(f"--adapters_from {run_dir}: no readable config.json there") from None
+    if not isinstance(saved, dict) or saved.get("option") != "adapter":
+        option = saved.get("option") if isinstance(saved, dict) else None
+        raise UsageError(
+            f"--adapters_from {run_dir}: a run of --option {option}; fusion fuses the adapters "
+            "of an --option adapter run"
+        )
+    for key, why in (
+        ("also", "--also"),
+        ("train_layernorms", "--train_layernorms"),
+        ("train_encoder", "--train_encoder"),
+        ("base_tasks", "--add_to"),
+    ):
+        if saved.get(key):
+            raise UsageError(
+                f"--adapters_from {run_dir}: trained with {why}; fusion reads adapters alone on "
+                "the checkpoint's frozen encoder"
+            )
+    if not best.is_file():
+        raise UsageError(f"--adapters_from {run_dir}: {best} not found (the run never evaluated)")
+    try:
+        tensors = load_tensors(best)
+    except UnsafeCheckpointError as err:
+        raise UsageError(str(err)) from None
+    state = {
+        k[len(ADAPTER_PREFIX) :]: v for k, v in tensors.items() if k.startswith(ADAPTER_PREFIX)
+    }
+    return list(saved["tasks"]), state
