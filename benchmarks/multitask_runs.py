@@ -45,7 +45,8 @@ process saves its state and ends: with --jobs 1 its own line stands above the ru
                (--batch_pool; 1 is plain random batches): quality against epoch time, beside
                the plain Hugging Face loop (benchmarks/plain_loop.py) at the same budget
     sharing    the default multitask finetune run, then each task fine-tuned from it
-               (--init_from, MT-DNN's recipe), beside each task alone; meant for --seeds 1,2,3
+               (--init_from, MT-DNN's recipe); adapters, then AdapterFusion over them
+               (--option fusion); beside each task alone; meant for --seeds 1,2,3
     adapter-study  task samplers with adapters on a frozen encoder (no trained weight shared:
                a sampler only decides how many updates each task's adapter gets) and the
                adapter study's ablations, each row one change from the first (adapters, annealed
@@ -314,6 +315,13 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             )
             for task in ("sst", "para", "sts")
         ],
+        # AdapterFusion: stage 1, one adapter per task (the default adapter run); stage 2, every
+        # task's fusion over the three fixed adapters (Pfeiffer et al. 2021).
+        ("adapter", ["--option", "adapter"]),
+        (
+            "fusion",
+            ["--option", "fusion", "--adapters_from", "{runs_dir}/sharing-adapter-seed-{seed}"],
+        ),
     ],
     # Pairs cross-encoded, as every row of the committed study ran (the default then).
     "adapter-study": [
