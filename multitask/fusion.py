@@ -9,7 +9,8 @@ the encoder (checkpoint, sentence representation, pair encoding, --max_length, e
 ``--adapter_*`` flag) become the fusion run's; its tasks are the fusion's sources, and its
 ``best.safetensors`` gives their adapter weights, loaded into ``AdapterFusion.sources``
 (``minbert/plugins/fusion.py``) whenever a fusion run's model is built (training, --resume,
---evaluate, predict), so that folder must stay where it is.
+--evaluate, predict), so that folder must stay where it is. Which adapter each task reads from:
+``python -m multitask.fusion_weights RUN`` (``multitask/fusion_weights.py``).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from safetensors.torch import load_file
 import train_multitask
 from minbert.bert import BertModel
 from minbert.plugins import add_plugin, count_formula, freeze_for_plugins
+from multitask import attention as attention_command
+from multitask import fusion_weights
 from multitask.config import parse_args
 from multitask.errors import UsageError
 from multitask.trained import TrainedRun
@@ -87,9 +89,9 @@ def test_the_weights_over_the_adapters_sum_to_one_and_are_recorded():
     assert set(fusion.record) == {
         ("para", layer, p) for layer in range(L) for p in ("attention", "feed_forward")
     }
-    for weights in fusion.record.values():
-        assert weights.shape == (3, 7, len(SOURCES))
-        torch.testing.assert_close(weights.sum(-1), torch.ones(3, 7))
+    for total, count in fusion.record.values():  # summed over 3 sequences of 7 positions
+        assert count == 3 * 7 and total.shape == (len(SOURCES),)
+        torch.testing.assert_close(total.sum(), torch.tensor(21.0))
 
 
 @pytest.mark.parametrize("placement", ["houlsby", "pfeiffer"])
@@ -164,3 +166,51 @@ def test_a_run_of_another_option_is_refused(tiny_checkpoint, tiny_data, tmp_path
     line = fusion_argv(tiny_checkpoint, tiny_data, tmp_path / "f", finetune)
     with pytest.raises(UsageError, match="fusion fuses the adapters of an --option adapter run"):
         train_multitask.make_model(parse_args(line), torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def fusion_run(adapter_run, tiny_checkpoint, tiny_data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fusion-run") / "fusion"
+    assert train_multitask.main(fusion_argv(tiny_checkpoint, tiny_data, out, adapter_run)) == 0
+    return out
+
+
+def test_the_weights_command_prints_and_draws_each_tasks_weights(fusion_run, tmp_path, capsys):
+    """One line per layer and position for each task, each a distribution over the three
+    sources; the figure is written, and not over an existing file without --overwrite."""
+    out = tmp_path / "weights.png"
+    assert fusion_weights.main([str(fusion_run), "--limit", "8", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert out.stat().st_size > 1000
+    for task in SOURCES:
+        assert f"{task}: mean weight on the adapters of sst, para, sts" in printed
+    lines = [line.split() for line in printed.splitlines() if line.startswith("  layer")]
+    assert len(lines) == 3 * tiny_config().num_hidden_layers * 2
+    for line in lines:
+        assert abs(sum(float(v) for v in line[3:]) - 1.0) < 2e-3  # three rounded to 3 places
+    assert fusion_weights.main([str(fusion_run), "--out", str(out)]) == 2
+    assert "pass --overwrite" in capsys.readouterr().err
+
+
+def test_a_task_added_to_a_fusion_run_leaves_the_others_as_they_were(
+    adapter_run, tiny_checkpoint, tiny_data, tmp_path
+):
+    """sts's fusion added to a fusion run of sst and para: their files stay bit for bit."""
+    base, added = tmp_path / "base", tmp_path / "added"
+    line = fusion_argv(tiny_checkpoint, tiny_data, base, adapter_run, "--tasks", "sst,para")
+    assert train_multitask.main(line) == 0
+    line = driver_argv(tiny_checkpoint, tiny_data, added, "--add_to", str(base))
+    assert train_multitask.main([*line[2:], *short_run(), "--tasks", "sts"]) == 0
+    assert len(load_file(added / "task-sts.safetensors")) > 0
+    for task in ("sst", "para"):
+        before = load_file(base / f"task-{task}.safetensors")
+        after = load_file(added / f"task-{task}.safetensors")
+        assert before.keys() == after.keys()
+        assert all(torch.equal(before[k], after[k]) for k in before), task
+
+
+def test_the_attention_page_opens_a_fusion_run(fusion_run, tmp_path, capsys):
+    out = tmp_path / "page"
+    argv = [str(fusion_run), "--task", "sst", "--input", "a witty film", "--out", str(out)]
+    assert attention_command.main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / "page.html").is_file() and (tmp_path / "page.png").is_file()

@@ -25,9 +25,10 @@ training; here the temperature is 1 throughout.) A task has positions · L fusio
 
 The source adapters are held in ``self.sources`` (a ``HoulsbyAdapter`` with the stage-1 tasks),
 ``fixed``: they never train, and they are not part of any task's state (a fusion run's files
-hold its fusion layers and heads; the driver loads the adapters from the stage-1 run). The
-weights s_n a forward computed are kept when ``self.record`` is a dict (which adapter each task
-reads from, per layer: ``multitask/fusion.py`` draws them).
+hold its fusion layers and heads; the driver loads the adapters from the stage-1 run). When
+``self.record`` is a dict, every forward adds the weights s_n it computed there, summed over its
+positions, with their count, under (task, layer, position): which adapter each task reads from,
+per layer (``python -m multitask.fusion_weights RUN`` prints and draws them).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class AdapterFusion(Plugin):
             raise ValueError("fusion needs the stage-1 adapters' tasks (sources)")
         self.sources = HoulsbyAdapter(config, self.settings.sources, **adapter)
         self.positions = PLACEMENTS[self.settings.placement]
-        self.record: dict[tuple[str, int, str], torch.Tensor] | None = None
+        self.record: dict[tuple[str, int, str], tuple[torch.Tensor, int]] | None = None
         self.add_tasks(tasks)
 
     def fixed(self) -> list[nn.Module]:
@@ -128,8 +129,10 @@ class AdapterFusion(Plugin):
             dim=-2,
         )  # N × (B, T, D) -> (B, T, N, D)
         fused, weights = self.by_task[task][position][layer](h, outputs)
-        if self.record is not None:
-            self.record[(task, layer, position)] = weights.detach()
+        if self.record is not None:  # summed over the batch's positions, and their count
+            total, count = self.record.get((task, layer, position), (0.0, 0))
+            flat = weights.detach().flatten(0, -2)  # (B·T, N)
+            self.record[(task, layer, position)] = (total + flat.sum(0), count + len(flat))
         return fused
 
     def after_attention(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
