@@ -1,0 +1,102 @@
+"""Which recipe beats each task trained alone? The sharing suite's recipes against the
+distillation suite's single-task rows, per task: mean ± sd over the seeds run, and the gap to
+"each task alone" in points (one point = 0.01 of accuracy or of Pearson's r).
+
+    python benchmarks/sharing_table.py            # writes benchmarks/results/sharing-vs-alone.md
+
+Reads benchmarks/results/distillation.json (``teacher-<task>-seed-<s>``: each task alone, the
+default finetune recipe, 3 epochs), error-bars.json (the multitask ``finetune`` rows) and
+sharing.json (``multitask-seed-<s>``, ``multitask-then-<task>-seed-<s>``, ``adapter-seed-<s>``,
+``fusion-seed-<s>``). The target: on every task at least the alone row's mean, and +0.5 points
+on two tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+from _common import RESULTS_DIR
+
+TASKS = {"sst": "SST acc", "para": "Quora acc", "sts": "STS r"}
+SEEDS = (1, 2, 3)
+
+
+def scores(results: dict, row: str, task: str) -> list[float]:
+    """The task's best dev score in ``<row>-seed-<s>`` for every seed that was run."""
+    return [
+        results[f"{row}-seed-{s}"]["best"][task]
+        for s in SEEDS
+        if f"{row}-seed-{s}" in results and task in results[f"{row}-seed-{s}"]["best"]
+    ]
+
+
+def cell(values: list[float], alone: list[float]) -> str:
+    """mean ± sd (seeds), and the gap to alone's mean in points."""
+    if not values:
+        return "-"
+    mean = statistics.mean(values)
+    spread = f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""
+    gap = 100 * (mean - statistics.mean(alone))
+    return f"{mean:.4f}{spread} ({len(values)}; {gap:+.2f})"
+
+
+def table() -> list[str]:
+    read = {
+        n: json.loads((RESULTS_DIR / f"{n}.json").read_text())
+        for n in ("distillation", "error-bars", "sharing")
+    }
+    alone = {t: scores(read["distillation"], f"teacher-{t}", t) for t in TASKS}
+    recipes = [
+        ("each task alone (distillation.json `teacher-<task>`)", {t: alone[t] for t in TASKS}),
+        (
+            "multitask `finetune` (error-bars.json)",
+            {t: scores(read["error-bars"], "finetune", t) for t in TASKS},
+        ),
+        (
+            "multitask `finetune` (sharing.json `multitask`)",
+            {t: scores(read["sharing"], "multitask", t) for t in TASKS},
+        ),
+        (
+            "multitask, then each task fine-tuned from it (`multitask-then-<task>`)",
+            {t: scores(read["sharing"], f"multitask-then-{t}", t) for t in TASKS},
+        ),
+        (
+            "`adapter`, stage 1 (sharing.json `adapter`)",
+            {t: scores(read["sharing"], "adapter", t) for t in TASKS},
+        ),
+        (
+            "AdapterFusion over the three adapters (`fusion`)",
+            {t: scores(read["sharing"], "fusion", t) for t in TASKS},
+        ),
+    ]
+    lines = [
+        "| recipe | " + " | ".join(TASKS.values()) + " |",
+        "|---|" + "---|" * len(TASKS),
+    ]
+    for name, values in recipes:
+        lines.append(f"| {name} | " + " | ".join(cell(values[t], alone[t]) for t in TASKS) + " |")
+    return lines
+
+
+def main() -> int:
+    out = RESULTS_DIR / "sharing-vs-alone.md"
+    text = [
+        "# Which recipe beats each task trained alone?",
+        "",
+        "Dev scores, 3 epochs, the default recipe of each row: mean ± sd (seeds run; gap to",
+        '"each task alone" in points). Written by `python benchmarks/sharing_table.py` from the',
+        "suites' results files, whose rows name their commands, commits and machines.",
+        "",
+        *table(),
+        "",
+    ]
+    out.write_text("\n".join(text))
+    print("\n".join(text))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
