@@ -109,3 +109,13 @@ def model_and_batch(tiny_checkpoint, tiny_data):
         (para, collate(para, para_examples, tokenizer, separate=False)),
     ]
     return model, batches
+
+
+@pytest.fixture(scope="session")
+def finished_run(tiny_checkpoint, tiny_data, tmp_path_factory) -> Path:
+    """A finished tiny finetune run of the three tasks (``tiny_run``: 2 epochs of 3 steps), for
+    tests that read a run and write nothing into it."""
+    from tests.helpers import tiny_run
+
+    out = tmp_path_factory.mktemp("finished") / "finetune"
+    return tiny_run(tiny_checkpoint, tiny_data, out, "--option", "finetune")

@@ -18,12 +18,11 @@ from tests.helpers import driver_argv, run_driver, short_run
 SHORT = short_run(epochs=1)
 
 
-@pytest.fixture(scope="module")
-def multitask_run(tiny_checkpoint, tiny_data, tmp_path_factory) -> Path:
-    """A finished tiny finetune run of the three tasks."""
-    out = tmp_path_factory.mktemp("init") / "multitask"
-    assert run_driver(tiny_checkpoint, tiny_data, out, "--option", "finetune", *SHORT) == 0
-    return out
+@pytest.fixture
+def multitask_run(finished_run) -> Path:
+    """A finished tiny finetune run of the three tasks (the shared one: nothing here writes
+    into it)."""
+    return finished_run
 
 
 def argv(checkpoint: Path, data: Path, out: Path, run: Path, *extra: str) -> list[str]:
