@@ -11,11 +11,11 @@ reference, and passes when it is at most the check's stated tolerance. Two kinds
 
 * component checks (embeddings, attention, layer, adamw, sampler, adapter, lhuc, lora, pals,
   smart) run one component on its own, on fixed random weights and inputs (the project's tiny
-  config, ``BertConfig.tiny()``) stored in ``minbert/course/reference_data.pt``, and compare it
+  config, ``BertConfig.tiny()``) stored in ``course/reference_data.pt``, and compare it
   with the outputs stored there, in eval mode and (where there is dropout) in training mode under
   seeded dropout. Those outputs come from equations written out independently in an
   instructor-only script (``scripts/make_course_references.py``), so a student tree holds no
-  solution, and are stored sealed (``minbert/course/seal.py``: digests and projections), so the
+  solution, and are stored sealed (``course/seal.py``: digests and projections), so the
   file is no answer key either; it also holds the outputs of common mistakes, and a failing check
   names the one the student's output matches. A component check calls no other exercise, so a
   missing attention does not fail the AdamW check, nor the layer check. AdamW and LoRA run in
@@ -28,13 +28,13 @@ reference, and passes when it is at most the check's stated tolerance. Two kinds
   exercises all done. The
   tokenizer and the warmup/decay schedule are checked too (neither is an exercise).
 
-The checks are in ``minbert/course/checks/``, one file per graded source file (``bert.py``,
+The checks are in ``course/checks/``, one file per graded source file (``bert.py``,
 ``optimizer.py``, ``lora.py``, ...), each declared with ``@check`` next to its code; how a
-check is written and registered is in ``minbert/course/registry.py``. GUIDE.md names each
+check is written and registered is in ``course/registry.py``. GUIDE.md names each
 exercise's check functions.
 
 Each check names the course exercises it depends on (the exercise ids of ``python -m
-minbert.scaffold --list``). In a student tree made by ``minbert.scaffold`` a check whose exercise
+course.scaffold --list``). In a student tree made by ``course.scaffold`` a check whose exercise
 is still missing shows NOT IMPLEMENTED with that exercise's hint; every other check runs
 normally. An exception in one check (a bug, or a ``NotImplementedError``) never stops the others.
 
@@ -45,8 +45,8 @@ at the student's function whose value given code could not use);
 under a NOT IMPLEMENTED, the exercise's hint and where it was raised. The last line reads
 ``N passed, M failed`` (NOT IMPLEMENTED counts as failed); the exit code is 1 if any check
 failed. With ``--results-json FILE`` the same results are also written in Gradescope's
-``results.json`` form, with the points of ``minbert/course/points.json`` (or ``--points``)
-shared by each exercise's own checks (``minbert/course/gradescope.py``).
+``results.json`` form, with the points of ``course/points.json`` (or ``--points``)
+shared by each exercise's own checks (``course/gradescope.py``).
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ import json
 import sys
 from pathlib import Path
 
+from course.checks import CHECKS
+from course.gradescope import POINTS, read_points, results_json
+from course.registry import PASS, Context, format_result, run_check, select
 from minbert.checkpoint import atomic_write_text
-from minbert.course.checks import CHECKS
-from minbert.course.gradescope import POINTS, read_points, results_json
-from minbert.course.registry import PASS, Context, format_result, run_check, select
 from minbert.flags import ArgumentParser, nonempty_path
 
 ROOT = Path(__file__).resolve().parent
@@ -110,7 +110,7 @@ def build_parser() -> ArgumentParser:
         metavar="FILE",
         type=nonempty_path,
         help=f"with --results-json: a JSON object of points per exercise (default: {POINTS.name} "
-        "in minbert/course/, which an instructor edits)",
+        "in course/, which an instructor edits)",
     )
     return parser
 

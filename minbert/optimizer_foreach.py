@@ -20,7 +20,7 @@ The numbers equal the per-parameter loop's up to float rounding
 ``torch.optim.AdamW(foreach=True)``); the state dict has the same keys, so either loads the
 other's.
 
-Instructor-only (``minbert/course/scaffold.py``): the student tree leaves this file out, since it
+Instructor-only (``course/scaffold.py``): the student tree leaves this file out, since it
 is the AdamW exercise in another form; there ``multitask.step.optimizer_for`` trains with the
 student's own loop.
 """

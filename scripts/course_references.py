@@ -1,6 +1,6 @@
 """Reference equations of the course exercises, and the known mistakes students make in each.
 INSTRUCTOR ONLY: this file is a solution and is not copied into the student tree
-(``minbert.course.scaffold.INSTRUCTOR_ONLY``); ``scripts/make_course_references.py`` runs it to
+(``course.scaffold.INSTRUCTOR_ONLY``); ``scripts/make_course_references.py`` runs it to
 write the stored outputs that the student's grader compares with.
 
 Every equation is written out here with plain torch operations and never calls the code it
@@ -8,7 +8,7 @@ grades. Each takes ``mistake``: None for the correct output, or the key of one k
 (the ``MISTAKES`` tables of ``make_course_references.py`` say what each one means), so that the
 grader can say which mistake a student's output matches. Dropout is called as
 ``torch.nn.functional.dropout(x, p, training)`` exactly where the model calls it, so that under
-``minbert.course.dropout.recorded_dropout`` the reference draws the same masks as correct code.
+``course.dropout.recorded_dropout`` the reference draws the same masks as correct code.
 """
 
 from __future__ import annotations

@@ -1,19 +1,19 @@
-"""Write ``minbert/course/reference_data.pt``: the stored cases the course checks grade against.
-INSTRUCTOR ONLY (``minbert.course.scaffold.INSTRUCTOR_ONLY``): with ``scripts/course_references.py``
+"""Write ``course/reference_data.pt``: the stored cases the course checks grade against.
+INSTRUCTOR ONLY (``course.scaffold.INSTRUCTOR_ONLY``): with ``scripts/course_references.py``
 it is the solution, so the student tree has neither, only the data they produce.
 
 For each component check it stores the fixed inputs and weights the check feeds to the student's
 code, the outputs the reference equations (``course_references.py``) give for them, in eval mode
-and in training mode under ``minbert.course.dropout.recorded_dropout`` where the component has
+and in training mode under ``course.dropout.recorded_dropout`` where the component has
 dropout (with the reference's dropout calls, for the messages), and the outputs of each known
 mistake of that exercise, under the description the grader prints when a student's output
-matches it (``MISTAKES`` below). The outputs are stored sealed (``minbert.course.seal``: digests
+matches it (``MISTAKES`` below). The outputs are stored sealed (``course.seal``: digests
 and projections, with buckets set by the grading check's tolerance, ``GRADED_BY``): the file is
 copied into the student tree and must not be an answer key. It also stores the functions that
 hold an exercise, by file, so that the grader can locate an error at the student's function in a
 student tree, which has no markers.
 
-    python scripts/make_course_references.py            # writes minbert/course/reference_data.pt
+    python scripts/make_course_references.py            # writes course/reference_data.pt
 
 Weights come from the full tree's constructors (the student tree has the same ones: constructors
 are never exercises), filled with seeded noise so that no zero-initialised weight hides a term.
@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import course_references as ref  # noqa: E402
 
-from minbert.course.dropout import MODES, recorded_dropout  # noqa: E402
-from minbert.course.registry import COURSE_DATA  # noqa: E402
-from minbert.course.seal import seal  # noqa: E402
+from course.dropout import MODES, recorded_dropout  # noqa: E402
+from course.registry import COURSE_DATA  # noqa: E402
+from course.seal import seal  # noqa: E402
 
 # What the grader prints for each known mistake, by exercise (the key is course_references'
 # ``mistake`` argument). A mistake made in some cases only (one path of a check) is declared as
@@ -247,7 +247,7 @@ def state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 # The check (the start of its name) that grades each component's stored case: its tolerance
-# sets the buckets of the sealed outputs (minbert.course.seal).
+# sets the buckets of the sealed outputs (course.seal).
 GRADED_BY = {
     "embeddings": "embeddings:",
     "attention_function": "attention: scaled_dot_product_attention",
@@ -264,7 +264,7 @@ GRADED_BY = {
 
 def check_tolerance(name_start: str) -> float:
     """The smallest tolerance of the checks whose name starts with ``name_start``."""
-    from minbert.course.checks import CHECKS
+    from course.checks import CHECKS
 
     found = [c.tolerance for c in CHECKS if c.name.startswith(name_start)]
     if not found:
@@ -308,7 +308,7 @@ def case(
 
 def with_mistakes(expected: dict, mistakes: dict, tolerance: float | None = None) -> dict:
     """A stored case: the expected outputs and, per mistake, only the outputs that differ from
-    them (the grader takes a left-out one as expected), each sealed (``minbert.course.seal``:
+    them (the grader takes a left-out one as expected), each sealed (``course.seal``:
     the file is copied into the student tree, so it holds no output in full). ``tolerance``: the
     check's, needed to seal a small floating-point output."""
     return {
@@ -328,8 +328,8 @@ def with_mistakes(expected: dict, mistakes: dict, tolerance: float | None = None
 
 
 def embeddings_data() -> dict:
+    from course.checks.bert import EMBEDDINGS_CONFIG
     from minbert.bert import BertConfig, BertEmbeddings
-    from minbert.course.checks.bert import EMBEDDINGS_CONFIG
 
     g = torch.Generator().manual_seed(1)
     config = BertConfig.tiny(**EMBEDDINGS_CONFIG)
@@ -366,8 +366,8 @@ def attention_function_data() -> dict:
 
 
 def self_attention_data() -> dict:
+    from course.checks.bert import ATTENTION_CONFIG, PATHS, ScalingSites
     from minbert.bert import BertConfig, BertSelfAttention
-    from minbert.course.checks.bert import ATTENTION_CONFIG, PATHS, ScalingSites
 
     g = torch.Generator().manual_seed(3)
     config = BertConfig.tiny(**ATTENTION_CONFIG)
@@ -406,8 +406,8 @@ def self_attention_data() -> dict:
 
 
 def layer_data() -> dict:
+    from course.checks.bert import LAYER_CONFIG, ScalingSites, StandInSelfAttention
     from minbert.bert import BertConfig, BertLayer
-    from minbert.course.checks.bert import LAYER_CONFIG, ScalingSites, StandInSelfAttention
 
     g = torch.Generator().manual_seed(4)
     config = BertConfig.tiny(**LAYER_CONFIG)
@@ -430,7 +430,7 @@ def layer_data() -> dict:
 
 
 def adamw_data() -> dict:
-    from minbert.course.checks.optimizer import ADAMW_SETTINGS, ADAMW_TOLERANCE, adamw_model
+    from course.checks.optimizer import ADAMW_SETTINGS, ADAMW_TOLERANCE, adamw_model
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(32, 4, generator=g, dtype=torch.float64)
@@ -473,7 +473,7 @@ def adamw_data() -> dict:
 
 
 def sampler_data() -> dict:
-    from minbert.course.checks.sampling import ALPHAS, EPOCHS, SAMPLER_SIZES, SAMPLER_TOLERANCE
+    from course.checks.sampling import ALPHAS, EPOCHS, SAMPLER_SIZES, SAMPLER_TOLERANCE
 
     pairs = [(e, E) for E in EPOCHS for e in range(1, E + 1)]
 
@@ -506,9 +506,9 @@ def sampler_data() -> dict:
 
 
 def adapter_data() -> dict:
+    from course.checks.adapter import ADAPTER_OPTIONS
+    from course.registry import PLUGIN_TASKS
     from minbert.bert import BertConfig
-    from minbert.course.checks.adapter import ADAPTER_OPTIONS
-    from minbert.course.registry import PLUGIN_TASKS
     from minbert.plugins.adapter import HoulsbyAdapter
 
     g = torch.Generator().manual_seed(5)
@@ -535,8 +535,8 @@ def adapter_data() -> dict:
 
 
 def lhuc_data() -> dict:
+    from course.registry import PLUGIN_TASKS
     from minbert.bert import BertConfig
-    from minbert.course.registry import PLUGIN_TASKS
     from minbert.plugins.lhuc import LHUC
 
     g = torch.Generator().manual_seed(6)
@@ -560,9 +560,9 @@ def lhuc_data() -> dict:
 
 
 def lora_data() -> dict:
+    from course.checks.lora import LORA_MERGE_CONFIG, LORA_NAMES, LORA_OPTIONS
+    from course.registry import PLUGIN_TASKS
     from minbert.bert import BertConfig, BertModel
-    from minbert.course.checks.lora import LORA_MERGE_CONFIG, LORA_NAMES, LORA_OPTIONS
-    from minbert.course.registry import PLUGIN_TASKS
     from minbert.plugins import add_plugin
     from minbert.plugins.lora import LoRA, target_module, target_shape
 
@@ -640,9 +640,9 @@ def lora_data() -> dict:
 
 
 def pals_data() -> dict:
+    from course.checks.pals import PAL_OPTIONS, StandInProjectedAttention
+    from course.registry import PLUGIN_TASKS
     from minbert.bert import BertConfig
-    from minbert.course.checks.pals import PAL_OPTIONS, StandInProjectedAttention
-    from minbert.course.registry import PLUGIN_TASKS
     from minbert.plugins.pals import PAL
 
     g = torch.Generator().manual_seed(9)
@@ -678,7 +678,7 @@ def pals_data() -> dict:
 
 
 def smart_data() -> dict:
-    from minbert.course.checks.smart import KL_TOLERANCE, SMART_CASES, smart_label, smart_problem
+    from course.checks.smart import KL_TOLERANCE, SMART_CASES, smart_label, smart_problem
     from minbert.smart import SmartConfig
 
     embeddings, models = smart_problem()
@@ -717,7 +717,7 @@ def smart_data() -> dict:
 
 
 def mlm_data() -> dict:
-    from minbert.course.checks.mlm import MASKING_CASES, MLM_LOSS_TOLERANCE, MLM_VOCAB, mlm_batch
+    from course.checks.mlm import MASKING_CASES, MLM_LOSS_TOLERANCE, MLM_VOCAB, mlm_batch
 
     input_ids, attention_mask, continuation = mlm_batch()
     v = MLM_VOCAB
@@ -769,7 +769,7 @@ def mlm_data() -> dict:
 def exercise_functions() -> dict[str, list[str]]:
     """path -> the qualified names of the functions that hold an exercise: the student tree has
     no markers, and the grader locates an error at the student's function by them."""
-    from minbert.course.scaffold import find_exercises
+    from course.scaffold import find_exercises
 
     found: dict[str, list[str]] = {}
     for regions in find_exercises(ROOT).values():

@@ -9,7 +9,7 @@ nowhere in ``minbert/``) on the packaged checkpoint in eval mode, float32, with 
 
 For each it stores ``input_ids``, ``token_type_ids``, ``attention_mask``, the sentences, and
 ``last_hidden_state`` (padding zeroed: it is not compared) and ``pooler_output`` sealed
-(``minbert/course/seal.py``): the file is copied into the student tree, so it holds digests and
+(``course/seal.py``): the file is copied into the student tree, so it holds digests and
 projections of the outputs, not the outputs, and a student's layer cannot return them by looking
 them up. ``meta`` records the versions and the checkpoint used.
 
@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     import transformers
     from transformers import AutoTokenizer, BertModel
 
-    from minbert.course.checks.bert import BERT_TOLERANCE
-    from minbert.course.seal import seal
+    from course.checks.bert import BERT_TOLERANCE
+    from course.seal import seal
     from minbert.pretrained import resolve_checkpoint_dir
 
     directory = resolve_checkpoint_dir(args.checkpoint)

@@ -1,10 +1,10 @@
-"""Grading a class (``python -m minbert.course.grade``): a folder of seven submissions, graded
+"""Grading a class (``python -m course.grade``): a folder of seven submissions, graded
 each in its own process, into the expected ``grades.csv`` and per-student ``results.json``; one
 that hangs, one that writes into another's folder and the instructor's points file, and one that
 reads the stored references change no other grade and no file outside the submissions' own.
 
 This file plants solution lines (the correct submissions copy the solution files), so it is
-instructor-only (``INSTRUCTOR_ONLY`` of ``minbert/course/scaffold.py``)."""
+instructor-only (``INSTRUCTOR_ONLY`` of ``course/scaffold.py``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import json
 import zipfile
 from pathlib import Path
 
-from minbert.course import grade
-from minbert.course.gradescope import POINTS
+from course import grade
+from course.gradescope import POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
@@ -46,7 +46,7 @@ def test_a_class_is_graded_each_submission_alone(tmp_path, capsys):
     attack += f"Path({str(points)!r}).write_text('{{}}')\n"
     submit(subs / "eve", {OPT: solution(OPT) + attack, SAMPLING: solution(SAMPLING)})
     peek = "\nimport torch\n"
-    peek += "_ = torch.load('minbert/course/reference_data.pt', weights_only=False)\n"
+    peek += "_ = torch.load('course/reference_data.pt', weights_only=False)\n"
     submit(subs / "frank", {OPT: solution(OPT) + peek, SAMPLING: solution(SAMPLING)})
     submit(subs / "zed", good)
     with zipfile.ZipFile(subs / "yan.zip", "w") as archive:  # a zip, files at its top

@@ -9,7 +9,7 @@ Correct but different implementations (einsum attention, AdamW as Algorithm 2, o
 updates, ...) must pass every check of their exercise.
 
 This file quotes solution lines, so it is instructor-only (``INSTRUCTOR_ONLY`` of
-``minbert/course/scaffold.py``).
+``course/scaffold.py``).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import pytest
 import torch
 
 import minbert.plugins
-from minbert.course import scaffold, seal
-from minbert.course.checks import CHECKS
-from minbert.course.measure import Observed
-from minbert.course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
+from course import scaffold, seal
+from course.checks import CHECKS
+from course.measure import Observed
+from course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -1495,7 +1495,7 @@ def agrees(fresh: Fresh, stored: dict, where: str) -> None:
 
 @pytest.mark.numerics
 def test_stored_reference_data_are_up_to_date(monkeypatch) -> None:
-    """minbert/course/reference_data.pt is what scripts/make_course_references.py makes now, on
+    """course/reference_data.pt is what scripts/make_course_references.py makes now, on
     this machine, whose CPU may round float32 otherwise than the one that made it (``agrees``;
     a stored input within the same tolerance, integers exactly)."""
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -1619,7 +1619,7 @@ def test_recorded_dropout_draws_masks_in_call_order_and_restores_torch() -> None
     """The same calls draw the same masks; an inactive call draws nothing; torch is restored."""
     import torch.nn.functional as F
 
-    from minbert.course.dropout import recorded_dropout
+    from course.dropout import recorded_dropout
 
     x = torch.ones(4, 50)
     original = F.dropout
@@ -1654,7 +1654,7 @@ def round_measured_outputs_elsewhere(monkeypatch, seed: int) -> list[int]:
     """Every floating-point output a check measures (``Observed``, sealed outputs but the exact
     ones; ``compare``, outputs the grader has in full) is ``rounded_elsewhere`` before it is
     measured. Returns a list that counts the outputs so changed."""
-    import minbert.course.measure as measure
+    import course.measure as measure
 
     generator, changed = torch.Generator().manual_seed(seed), []
     observe, compare = Observed.__init__, measure.compare
@@ -1671,7 +1671,7 @@ def round_measured_outputs_elsewhere(monkeypatch, seed: int) -> list[int]:
 
     monkeypatch.setattr(Observed, "__init__", observed)
     for name, module in list(sys.modules.items()):
-        if name.startswith("minbert.course.checks") and getattr(module, "compare", 0) is compare:
+        if name.startswith("course.checks") and getattr(module, "compare", 0) is compare:
             monkeypatch.setattr(module, "compare", compared)
     return changed
 

@@ -1,9 +1,9 @@
 """The grader's stored answer key, its dropout recording, and where it reports errors.
 
-* ``minbert/course/reference_data.pt`` is copied into the student tree: student code that loads
+* ``course/reference_data.pt`` is copied into the student tree: student code that loads
   it and looks the expected output up (by the generator's seed, or by the input it was given)
   must fail every check it is tried on, and the file holds no expected output in full
-  (``minbert/course/seal.py``);
+  (``course/seal.py``);
 * recorded dropout gives a loop over the heads the masks of one call on all of them, and says how
   the calls differ when they draw other masks;
 * an error is located at the student's code: at the function whose value given code could not
@@ -12,7 +12,7 @@
 
 It plants code in the solution regions through the mutant harness of
 ``tests/test_grader_mutants.py``, so it is instructor-only (``INSTRUCTOR_ONLY`` of
-``minbert/course/scaffold.py``).
+``course/scaffold.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from minbert.course import seal
-from minbert.course.measure import compare, distinct
-from minbert.course.registry import COURSE_DATA, FAIL
+from course import seal
+from course.measure import compare, distinct
+from course.registry import COURSE_DATA, FAIL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_grader_mutants import (  # noqa: E402
@@ -49,7 +49,7 @@ __all__ = ["ctx"]  # the fixture, shared with the mutant corpus
 ANSWER = """\
 def _answer(entry, name):
     import torch
-    from minbert.course import seal
+    from course import seal
     if isinstance(entry, torch.Tensor):
         return entry.double()
     if entry["kind"] == "projection":
@@ -64,13 +64,13 @@ data = _torch.load(COURSE_DATA, weights_only=True)
 def cheat(indent: str, code: str) -> str:
     """Replacement text for one line of a solution region: ``ANSWER`` then ``code``, at the
     line's indentation (the first line is already indented)."""
-    head = "import torch as _torch\nfrom minbert.course.registry import COURSE_DATA\n"
+    head = "import torch as _torch\nfrom course.registry import COURSE_DATA\n"
     lines = (head + ANSWER + code).splitlines()
     return f"\n{indent}".join(lines)
 
 
 MASKING_CHEAT = """\
-from minbert.course.checks.mlm import MASKING_CASES
+from course.checks.mlm import MASKING_CASES
 label = {seed: label for label, seed, _, _ in MASKING_CASES}[generator.initial_seed()]
 case = data["mlm"]["masking"]["expected"]
 masked = _answer(case[f"masked inputs ({label})"], f"masked inputs ({label})")
@@ -78,7 +78,7 @@ labels = _answer(case[f"labels ({label})"], f"labels ({label})")
 return masked.round().long(), labels.round().long()"""
 
 ALPHA_CHEAT = """\
-from minbert.course.checks.sampling import EPOCHS
+from course.checks.sampling import EPOCHS
 pairs = [(e, E) for E in EPOCHS for e in range(1, E + 1)]
 stored = _answer(data["sampler"]["alpha"]["expected"]["α"], "α")
 return float(stored[pairs.index((epoch, epochs))])"""
@@ -186,9 +186,9 @@ def sealed_entries(value, path: str = ""):
 
 def true_outputs() -> dict[str, torch.Tensor]:
     """What the full tree computes on the stored inputs, for several checks."""
+    from course.checks.mlm import MASKING_CASES, MLM_VOCAB, mlm_batch
+    from course.checks.sampling import EPOCHS
     from minbert.bert import scaled_dot_product_attention
-    from minbert.course.checks.mlm import MASKING_CASES, MLM_VOCAB, mlm_batch
-    from minbert.course.checks.sampling import EPOCHS
     from minbert.mlm import mask_tokens
     from minbert.sampling import annealed_alpha
 
@@ -233,7 +233,7 @@ def test_the_store_holds_no_expected_output_in_full() -> None:
 
 def test_the_whole_model_reference_holds_no_output_in_full() -> None:
     """sanity_check_reference.pt is copied into the student tree too: its outputs are sealed."""
-    reference = torch.load(COURSE_DATA.parents[2] / "sanity_check_reference.pt", weights_only=True)
+    reference = torch.load(COURSE_DATA.parents[1] / "sanity_check_reference.pt", weights_only=True)
     for batch in ("single", "pair"):
         for name in ("last_hidden_state", "pooler_output"):
             entry = reference[batch][name]
@@ -261,7 +261,7 @@ def test_one_value_beyond_the_tolerance_fails_where_the_projections_miss_it() ->
     """The digests decide: one value 3 tolerances off moves a projection by far less than the
     tolerance, and the check still fails there, naming the value; within the tolerance every
     value passes."""
-    from minbert.course.measure import Observed, measure_sealed
+    from course.measure import Observed, measure_sealed
 
     expected = torch.randn(3, 70, generator=torch.Generator().manual_seed(1))
     sealed = seal.seal("w", expected, 1e-5)
@@ -274,7 +274,7 @@ def test_one_value_beyond_the_tolerance_fails_where_the_projections_miss_it() ->
 
 
 def test_rounded_values_pass_within_the_tolerance_and_fail_beyond() -> None:
-    from minbert.course.measure import Observed, measure_sealed
+    from course.measure import Observed, measure_sealed
 
     expected = torch.tensor([0.6, 0.2, 1.0], dtype=torch.float64)
     sealed = seal.seal("α", expected, 1e-12)
@@ -291,7 +291,7 @@ def test_rounded_values_pass_within_the_tolerance_and_fail_beyond() -> None:
 def test_a_loop_over_the_heads_draws_the_masks_of_one_call() -> None:
     import torch.nn.functional as F
 
-    from minbert.course.dropout import recorded_dropout
+    from course.dropout import recorded_dropout
 
     x = torch.ones(3, 4, 6, 6)
     with recorded_dropout(7):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import sanity_check
-from minbert.course.checks import CHECKS
-from minbert.course.gradescope import POINTS, read_points, results_json
-from minbert.course.registry import FAIL, PASS, Check, Result
+from course.checks import CHECKS
+from course.gradescope import POINTS, read_points, results_json
+from course.registry import FAIL, PASS, Check, Result
 
 EXERCISES = {e for c in CHECKS for e in c.exercises}
 

@@ -1,5 +1,5 @@
-"""Course scaffolding (minbert.course.scaffold) and per-component grading (sanity_check.py, the
-runner of the checks in minbert/course/checks/).
+"""Course scaffolding (course.scaffold) and per-component grading (sanity_check.py, the
+runner of the checks in course/checks/).
 
 * the full solution passes every check;
 * the student tree (every exercise cut out) imports, its tests collect, and its sanity check
@@ -8,7 +8,7 @@ runner of the checks in minbert/course/checks/).
 * the marker format: parsing, errors, the raise statement, the file selection, OUT_DIR rules.
 
 This file grades the scaffolding against the full solution, so it is not copied into the
-student tree (``minbert.course.scaffold.INSTRUCTOR_ONLY``).
+student tree (``course.scaffold.INSTRUCTOR_ONLY``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import sanity_check
-from minbert.course import scaffold
+from course import scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = [  # the order of GUIDE.md
@@ -85,7 +85,7 @@ def test_every_exercise_is_marked_and_graded() -> None:
     for exercise in EXERCISES:  # an exercise's own checks depend on it alone
         assert any(c.exercises == (exercise,) for c in sanity_check.CHECKS), exercise
     assert len({c.name for c in sanity_check.CHECKS}) == len(sanity_check.CHECKS)
-    listing = run(["-m", "minbert.scaffold", "--list"], ROOT)
+    listing = run(["-m", "course.scaffold", "--list"], ROOT)
     assert listing.returncode == 0, listing.stderr
     assert "BertSelfAttention.forward" in listing.stdout and "AdamW.step" in listing.stdout
 
@@ -114,7 +114,7 @@ def test_guide_lists_every_exercise_in_order_with_its_checks() -> None:
 def student_tree(tmp_path_factory) -> Path:
     """Every exercise cut out, through the command line as an instructor would."""
     out = tmp_path_factory.mktemp("student") / "minbert-student"
-    result = run(["-m", "minbert.scaffold", str(out)], ROOT)
+    result = run(["-m", "course.scaffold", str(out)], ROOT)
     assert result.returncode == 0, result.stderr
     assert "regions removed" in result.stdout
     return out

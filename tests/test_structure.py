@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("minbert", "tasks", "multitask")
+PACKAGES = ("minbert", "tasks", "multitask", "course")
 ENTRY_POINTS = ("train_multitask", "sanity_check", "pretrain_mlm")
 # The layers, bottom first: a module may import its own layer and those below it, never above.
-LAYERS = ("minbert", "tasks", "multitask")
+LAYERS = ("minbert", "tasks", "multitask", "course")
 
 
 def module_name(path: Path) -> str:

@@ -7,8 +7,8 @@ import math
 
 import torch
 
-from minbert.course.measure import Measurement, Observed, grade
-from minbert.course.registry import Context, check
+from course.measure import Measurement, Observed, grade
+from course.registry import Context, check
 
 # The inputs: every epoch e of E epochs, and example training-set sizes with exponents (the
 # grading needs numbers; the sampler itself never has any).

@@ -2,16 +2,16 @@
 on the project's tiny config, then the whole model against Hugging Face.
 
 * component checks load fixed weights and inputs from the stored cases
-  (``minbert/course/reference_data.pt``, written by the instructor's
+  (``course/reference_data.pt``, written by the instructor's
   ``scripts/make_course_references.py``), run the student's module on them in eval mode and in
-  training mode under recorded dropout (``minbert/course/dropout.py``), and compare with the
+  training mode under recorded dropout (``course/dropout.py``), and compare with the
   stored outputs; a failure is compared with the stored outputs of known mistakes to name the
   one made. The layer check swaps in a stand-in self-attention (not attention: a fixed map of x
   and the mask), so it does not need the attention exercise;
 * whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
   attention, float32, eval mode), whose outputs ``scripts/make_reference.py`` saved in
   ``sanity_check_reference.pt`` (so transformers is not needed here), sealed
-  (``minbert/course/seal.py``): last_hidden_state on the real (non-padding) tokens and
+  (``course/seal.py``): last_hidden_state on the real (non-padding) tokens and
   pooler_output, for a padded batch of single sentences and a batch
   of sentence pairs. They need the embeddings, attention and layer exercises all done.
 """
@@ -26,9 +26,9 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from minbert.course.dropout import MODES, mode, recorded_dropout
-from minbert.course.measure import Measurement, Observed, compare, grade, measure_sealed, worst_of
-from minbert.course.registry import Context, check
+from course.dropout import MODES, mode, recorded_dropout
+from course.measure import Measurement, Observed, compare, grade, measure_sealed, worst_of
+from course.registry import Context, check
 
 # BertConfig.tiny overrides of each component check (a small vocabulary keeps the stored
 # embedding table small).

@@ -1,11 +1,11 @@
 """Grade a class: every submission in its own process, one CSV row per student.
 
-    python -m minbert.course.grade SUBMISSIONS_DIR --out grades.csv [--only adamw ...]
+    python -m course.grade SUBMISSIONS_DIR --out grades.csv [--only adamw ...]
 
 SUBMISSIONS_DIR holds one entry per student: a folder (a student tree, or just the files the
 student wrote) or a ``.zip`` of one; the student's name is the entry's name. From each, only the
 files that hold exercises (``minbert/bert.py``, ``minbert/optimizer.py``, ...; ``python -m
-minbert.scaffold --list``) are taken, at the same relative path (or at the top of the folder or
+course.scaffold --list``) are taken, at the same relative path (or at the top of the folder or
 zip). They are laid over a fresh student tree cut from this project (the instructor's grader, its
 stored references and ``points.json``), and ``sanity_check.py --results-json`` runs there:
 
@@ -41,14 +41,14 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course.checks import CHECKS
+from course.gradescope import POINTS, read_points
+from course.scaffold import PROJECT_ROOT, find_exercises, write_student_tree
 from minbert.checkpoint import atomic_write_text
-from minbert.course.checks import CHECKS
-from minbert.course.gradescope import POINTS, read_points
-from minbert.course.scaffold import PROJECT_ROOT, find_exercises, write_student_tree
 from minbert.flags import ArgumentParser, nonempty_path
 
 OUTPUT_LIMIT = 64_000  # bytes of a submission's output kept in its log
-GRADER = ("sanity_check.py", "sanity_check_reference.pt", "minbert/course")  # the instructor's
+GRADER = ("sanity_check.py", "sanity_check_reference.pt", "course")  # the instructor's
 
 
 @dataclass
@@ -223,7 +223,7 @@ def write_grades(rows: list[Graded], exercises: list[str], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m minbert.course.grade", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m course.grade", description=__doc__.split("\n")[0])
     p.add_argument("submissions", metavar="SUBMISSIONS_DIR", type=nonempty_path)
     p.add_argument("--out", type=nonempty_path, required=True, help="the CSV to write")
     p.add_argument("--points", type=nonempty_path, default=POINTS, help="points per exercise")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from minbert.course.measure import Measurement, Observed, measure_sealed
-from minbert.course.registry import Context, check
+from course.measure import Measurement, Observed, measure_sealed
+from course.registry import Context, check
 
 # The AdamW problem: a small float64 regression model, two parameter groups (module index, lr,
 # weight decay), ``steps`` steps. In float64 every correct formulation of AdamW (torch's, the

@@ -1,4 +1,4 @@
-"""Sealed outputs: what ``minbert/course/reference_data.pt`` holds instead of an expected output.
+"""Sealed outputs: what ``course/reference_data.pt`` holds instead of an expected output.
 
 The stored file is copied into the student tree, where the student's code can read it; holding
 the outputs themselves, it would be an answer key (look the output up by the input, return it).

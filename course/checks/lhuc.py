@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from minbert.course.measure import Measurement, grade
-from minbert.course.registry import PLUGIN_TASKS, Context, check
+from course.measure import Measurement, grade
+from course.registry import PLUGIN_TASKS, Context, check
 
 
 # 1e-5 as the other float32 checks: the outputs reach 5, where a float32 ulp is 4.8e-7, so a

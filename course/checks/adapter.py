@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from minbert.course.measure import Measurement, grade
-from minbert.course.registry import PLUGIN_TASKS, Context, check
+from course.measure import Measurement, grade
+from course.registry import PLUGIN_TASKS, Context, check
 
 ADAPTER_OPTIONS = {"size": 4}
 

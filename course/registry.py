@@ -1,7 +1,7 @@
 """The check registry: what a check is, how it is declared, run, selected and reported.
 
 A check is a function ``Context -> Measurement`` declared with ``@check`` right where it is
-written, in the checks file of the source file it grades (``minbert/course/checks/<file>.py``)::
+written, in the checks file of the source file it grades (``course/checks/<file>.py``)::
 
     @check(
         "attention: scaled_dot_product_attention vs equation",
@@ -15,20 +15,20 @@ written, in the checks file of the source file it grades (``minbert/course/check
 A check made by a factory (``hidden_state_check("single")``) is registered right below the
 factory: ``check("bert: ...", tolerance=1e-5, hint=..., exercises=...)(hidden_state_check(...))``.
 The report lists the checks in the order they were registered: the import order of
-``minbert/course/checks/__init__.py`` (the order of GUIDE.md), then each file top to bottom.
+``course/checks/__init__.py`` (the order of GUIDE.md), then each file top to bottom.
 
 The rules a check keeps:
 
 * it measures the largest absolute difference between what minBERT computes and a reference,
-  and passes when that is at most its ``tolerance`` (``minbert/course/measure.py``); ``compare``
+  and passes when that is at most its ``tolerance`` (``course/measure.py``); ``compare``
   measures two tensors and says where they differ most (printing numbers with digits enough to
   differ), ``worst_of`` keeps the worst of several measurements. The tolerance fits the data's
   scale: a check whose outputs are large, or that must tell equivalent computations from
   mistakes by little (LoRA, AdamW), runs in float64;
 * a component check feeds stored inputs and weights (``Context.course_data``, the file
-  ``minbert/course/reference_data.pt``) to the student's code and compares with the stored
+  ``course/reference_data.pt``) to the student's code and compares with the stored
   outputs (``grade``). The file is copied into the student tree, so the outputs are sealed
-  (``minbert/course/seal.py``: digests and projections, no output in full) and no lookup of the
+  (``course/seal.py``: digests and projections, no output in full) and no lookup of the
   stored data passes (``measure_sealed``; ``tests/test_grader_store.py``); the equations that made
   them are instructor-only (``scripts/course_references.py``, run by
   ``scripts/make_course_references.py``), so the student tree holds no solution. The sealed
@@ -37,24 +37,24 @@ The rules a check keeps:
   (``worst_of``), one that gives NaN or inf when the student's output is NaN or inf in the same
   places (``_distance``, on the projections: a slice holding NaN projects to NaN). Components
   with dropout run in eval and in training mode under seeded dropout
-  (``minbert/course/dropout.py``: masks per head, so a loop over the heads is graded like one
+  (``course/dropout.py``: masks per head, so a loop over the heads is graded like one
   call; ``grade`` says how the dropout calls differ when they draw other masks);
 * it calls no exercise but its own (the layer and PAL checks swap in stand-ins for attention,
   the plug-in checks call the plug-in's own sites, SMART runs on a small model defined in its
   check), so a missing attention does not fail the AdamW check;
 * an exception raised in the student's code is reported at the student's file and line
-  (``minbert/course/locate.py``: the innermost frame in a function that holds an exercise,
+  (``course/locate.py``: the innermost frame in a function that holds an exercise,
   stored by the generator since the student tree has no markers), not inside torch; one raised
   in given code on what a student's function returned names that function;
 * it imports the graded code inside the function, so a module that cannot be imported fails
   only the checks that need it;
 * it names the course exercises it depends on (``exercises``: the ids of ``python -m
-  minbert.scaffold --list``). In a student tree a check whose exercise is missing raises that
+  course.scaffold --list``). In a student tree a check whose exercise is missing raises that
   exercise's ``NotImplementedError`` and is reported NOT IMPLEMENTED with its hint. An exception
   in one check (a bug, or a ``NotImplementedError``) never stops the others (``run_check``).
 
 To add a check: write it in the checks file of the source file it grades, decorate it, and add
-the exercise to GUIDE.md. A new checks file is imported in ``minbert/course/checks/__init__.py``.
+the exercise to GUIDE.md. A new checks file is imported in ``course/checks/__init__.py``.
 """
 
 from __future__ import annotations
@@ -66,9 +66,9 @@ from pathlib import Path
 
 import torch
 
+from course.locate import locate
+from course.measure import Measurement, diagnose
 from minbert.checkpoint import load_trusted
-from minbert.course.locate import locate
-from minbert.course.measure import Measurement, diagnose
 
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
 
@@ -87,7 +87,7 @@ class Check:
     tolerance: the largest absolute difference that passes.
     run: computes the measurement.
     hint: what to look at when the check fails.
-    exercises: the course exercises (``minbert.scaffold`` ids) whose code this check runs; with
+    exercises: the course exercises (``course.scaffold`` ids) whose code this check runs; with
         any of them missing the check is NOT IMPLEMENTED, with all of them done it can pass.
     """
 
@@ -179,7 +179,7 @@ class Context:
 
 CheckFunction = Callable[[Context], Measurement]
 
-# Every declared check, in the order of declaration (minbert/course/checks/__init__.py imports
+# Every declared check, in the order of declaration (course/checks/__init__.py imports
 # the checks files in the order of GUIDE.md).
 CHECKS: list[Check] = []
 

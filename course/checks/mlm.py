@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from minbert.course.measure import Measurement, grade
-from minbert.course.registry import Context, check
+from course.measure import Measurement, grade
+from course.registry import Context, check
 
 # A made-up vocabulary: ids 0-3 special, 4-29 whole words, 30-39 "##" pieces.
 MLM_VOCAB = {"size": 40, "pad": 0, "cls": 1, "sep": 2, "mask": 3, "special": [0, 1, 2, 3]}

@@ -20,14 +20,14 @@ The student version of a file keeps the hint comments and replaces each region o
 exercise, markers included, by ``raise NotImplementedError("<exercise-id>: <hint>")`` at the
 region's indentation; everything else is byte for byte the same. ``sanity_check.py`` reports a
 check whose exercise raises this as NOT IMPLEMENTED, with the hint (the checks are in
-``minbert/course/checks/``, one file per graded source file).
+``course/checks/``, one file per graded source file).
 
-    python -m minbert.scaffold OUT_DIR                    # every exercise removed
-    python -m minbert.scaffold OUT_DIR --exercise lora    # only these (repeatable)
-    python -m minbert.scaffold OUT_DIR --keep adamw       # all but these (repeatable)
-    python -m minbert.scaffold --list                     # the exercises and where they are
+    python -m course.scaffold OUT_DIR                    # every exercise removed
+    python -m course.scaffold OUT_DIR --exercise lora    # only these (repeatable)
+    python -m course.scaffold OUT_DIR --keep adamw       # all but these (repeatable)
+    python -m course.scaffold --list                     # the exercises and where they are
 
-``python -m minbert.scaffold`` is an alias of ``python -m minbert.course.scaffold`` (this module).
+``python -m course.scaffold`` is an alias of ``python -m course.scaffold`` (this module).
 
 The files copied are the project's: ``git ls-files`` (tracked files and untracked ones git does
 not ignore) when the source is a git checkout, else every file under it except caches, run
@@ -52,7 +52,7 @@ from pathlib import Path
 
 from minbert.flags import ArgumentParser, nonempty_path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 BEGIN = re.compile(r"# BEGIN SOLUTION:\s*([a-z][a-z0-9_-]*)\s*$")
 END = re.compile(r"# END SOLUTION\s*$")
@@ -64,7 +64,7 @@ MARKER_PREFIXES = ("# BEGIN SOLUTION", "# END SOLUTION")
 # test, the tests that grade the scaffolding
 # and the grader against the full solution (they quote solution lines), and the reference
 # equations with the script that turns them into the grader's stored data
-# (minbert/course/reference_data.pt, which is copied).
+# (course/reference_data.pt, which is copied).
 INSTRUCTOR_ONLY = (
     "minbert/optimizer_foreach.py",  # the AdamW exercise in multi-tensor form
     "tests/test_optimizer_foreach.py",
@@ -393,7 +393,7 @@ def write_student_tree(
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(
-        prog="python -m minbert.scaffold",
+        prog="python -m course.scaffold",
         description="Write the student version of this project: every marked exercise region "
         "becomes raise NotImplementedError(<hint>). See GUIDE.md for the exercises.",
     )

@@ -3,8 +3,8 @@ transformers' tokenizer, saved in the reference file with the sentences they com
 
 from __future__ import annotations
 
-from minbert.course.measure import Measurement, compare, worst_of
-from minbert.course.registry import Context, check
+from course.measure import Measurement, compare, worst_of
+from course.registry import Context, check
 
 
 @check(

@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from minbert.course.registry import PASS, Check, Result
+from course.registry import PASS, Check, Result
 
 POINTS = Path(__file__).with_name("points.json")
 

@@ -2,11 +2,11 @@
 
 ``compare`` measures against a tensor the grader has in full (the whole-model reference, a
 weight before merging); ``grade`` measures against a stored case whose outputs are sealed
-(``minbert/course/seal.py``: digests and projections, so the student tree holds no output in
+(``course/seal.py``: digests and projections, so the student tree holds no output in
 full), through ``Observed`` (the student's output in the sealed form) and ``measure_sealed``.
 ``worst_of`` keeps the worst of several measurements, and ``diagnose`` names the known mistake
 whose stored output the student's matches. What a check is, and how checks are declared, run
-and reported: ``minbert/course/registry.py``.
+and reported: ``course/registry.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minbert.course import seal
-from minbert.course.dropout import DropoutRecorder, explain_calls
+from course import seal
+from course.dropout import DropoutRecorder, explain_calls
 
 
 @dataclass
@@ -131,7 +131,7 @@ def grade(
     dropout: DropoutRecorder | None = None,
 ) -> Measurement:
     """What the student's code computed (``got``: name -> tensor) against a stored case:
-    ``case["expected"]`` (name -> the sealed output, ``minbert/course/seal.py``) and
+    ``case["expected"]`` (name -> the sealed output, ``course/seal.py``) and
     ``case["mistakes"]`` (description of a known mistake -> the sealed outputs it gives; a name
     it leaves out is as expected; a mistake declared for other cases only is not in the case at
     all, and ``worst_of`` takes it as expected here). The measurement is the worst of the

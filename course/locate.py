@@ -14,14 +14,14 @@ import re
 import traceback
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 COURSE_DIR = Path(__file__).resolve().parent
 
 INSTALLED_PARTS = {"site-packages", "dist-packages", ".venv", "venv"}
 
 
 def _in_project(filename: str) -> bool:
-    """In the project but not in the grader (``minbert/course``, ``sanity_check.py``) nor in an
+    """In the project but not in the grader (``course``, ``sanity_check.py``) nor in an
     installed package."""
     path = Path(filename).resolve()
     if not path.is_relative_to(PROJECT_ROOT) or path.is_relative_to(COURSE_DIR):
@@ -49,7 +49,7 @@ def student_frame(
     """Where the error comes from in the student's code: the innermost frame of the traceback
     inside one of the student's ``functions`` (path -> qualified names of the functions that hold
     an exercise), else the innermost frame that is in the project but not in the grader
-    (``minbert/course``, ``sanity_check.py``); the last frame when there is none (an error in the
+    (``course``, ``sanity_check.py``); the last frame when there is none (an error in the
     grader itself)."""
     return _student_frame(err, functions)[1]
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import torch
 
-from minbert.course.measure import Measurement, grade
-from minbert.course.registry import Context, check
+from course.measure import Measurement, grade
+from course.registry import Context, check
 
 # (norm, ascent steps K, output kind, model of ``smart_problem``, caller's grad mode) of each
 # perturbation graded. They hold what SMART meets in training: padded tokens, whose gradient is

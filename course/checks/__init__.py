@@ -1,5 +1,5 @@
 """The course checks, one file per graded source file, each check declared with ``@check`` next
-to its code (see ``minbert/course/registry.py``).
+to its code (see ``course/registry.py``).
 
 The report lists the checks in the order they are registered, so the imports below are in the
 order of GUIDE.md: tokenizer, bert (embeddings, attention, layer, the whole model), optimizer
@@ -11,19 +11,19 @@ from __future__ import annotations
 
 # The order of GUIDE.md, which is the order of the report: not sorted.
 # isort: off
-from minbert.course.checks import tokenizer
-from minbert.course.checks import bert
-from minbert.course.checks import optimizer
-from minbert.course.checks import sampling
-from minbert.course.checks import adapter
-from minbert.course.checks import lhuc
-from minbert.course.checks import lora
-from minbert.course.checks import pals
-from minbert.course.checks import smart
-from minbert.course.checks import mlm
+from course.checks import tokenizer
+from course.checks import bert
+from course.checks import optimizer
+from course.checks import sampling
+from course.checks import adapter
+from course.checks import lhuc
+from course.checks import lora
+from course.checks import pals
+from course.checks import smart
+from course.checks import mlm
 
 # isort: on
-from minbert.course.registry import CHECKS
+from course.registry import CHECKS
 
 __all__ = [
     "CHECKS",

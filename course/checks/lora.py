@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from minbert.course.dropout import MODES, mode
-from minbert.course.measure import Measurement, compare, grade, worst_of
-from minbert.course.registry import PLUGIN_TASKS, Context, check
+from course.dropout import MODES, mode
+from course.measure import Measurement, compare, grade, worst_of
+from course.registry import PLUGIN_TASKS, Context, check
 
 LORA_OPTIONS = {
     "rank": 2,
