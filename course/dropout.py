@@ -77,9 +77,20 @@ def units(calls: list) -> list[tuple[tuple[int, ...], float]]:
 
 def explain_calls(hint: str, recorder: DropoutRecorder | None, case: dict) -> str:
     """``hint``, with what differs in the dropout calls when the student's code did not draw the
-    units the reference drew (``case["dropout calls"]``, stored for training mode)."""
+    units the reference drew (``case["dropout calls"]``, stored for training mode); in eval mode
+    (no calls stored) any active dropout call is the mistake, and named so."""
     expected = case.get("dropout calls")
-    if recorder is None or expected is None or units(recorder.calls) == units(expected):
+    if recorder is None:
+        return hint
+    if expected is None:
+        if not recorder.calls:
+            return hint
+        return (
+            f"{hint}; in eval mode your code {describe_calls(recorder.calls)}, the reference "
+            "never calls it in eval mode (dropout is off after model.eval(): pass "
+            "training=self.training to F.dropout, or call the module's nn.Dropout)"
+        )
+    if units(recorder.calls) == units(expected):
         return hint
     return (
         f"{hint}; in training mode your code {describe_calls(recorder.calls)}, the reference "
@@ -120,18 +131,14 @@ def recorded_dropout(seed: int) -> Iterator[DropoutRecorder]:
 
 @contextlib.contextmanager
 def mode(module: torch.nn.Module, name: str, seed: int) -> Iterator[DropoutRecorder | None]:
-    """``name`` "eval": the module in eval mode, no gradients (yields None). "train": training
-    mode under ``recorded_dropout(seed)`` (yields its recorder), no gradients either: a check
-    that runs the backward pass (the layer check) enables them inside. The module is left in
-    eval mode afterwards."""
+    """``name`` "eval" or "train": the module in that mode under ``recorded_dropout(seed)``
+    (yields its recorder: in eval mode a correct module calls no active dropout, and one that
+    does is named), no gradients: a check that runs the backward pass (the layer check) enables
+    them inside. The module is left in eval mode afterwards."""
     module.train(name == "train")
     try:
-        with torch.no_grad():
-            if name == "train":
-                with recorded_dropout(seed) as recorder:
-                    yield recorder
-            else:
-                yield None
+        with torch.no_grad(), recorded_dropout(seed) as recorder:
+            yield recorder
     finally:
         module.eval()
 

@@ -1699,3 +1699,15 @@ def test_a_mistake_is_caught_and_named_when_another_cpu_rounds_its_outputs(
     assert failed, f"{mutant.id} passed every check of {mutant.exercise}"
     if mutant.named is not None:
         assert any(mutant.named in r.diagnosis for r in failed), mutant.id
+
+
+EVAL_DROPOUT = [m for m in MUTANTS if m.id in ("heads-dropout-in-eval", "pals-dropout-in-eval")]
+
+
+@pytest.mark.parametrize("mutant", EVAL_DROPOUT, ids=lambda m: m.id)
+def test_dropout_left_on_in_eval_mode_is_named(mutant: Mutant, ctx: Context, monkeypatch) -> None:
+    """Dropout that still acts after model.eval() is said in those words, with the calls."""
+    failed = [r for r in run_own_checks(mutant, ctx, monkeypatch).values() if r.status == FAIL]
+    said = " ".join(r.detail for r in failed)
+    assert "in eval mode your code called dropout" in said, said
+    assert "the reference never calls it in eval mode" in said
