@@ -21,7 +21,7 @@ from multitask import export as export_command
 from multitask.adapters_format import reduction_factor
 from multitask.collate import Batch
 from multitask.trained import TrainedRun
-from tests.helpers import run_driver
+from tests.helpers import run_driver, short_run
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_PYTHON = ROOT / ".venv-adapters" / "bin" / "python"
@@ -66,7 +66,7 @@ torch.save(hidden, out_file)
 
 
 def adapter_run(checkpoint: Path, data: Path, out: Path, *extra: str) -> Path:
-    short = ("--epochs", "2", "--steps_per_epoch", "3", "--no_plots", "--tasks", ",".join(TASKS))
+    short = (*short_run(2, 3), "--tasks", ",".join(TASKS))
     assert run_driver(checkpoint, data, out, *short, "--option", "adapter", *extra) == 0
     return out
 
@@ -174,7 +174,7 @@ REFUSED = {
 def test_what_adapters_cannot_hold_is_refused_in_one_line(
     tiny_checkpoint, tiny_data, tmp_path, capsys
 ):
-    short = ("--epochs", "1", "--steps_per_epoch", "1", "--no_plots", "--tasks", "sst")
+    short = (*short_run(1, 1), "--tasks", "sst")
     cases = {"only an adapter run": ("--option", "lora")}
     cases |= {said: ("--option", "adapter", *extra) for said, extra in REFUSED.items()}
     for i, (said, extra) in enumerate(cases.items()):

@@ -24,6 +24,7 @@ import torch
 import multitask.attention
 import train_multitask
 from minbert.checkpoint import save_tensors
+from tests.helpers import short_run
 from tests.test_bad_input_commands import (
     MAINS,
     Case,
@@ -76,7 +77,7 @@ def files(*names: str):
 
 def tiny_suite(monkeypatch, ctx: Ctx) -> None:
     tiny = ["--checkpoint", str(ctx.checkpoint), "--batch_size", "4", "--max_length", "32"]
-    tiny += ["--epochs", "1", "--steps_per_epoch", "1", "--no_plots"]
+    tiny += short_run(1, 1)
     monkeypatch.setitem(multitask_runs.SUITES, "tiny", [("good", tiny)])
 
 

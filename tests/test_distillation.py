@@ -17,9 +17,9 @@ import train_multitask
 from minbert.checkpoint import load_tensors
 from multitask.distillation import CACHE, gold_weight
 from tasks import get_task
-from tests.helpers import driver_argv, kill_when_resumable, run_driver
+from tests.helpers import driver_argv, kill_when_resumable, run_driver, short_run
 
-SHORT = ("--epochs", "2", "--steps_per_epoch", "4", "--no_plots")
+SHORT = short_run(2, 4)
 
 
 def test_lambda_rises_from_0_at_the_first_step_to_1_at_the_last():

@@ -21,7 +21,7 @@ from multitask import predict as predict_command
 from multitask.collate import Batch
 from multitask.peft_format import write_adapter
 from multitask.trained import TrainedRun
-from tests.helpers import driver_argv, run_driver
+from tests.helpers import driver_argv, run_driver, short_run
 
 peft = pytest.importorskip("peft")
 SENTENCES = ["a good film", "what a bad movie, said the cat", "how do you do"]
@@ -29,7 +29,7 @@ ALL_TARGETS = "query,key,value,attention_output,intermediate,output"
 
 
 def lora_run(checkpoint: Path, data: Path, out: Path, *extra: str) -> Path:
-    short = ("--epochs", "2", "--steps_per_epoch", "3", "--no_plots", "--tasks", "sst,sts")
+    short = (*short_run(2, 3), "--tasks", "sst,sts")
     assert run_driver(checkpoint, data, out, *short, "--option", "lora", *extra) == 0
     return out
 
@@ -127,7 +127,7 @@ def test_what_peft_cannot_hold_is_refused_in_one_line(
     runs, tiny_checkpoint, tiny_data, tmp_path, capsys
 ):
     adapter = tmp_path / "adapter"
-    short = ("--epochs", "1", "--steps_per_epoch", "1", "--no_plots", "--tasks", "sst")
+    short = (*short_run(1, 1), "--tasks", "sst")
     assert run_driver(tiny_checkpoint, tiny_data, adapter, *short, "--option", "adapter") == 0
     layernorms = lora_run(tiny_checkpoint, tiny_data, tmp_path / "ln", "--train_layernorms")
     capsys.readouterr()

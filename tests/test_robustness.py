@@ -16,7 +16,7 @@ import torch
 import train_multitask
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
 from multitask.model import MultitaskModel
-from tests.helpers import driver_argv, kill_when_resumable, signal_when_resumable
+from tests.helpers import driver_argv, kill_when_resumable, short_run, signal_when_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -273,7 +273,7 @@ def test_atomic_save_leaves_old_file_when_the_write_fails(tmp_path):
 def test_resume_refuses_a_changed_training_file(tiny_checkpoint, tiny_data, tmp_path, capsys):
     data = tmp_path / "data"
     shutil.copytree(tiny_data, data)
-    extra = ("--epochs", "2", "--steps_per_epoch", "2", "--no_plots")
+    extra = short_run(2, 2)
     assert train_multitask.main(driver_argv(tiny_checkpoint, data, tmp_path / "r", *extra)) == 0
     with open(data / "ids-sst-train.csv", "a") as f:
         f.write("99\tnew\ta new sentence .\t3\n")

@@ -8,14 +8,14 @@ import json
 import multitask_runs
 import pytest
 
-from tests.helpers import run_driver
+from tests.helpers import run_driver, short_run
 
 
 def test_jobs_runs_configurations_at_once_into_one_results_file(
     tiny_checkpoint, tiny_data, tmp_path, monkeypatch
 ):
     tiny = ["--checkpoint", str(tiny_checkpoint), "--batch_size", "4", "--max_length", "32"]
-    tiny += ["--epochs", "1", "--steps_per_epoch", "2", "--no_plots"]
+    tiny += short_run(1, 2)
     suite = [(f"{s}-sampled", [*tiny, "--sampling", s]) for s in ("round-robin", "proportional")]
     monkeypatch.setitem(multitask_runs.SUITES, "tiny", suite)
     runs, stem = tmp_path / "runs", tmp_path / "results" / "tiny"
@@ -63,12 +63,7 @@ def test_results_in_a_run_folder_and_a_cut_off_results_file_are_refused(
     tiny_checkpoint, tiny_data, tmp_path, capsys
 ):
     run = tmp_path / "run"
-    assert (
-        run_driver(
-            tiny_checkpoint, tiny_data, run, "--epochs", "1", "--steps_per_epoch", "1", "--no_plots"
-        )
-        == 0
-    )
+    assert run_driver(tiny_checkpoint, tiny_data, run, *short_run(1, 1)) == 0
     argv = ["multitask", "--data_dir", str(tiny_data), "--results"]
     with pytest.raises(SystemExit) as exit_info:
         multitask_runs.main([*argv, str(run / "mine")])
