@@ -7,8 +7,8 @@ distillation suite's single-task rows, per task: mean ± sd over the seeds run, 
 Reads benchmarks/results/distillation.json (``teacher-<task>-seed-<s>``: each task alone, the
 default finetune recipe, 3 epochs), error-bars.json (the multitask ``finetune`` rows) and
 sharing.json (``multitask-seed-<s>``, ``multitask-then-<task>[-gentle]-seed-<s>``,
-``adapter-seed-<s>``, ``fusion-seed-<s>``). The target: on every task at least the alone row's mean, and +0.5 points
-on two tasks.
+``adapter-seed-<s>``, ``fusion-seed-<s>``). The target: on every task at least the alone row's
+mean, and +0.5 points on two tasks.
 """
 
 from __future__ import annotations
