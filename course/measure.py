@@ -280,3 +280,20 @@ def diagnose(measurement: Measurement, tolerance: float) -> str:
         if distance <= 10 * tolerance and not distance >= measurement.max_abs_diff
     ]
     return min(near)[1] if near else ""
+
+
+def unchanged_problem(
+    name: str, before: torch.Tensor, after: torch.Tensor, axes: tuple[str, ...]
+) -> str | None:
+    """What a function did to its argument ``name`` beyond its return value: None when it is
+    as it was, else how many positions it changed and the first (``axes`` name the positions)."""
+    if torch.equal(before, after):
+        return None
+    differ = (before != after).nonzero()
+    first = tuple(int(i) for i in differ[0])
+    where = _position(first, _axis_names(axes, before.dim()))
+    return (
+        f"changed its argument {name} in place: {len(differ)} of {before.numel()} values, the "
+        f"first at {where} ({before[first].item()} became {after[first].item()}); the caller's "
+        "tensor must stay as it was: build new tensors (torch.where) or work on a copy"
+    )

@@ -1701,6 +1701,59 @@ def test_a_mistake_is_caught_and_named_when_another_cpu_rounds_its_outputs(
         assert any(mutant.named in r.diagnosis for r in failed), mutant.id
 
 
+MLM = "minbert/mlm.py"
+MASK_80 = (
+    "masked = torch.where(chosen & (action < 0.8), torch.full_like(input_ids, mask_id), input_ids)"
+)
+CROSS_ENTROPY = (
+    "return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE)"
+)
+# Mistakes in what a function does besides its return value: right outputs, wrong side effects.
+SIDE_EFFECTS = [
+    (  # the caller's input_ids masked in place
+        m(
+            "masking-in-place",
+            "masking",
+            MLM,
+            (MASK_80, "masked = input_ids\n    masked[chosen & (action < 0.8)] = mask_id"),
+        ),
+        "mask_tokens (tokens, p 0.15) changed its argument input_ids in place",
+    ),
+    (  # a loss in bfloat16 under autocast: log_softmax keeps the logits' dtype
+        m(
+            "mlm-loss-in-bf16",
+            "mlm-loss",
+            MLM,
+            (
+                CROSS_ENTROPY,
+                "logp, flat = logits.flatten(0, -2).log_softmax(-1), labels.flatten()\n"
+                "    kept = flat != IGNORE\n"
+                "    return -logp[kept].gather(-1, flat[kept, None]).mean()",
+            ),
+        ),
+        "returned a torch.bfloat16 loss; compute it in float32",
+    ),
+    (  # the divergence of bfloat16 logits in bfloat16
+        m(
+            "kl-in-bf16",
+            "smart",
+            SMART,
+            (LOG_P, "log_p = F.log_softmax(p_logits, dim=-1)"),
+            (LOG_Q, "log_q = F.log_softmax(q_logits, dim=-1)"),
+        ),
+        "returned a torch.bfloat16 divergence; compute it in float32",
+    ),
+]
+
+
+@pytest.mark.parametrize(("mutant", "said"), SIDE_EFFECTS, ids=lambda x: getattr(x, "id", ""))
+def test_a_side_effect_is_named(mutant: Mutant, said: str, ctx: Context, monkeypatch) -> None:
+    """Outputs right, what the function did besides returning them wrong: the check fails and
+    says what (the argument changed in place, with where; the loss's dtype)."""
+    failed = [r for r in run_own_checks(mutant, ctx, monkeypatch).values() if r.status == FAIL]
+    assert any(said in r.detail for r in failed), [r.detail for r in failed]
+
+
 EVAL_DROPOUT = [m for m in MUTANTS if m.id in ("heads-dropout-in-eval", "pals-dropout-in-eval")]
 
 

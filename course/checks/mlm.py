@@ -9,9 +9,11 @@ split, labels everywhere, ...). ``tests/test_mlm.py`` checks the statistics over
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from course.measure import Measurement, grade
+from course.measure import Measurement, grade, unchanged_problem
 from course.registry import Context, check
 
 # A made-up vocabulary: ids 0-3 special, 4-29 whole words, 30-39 "##" pieces.
@@ -54,12 +56,13 @@ def check_masking(ctx: Context) -> Measurement:
     stored masked inputs and labels (exact)."""
     from minbert.mlm import mask_tokens
 
-    input_ids, attention_mask, continuation = mlm_batch()
+    original, attention_mask, continuation = mlm_batch()
     v = MLM_VOCAB
     got = {}
     for label, seed, p, whole_word in MASKING_CASES:
+        input_ids = original.clone()
         masked, labels = mask_tokens(
-            input_ids.clone(),
+            input_ids,
             attention_mask,
             v["special"],
             v["mask"],
@@ -68,6 +71,8 @@ def check_masking(ctx: Context) -> Measurement:
             p,
             continuation if whole_word else None,
         )
+        if changed := unchanged_problem("input_ids", original, input_ids, ("sentence", "token")):
+            return Measurement(math.inf, f"mask_tokens ({label}) {changed}")
         got[f"masked inputs ({label})"] = masked
         got[f"labels ({label})"] = labels
     return grade(ctx.course_data["mlm"]["masking"], got, axes=("sentence", "token"))
@@ -93,4 +98,12 @@ def check_mlm_loss(ctx: Context) -> Measurement:
             "loss (B, T, V)": mlm_loss(logits, labels),
             "loss (N, V)": mlm_loss(logits[chosen], labels[chosen]),
         }
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # as training runs it with --bf16
+            low = mlm_loss(logits.bfloat16(), labels)
+    if low.dtype != torch.float32:
+        return Measurement(
+            math.inf,
+            f"mlm_loss on bfloat16 logits under autocast returned a {low.dtype} loss; compute it "
+            "in float32 (logits.float()), as the module docstring says",
+        )
     return grade(data, got)

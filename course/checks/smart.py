@@ -72,6 +72,14 @@ def check_symmetric_kl(ctx: Context) -> Measurement:
     data = ctx.course_data["smart"]["kl"]
     with torch.no_grad():
         got = symmetric_kl(data["p"], data["q"])
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # as training runs it with --bf16
+            low = symmetric_kl(data["p"].bfloat16(), data["q"].bfloat16())
+    if low.dtype != torch.float32:
+        return Measurement(
+            math.inf,
+            f"symmetric_kl on bfloat16 logits under autocast returned a {low.dtype} divergence; "
+            "compute it in float32 (logits.float()), as its docstring says",
+        )
     return grade(data, {"divergence": got})
 
 
