@@ -463,6 +463,8 @@ def mask_tokens(
     g = torch.Generator().manual_seed(seed)
     u = torch.rand(B, T, generator=g)
     a = torch.rand(B, T, generator=g)
+    if mistake == "draws_swapped":  # the 80/10/10 draw made before the choice's
+        u, a = a, u
     r = torch.randint(vocab_size, (B, T), generator=g)
     masked, labels = input_ids.clone(), torch.full_like(input_ids, -100)
     for b in range(B):
@@ -478,7 +480,10 @@ def mask_tokens(
                     start -= 1
             if not u[b, start] < probability:
                 continue
-            if mistake != "labels_at_mask_only" or a[b, t] < 0.8:
+            unlabelled = (mistake == "labels_at_mask_only" and a[b, t] >= 0.8) or (
+                mistake == "kept_unlabelled" and a[b, t] >= 0.9
+            )
+            if not unlabelled:
                 labels[b, t] = token
             if mistake == "all_to_mask" or a[b, t] < 0.8:
                 masked[b, t] = mask_id

@@ -200,6 +200,10 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "labels_from_masked": "the labels are taken from the masked ids instead of the original "
         "ids",
         "labels_zero": "the positions not chosen are labelled 0 instead of −100",
+        "kept_unlabelled": "the chosen tokens left unchanged (the 10% kept) are not labelled; "
+        "every chosen token is, whatever it became",
+        "draws_swapped": "the random draws are made in another order than mask_tokens' "
+        "docstring says (the 80/10/10 draw before the choice's)",
     },
     "mlm_loss": {
         "all_positions": "the loss is averaged over all positions instead of the masked ones",

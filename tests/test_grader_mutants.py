@@ -927,8 +927,31 @@ LABELS = "labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGN
 TO_MASK = "chosen & (action < 0.8), torch.full_like(input_ids, mask_id)"
 TO_RANDOM = "masked = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, masked)"
 LOSS = "F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE)"
+DRAW_U = "draw = torch.rand(B, T, generator=generator)"
+DRAW_A = "action = torch.rand(B, T, generator=generator)  # < 0.8: [MASK]; < 0.9: random; else keep"
+RANDOM_IDS = "random_ids = torch.randint(vocab_size, (B, T), generator=generator)"
 
 MLM_MUTANTS = [
+    m(  # GUIDE.md warns of this one: the 10% kept are still predicted
+        "masking-kept-unlabelled",
+        "masking",
+        MLM,
+        (LABELS, "pass"),
+        (
+            RANDOM_IDS,
+            RANDOM_IDS + "\n    kept = torch.full_like(input_ids, IGNORE)\n"
+            "    labels = torch.where(chosen & (action < 0.9), input_ids, kept)",
+        ),
+        named="the 10% kept) are not labelled",
+    ),
+    m(
+        "masking-draws-swapped",
+        "masking",
+        MLM,
+        (DRAW_U, "action = torch.rand(B, T, generator=generator)\n    " + DRAW_U),
+        (DRAW_A, "pass"),
+        named="in another order than mask_tokens' docstring says",
+    ),
     m(
         "mask-specials",
         "masking",
@@ -1701,7 +1724,6 @@ def test_a_mistake_is_caught_and_named_when_another_cpu_rounds_its_outputs(
         assert any(mutant.named in r.diagnosis for r in failed), mutant.id
 
 
-MLM = "minbert/mlm.py"
 MASK_80 = (
     "masked = torch.where(chosen & (action < 0.8), torch.full_like(input_ids, mask_id), input_ids)"
 )
