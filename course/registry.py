@@ -245,6 +245,8 @@ def format_result(result: Result, width: int, shown_hints: set[str] | None = Non
     diff = "-" if result.max_abs_diff is None else f"{result.max_abs_diff:.2e}"
     if result.status == FAIL and diff == f"{check.tolerance:.2e}":  # just above: say so
         diff = f">{diff}"
+    if result.status == FAIL and diff == "inf":  # sealed: outside the tolerance, by how much
+        diff = f">{check.tolerance:.0e}"  # the digests do not say (the detail gives the value)
     line = f"{check.name:<{width}}  max_abs_diff {diff:<9}  tol {check.tolerance:<7.0e}  "
     line += result.status
     if result.status == FAIL:

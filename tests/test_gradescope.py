@@ -5,6 +5,7 @@ points file that cannot be used refused in one line."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,14 @@ def test_points_without_results_json_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         sanity_check.main(["--points", str(points_file(tmp_path))])
     assert stop.value.code == 2 and "--points goes with --results-json" in capsys.readouterr().err
+
+
+def test_a_sealed_failure_prints_above_the_tolerance_not_inf():
+    """An output outside the tolerance by the digests has no known difference: the line says
+    "above the tolerance" (its detail gives the value), never "inf"; a NaN stays "nan"."""
+    from course.registry import format_result
+
+    check = Check("sampler: alpha", 1e-9, lambda ctx: None, exercises=("sampler",))
+    line = format_result(Result(check, FAIL, math.inf, "alpha is 0.2, more than ..."), 20)
+    assert "max_abs_diff >1e-09" in line and "inf" not in line.split("\n")[0]
+    assert "max_abs_diff nan" in format_result(Result(check, FAIL, math.nan), 20)
