@@ -430,3 +430,18 @@ def test_cli_without_git_selects_exercises_and_guards_out_dir(tmp_path: Path, ca
     assert scaffold.main(["--list", "--source", str(source)]) == 0
     listing = capsys.readouterr().out
     assert "first" in listing and "pkg/m.py" in listing and "Box.get" in listing
+
+
+def test_the_student_part_of_the_guide_is_short_and_names_only_files_the_student_has(
+    student_tree,
+) -> None:
+    """The part before "For instructors" is read in one sitting (at most 200 lines), and every
+    file or folder it names in backticks is in the student tree."""
+    guide = (ROOT / "GUIDE.md").read_text(encoding="utf-8")
+    student = guide[: guide.index("## For instructors")]
+    assert len(student.splitlines()) <= 200
+    named = set(re.findall(r"`([\w./-]+(?:\.py|\.pt|\.md|/))`", student))
+    named |= set(re.findall(r"`([\w-]+/[\w./-]+)`", student))
+    assert "minbert/bert.py" in named and "minbert/mlm.py" in named
+    missing = sorted(path for path in named if not (student_tree / path).exists())
+    assert not missing, missing
