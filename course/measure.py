@@ -12,6 +12,7 @@ and reported: ``course/registry.py``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -296,4 +297,20 @@ def unchanged_problem(
         f"changed its argument {name} in place: {len(differ)} of {before.numel()} values, the "
         f"first at {where} ({before[first].item()} became {after[first].item()}); the caller's "
         "tensor must stay as it was: build new tensors (torch.where) or work on a copy"
+    )
+
+
+def float32_under_autocast(
+    name: str, compute: Callable[[], torch.Tensor], what: str
+) -> Measurement | None:
+    """What ``compute()`` (the student's function on bfloat16 logits) returns under CPU bf16
+    autocast, as training runs it with --bf16: None when float32, else a failing measurement."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        dtype = compute().dtype
+    if dtype == torch.float32:
+        return None
+    return Measurement(
+        math.inf,
+        f"{name} on bfloat16 logits under autocast returned a {dtype} {what}; compute it in "
+        "float32 (logits.float()), as its docstring says",
     )

@@ -34,16 +34,10 @@ from safetensors.torch import load_file
 
 from minbert.checkpoint import atomic_write_text, save_tensors
 from minbert.flags import task_folders
+from minbert.sites import LINEAR_SITES
 from multitask.model import ModelSettings, MultitaskModel
 
-HF_PATHS = {
-    "query": "attention.self.query",
-    "key": "attention.self.key",
-    "value": "attention.self.value",
-    "attention_output": "attention.output.dense",
-    "intermediate": "intermediate.dense",
-    "output": "output.dense",
-}
+HF_PATHS = LINEAR_SITES  # a layer's linear maps by site name: their paths, Hugging Face's
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 
 

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from course.measure import Measurement, grade, unchanged_problem
+from course.measure import Measurement, float32_under_autocast, grade, unchanged_problem
 from course.registry import Context, check
 
 # A made-up vocabulary: ids 0-3 special, 4-29 whole words, 30-39 "##" pieces.
@@ -98,12 +98,5 @@ def check_mlm_loss(ctx: Context) -> Measurement:
             "loss (B, T, V)": mlm_loss(logits, labels),
             "loss (N, V)": mlm_loss(logits[chosen], labels[chosen]),
         }
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # as training runs it with --bf16
-            low = mlm_loss(logits.bfloat16(), labels)
-    if low.dtype != torch.float32:
-        return Measurement(
-            math.inf,
-            f"mlm_loss on bfloat16 logits under autocast returned a {low.dtype} loss; compute it "
-            "in float32 (logits.float()), as the module docstring says",
-        )
-    return grade(data, got)
+    low = float32_under_autocast("mlm_loss", lambda: mlm_loss(logits.bfloat16(), labels), "loss")
+    return low or grade(data, got)

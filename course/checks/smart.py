@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from course.measure import Measurement, grade
+from course.measure import Measurement, float32_under_autocast, grade
 from course.registry import Context, check
 
 # (norm, ascent steps K, output kind, model of ``smart_problem``, caller's grad mode) of each
@@ -72,15 +72,9 @@ def check_symmetric_kl(ctx: Context) -> Measurement:
     data = ctx.course_data["smart"]["kl"]
     with torch.no_grad():
         got = symmetric_kl(data["p"], data["q"])
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # as training runs it with --bf16
-            low = symmetric_kl(data["p"].bfloat16(), data["q"].bfloat16())
-    if low.dtype != torch.float32:
-        return Measurement(
-            math.inf,
-            f"symmetric_kl on bfloat16 logits under autocast returned a {low.dtype} divergence; "
-            "compute it in float32 (logits.float()), as its docstring says",
-        )
-    return grade(data, {"divergence": got})
+    bf16 = data["p"].bfloat16(), data["q"].bfloat16()
+    low = float32_under_autocast("symmetric_kl", lambda: symmetric_kl(*bf16), "divergence")
+    return low or grade(data, {"divergence": got})
 
 
 @check(
