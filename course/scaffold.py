@@ -27,13 +27,14 @@ check whose exercise raises this as NOT IMPLEMENTED, with the hint (the checks a
     python -m course.scaffold OUT_DIR --keep adamw       # all but these (repeatable)
     python -m course.scaffold --list                     # the exercises and where they are
 
-``python -m course.scaffold`` is an alias of ``python -m course.scaffold`` (this module).
-
-The files copied are the project's: ``git ls-files`` (tracked files and untracked ones git does
-not ignore) when the source is a git checkout, else every file under it except caches, run
-outputs, virtual environments and data CSVs. Instructor-only files (``INSTRUCTOR_ONLY``) are left
-out. The student tree needs no git. OUT_DIR must be empty (or absent) unless ``--force``, and must
-not lie inside the source tree.
+What goes in is said by a list, the manifest ``course/student_tree.txt`` of the source tree:
+its glob patterns choose among the project's files (``git ls-files``, tracked files and untracked
+ones git does not ignore, when the source is a git checkout, else every file under it except
+caches, run outputs, virtual environments and data CSVs), and a ``SOURCE -> TARGET`` line writes a
+file under another name (the student's README). A source without a manifest is copied whole.
+Instructor-only files (``INSTRUCTOR_ONLY``) are left out either way, and a Markdown file ends at
+its ``INSTRUCTOR_PART`` line (GUIDE.md's instructor part). The student tree needs no git. OUT_DIR
+must be empty (or absent) unless ``--force``, and must not lie inside the source tree.
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ EXCLUDED_DIRS = {
 EXCLUDED_FILES = ("*.pyc", "*.pyo", "data/*.csv", ".DS_Store")
 
 LINE_LENGTH = 100
+# The manifest of the student tree, relative to the source, and the line a Markdown file of the
+# student tree ends before.
+MANIFEST = "course/student_tree.txt"
+INSTRUCTOR_PART = "<!-- instructor-only"
 
 
 class ScaffoldError(ValueError):
@@ -301,6 +306,36 @@ def project_files(root: Path) -> list[str]:
     return sorted(p for p in files if (root / p).is_file() and p not in INSTRUCTOR_ONLY)
 
 
+def student_files(root: Path) -> dict[str, str]:
+    """The student tree's files, target -> source (relative to ``root``): the project's files the
+    manifest's patterns match, and its renamed files; every project file without a manifest."""
+    files = project_files(root)
+    manifest = root / MANIFEST
+    if not manifest.is_file():
+        return {rel: rel for rel in files}
+    chosen: dict[str, str] = {}
+    for number, line in enumerate(manifest.read_text(encoding="utf-8").splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        source, _, target = (part.strip() for part in line.partition("->"))
+        matched = [rel for rel in files if fnmatch.fnmatch(rel, source)]
+        if not matched:
+            raise ScaffoldError(f"{MANIFEST}:{number}: {source!r} names no file of the project")
+        if target:
+            chosen[target] = source
+        else:
+            chosen |= {rel: rel for rel in matched}
+    return dict(sorted(chosen.items()))
+
+
+def student_part(text: str) -> str:
+    """A Markdown file as the student tree holds it: up to its instructor-only line, if any."""
+    lines = text.splitlines(keepends=True)
+    ends = [i for i, line in enumerate(lines) if line.startswith(INSTRUCTOR_PART)]
+    return "".join(lines[: ends[0]]).rstrip() + "\n" if ends else text
+
+
 def find_exercises(root: Path = PROJECT_ROOT) -> dict[str, list[Region]]:
     """Exercise id -> its regions, over the project's Python files, in file order."""
     exercises: dict[str, list[Region]] = {}
@@ -370,23 +405,25 @@ def write_student_tree(
         if unknown:
             raise ScaffoldError(f"unknown exercise {unknown}; the exercises: {list(exercises)}")
     _check_output_dir(out_dir, root, force)
-    files = project_files(root)
-    _check_targets(out_dir, files)
+    files = student_files(root)
+    _check_targets(out_dir, list(files))
     students = {}  # every student version made before anything is written
-    for rel in files:
-        if rel.endswith(".py"):
+    for target, rel in files.items():
+        if rel.endswith((".py", ".md")):
             text = read_source(root, rel)
-            if (student := student_source(text, rel, remove)) != text:
-                students[rel] = student
+            student = student_source(text, rel, remove) if rel.endswith(".py") else text
+            student = student_part(student) if rel.endswith(".md") else student
+            if student != text:
+                students[target] = student
     out_dir.mkdir(parents=True, exist_ok=True)
-    for rel in files:
-        source, target = root / rel, out_dir / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if rel in students:
-            target.write_bytes(students[rel].encode("utf-8"))
-            shutil.copymode(source, target)
+    for target, rel in files.items():
+        source, written = root / rel, out_dir / target
+        written.parent.mkdir(parents=True, exist_ok=True)
+        if target in students:
+            written.write_bytes(students[target].encode("utf-8"))
+            shutil.copymode(source, written)
         else:
-            shutil.copy2(source, target)
+            shutil.copy2(source, written)
     chosen = list(exercises) if remove is None else remove
     return {e: exercises[e] for e in chosen}
 
