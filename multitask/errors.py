@@ -64,6 +64,12 @@ def sigterm_as_exception() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+# What a command holds until it ends (a run folder's lock), closed when run_command returns, so
+# that the folder is free for the next command of the same process at once, not when the garbage
+# collector gets to the folder object.
+HELD: list = []
+
+
 INTERRUPTED = (
     "every file this command had written is whole (each is written to a temporary file and "
     "renamed), and no file of yours was changed"
@@ -79,6 +85,7 @@ def run_command(body: Callable[[], object], interrupted: str = INTERRUPTED) -> i
     try:
         with sigterm_as_exception():
             body()
+        return 0
     except KeyboardInterrupt as err:
         what, code = stop_reason(err)
         what = "interrupted (Ctrl-C)" if code == 130 else what
@@ -97,4 +104,6 @@ def run_command(body: Callable[[], object], interrupted: str = INTERRUPTED) -> i
     except RunStopped as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
-    return 0
+    finally:
+        while HELD:
+            HELD.pop().close()

@@ -40,7 +40,7 @@ from minbert.checkpoint import (
     save_tensors,
 )
 from minbert.flags import unflatten
-from multitask.errors import RunStopped, UsageError
+from multitask.errors import HELD, RunStopped, UsageError
 from multitask.model import MultitaskModel
 
 
@@ -207,6 +207,7 @@ class RunFolder:
         self._lock.truncate(0)
         self._lock.write(f"process {os.getpid()}\n")
         self._lock.flush()
+        HELD.append(self._lock)  # released when the command ends (multitask.errors.run_command)
         stale = list(self.path.glob(".*.tmp"))
         if not resume:
             stale += [

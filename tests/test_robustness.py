@@ -16,7 +16,13 @@ import torch
 import train_multitask
 from minbert.checkpoint import UnsafeCheckpointError, atomic_save, load_trusted
 from multitask.model import MultitaskModel
-from tests.helpers import driver_argv, kill_when_resumable, short_run, signal_when_resumable
+from tests.helpers import (
+    driver_argv,
+    kill_when_resumable,
+    run_driver,
+    short_run,
+    signal_when_resumable,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -335,3 +341,22 @@ def test_ctrl_c_inside_torchs_writer_is_the_interrupt_not_a_write_fault(tmp_path
     with pytest.raises(KeyboardInterrupt):
         atomic_write(tmp_path / "last.pt", interrupted_write)
     assert not list(tmp_path.iterdir())  # nor the temporary file
+
+
+def test_a_run_folder_is_free_for_the_next_command_of_the_same_process(
+    tiny_checkpoint, tiny_data, tmp_path, monkeypatch
+):
+    """A command releases its run folder's lock when it ends, not when the garbage collector
+    gets to the folder object: with every folder kept alive (as a reference cycle or a notebook
+    would), the next command on the same folder in the same process still starts."""
+    import multitask.run
+
+    kept = []
+    start = multitask.run.RunFolder.start
+    monkeypatch.setattr(
+        multitask.run.RunFolder, "start", lambda f, r: kept.append(f) or start(f, r)
+    )
+    out = tmp_path / "run"
+    assert run_driver(tiny_checkpoint, tiny_data, out, *short_run(1, 2)) == 0
+    assert run_driver(tiny_checkpoint, tiny_data, out, *short_run(1, 2), "--overwrite") == 0
+    assert len(kept) == 2
