@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -1624,6 +1625,46 @@ def test_correct_variant_passes_the_student_trees_tests(variant: Mutant, monkeyp
                 test()
                 ran.append(name)
     assert len(ran) >= 5, ran
+
+
+# The student tree's tests of each exercise's source file.
+STUDENT_TEST_FILES = {
+    **dict.fromkeys(("embeddings", "attention", "layer"), "tests/test_bert.py"),
+    "adamw": "tests/test_optimizer.py",
+    "sampler": "tests/test_sampling.py",
+    **dict.fromkeys(("adapter", "lhuc", "lora", "pals"), "tests/test_plugins.py"),
+    "smart": "tests/test_smart.py",
+    **dict.fromkeys(("masking", "mlm-loss"), "tests/test_mlm.py"),
+}
+
+
+@pytest.fixture(scope="module")
+def solved_tree(tmp_path_factory) -> Path:
+    """The student tree with every solution in place."""
+    out = tmp_path_factory.mktemp("solved") / "tree"
+    scaffold.write_student_tree(out, remove=[])
+    return out
+
+
+@pytest.mark.parametrize("variant", CORRECT, ids=lambda m: m.id)
+def test_every_correct_form_passes_the_student_trees_own_tests(variant: Mutant, solved_tree):
+    """One truth per exercise: each form the grader accepts, written into the student tree,
+    passes the student tree's own tests of that file (run there, as the student runs them)."""
+    path = solved_tree / variant.path
+    original = path.read_text(encoding="utf-8")
+    path.write_text(mutated_source(variant), encoding="utf-8")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+            + [STUDENT_TEST_FILES[variant.exercise]],
+            cwd=solved_tree,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        path.write_text(original, encoding="utf-8")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
 
 
 def test_an_error_in_student_code_is_located_at_the_students_line(ctx, monkeypatch) -> None:
