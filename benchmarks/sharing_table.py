@@ -95,9 +95,10 @@ def main() -> int:
     text = [
         "# Which recipe beats each task trained alone?",
         "",
-        "Dev scores, 3 epochs, the default recipe of each row: mean ± sd (seeds run; gap to",
-        '"each task alone" in points). Written by `python benchmarks/sharing_table.py` from the',
-        "suites' results files, whose rows name their commands, commits and machines.",
+        "Written by `benchmarks/sharing_table.py` from the suites' results files, whose rows",
+        "name their commands, commits and machines. Dev scores, 3 epochs unless the row says so,",
+        'the default recipe of each row: mean ± sd (seeds run; gap to "each task alone" in',
+        "points).",
         "",
         *table(),
         "",

@@ -387,6 +387,8 @@ def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainC
     elif flat["adapters_from"]:
         source, flag = flat["adapters_from"], "--adapters_from"
         inherited = [k for k in MODEL_KEYS if k in STAGE_ONE_KEYS or k.startswith("adapter_")]
+    if elsewhere and flag in ("--init_from", "--adapters_from") and not Path(source).is_dir():
+        source = None  # a results row whose first stage is not here: its flags as recorded
     if source is not None:
         saved = read_run(source, flag)
         flat = merge_config(flat, saved, inherited, defaults | {"base_tasks": []}, flag, source)

@@ -167,9 +167,10 @@ def test_round_robin_sampling_needs_no_exercise(student_tree: Path) -> None:
     ]
 
 
-# The student tree as the manifest makes it (281 files and 28,219 lines of Python when it was the
-# whole project; the aim is 80 and 9,000: the driver's optional parts stay to be left out).
-STUDENT_TREE_FILES, STUDENT_TREE_PYTHON_LINES = 92, 14_400
+# The student tree as the manifest makes it, with room for small edits (92 files and 14,404 lines
+# of Python when written; 281 and 28,219 when it was the whole project; the aim is 80 and 9,000:
+# the driver's optional parts stay to be left out).
+STUDENT_TREE_FILES, STUDENT_TREE_PYTHON_LINES = 92, 14_600
 
 
 def test_student_tree_is_the_manifest_with_only_the_regions_replaced(student_tree: Path) -> None:
