@@ -31,7 +31,6 @@ from minbert.seeds import derived_seed
 from minbert.tokenizer import Tokenizer
 from multitask.batching import BatchStream, length_grouped_batches, make_batch
 from multitask.collate import EncodedSplit
-from multitask.compiled import CompiledStep, compilations, compile_seconds, mode_for
 from multitask.config import TrainConfig, build_parser, parse_args
 from multitask.data import (
     Data,
@@ -43,12 +42,10 @@ from multitask.data import (
     report_truncation,
 )
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
-from multitask.distillation import gold_weight, save_teacher_outputs, teacher_outputs
-from multitask.errors import RunStopped, UsageError, run_command, stop_reason
+from multitask.errors import RunStopped, UsageError, lab_part, run_command, stop_reason
 from multitask.evaluation import calibrate_similarity_heads, evaluate, write_predictions
 from multitask.model import MultitaskModel, build_model
 from multitask.objectives import Smart, objective_for
-from multitask.peft_format import adapter_folders, load_adapter
 from multitask.run import RunFolder
 from multitask.step import (
     DeviceFlagged,
@@ -86,11 +83,9 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
         RunFolder(cfg.add_to).load_into(model)
     if cfg.init_from and not cfg.resume:  # a resumed run restores its weights from last.pt
         RunFolder(cfg.init_from).load_start(model)
-    for task, folder in ({} if cfg.resume else adapter_folders(cfg.init_lora, cfg.tasks)).items():
-        try:
-            load_adapter(folder, model, task)
-        except ValueError as err:
-            raise UsageError(f"--init_lora {task}={folder}: {err}") from None
+    if cfg.init_lora and not cfg.resume:  # each task's LoRA from a PEFT folder
+        peft = lab_part("multitask.peft_format", "--init_lora")
+        peft.load_adapters(cfg.init_lora, cfg.tasks, model)
     return model.to(device)
 
 
@@ -151,8 +146,8 @@ def set_up(cfg: TrainConfig) -> Run:
     dist, device = set_up_distributed(cfg.device, cfg.bf16, cfg.batch_size)
     if dist.world > 1 and cfg.step_gradient != "one-task":
         raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
-    if cfg.compile:
-        mode_for(cfg.compile_mode, device, dist.world)  # refused before anything is written
+    if cfg.compile:  # refused before anything is written
+        lab_part("multitask.compiled", "--compile").mode_for(cfg.compile_mode, device, dist.world)
     folder = RunFolder(cfg.out_dir, writes=dist.rank == 0)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     torch.manual_seed(cfg.seed)
@@ -160,11 +155,14 @@ def set_up(cfg: TrainConfig) -> Run:
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model = make_model(cfg, device)
     train = {name: splits["train"] for name, splits in data.items()}
-    taught = teacher_outputs(folder, cfg.teachers, train, device, cfg.resume)  # before removing
+    # with --teachers, their outputs (read before --overwrite removes anything); else no teacher
+    distill = cfg.teachers and lab_part("multitask.distillation", "--teachers")
+    taught = distill and distill.teacher_outputs(folder, cfg.teachers, train, device, cfg.resume)
     if not cfg.resume:  # a resumed run restores its heads
         calibrate_similarity_heads(model, train, tokenizer, cfg.batch_size, device)
     folder.start(cfg.resume)
-    save_teacher_outputs(folder, taught, cfg.resume)
+    if distill:
+        distill.save_teacher_outputs(folder, taught, cfg.resume)
     if not cfg.resume:
         folder.write_config(cfg.to_flat())
     if skipped_rows:
@@ -191,7 +189,7 @@ def set_up(cfg: TrainConfig) -> Run:
     clock = Clock()
 
     def gold() -> float:  # distillation's λ at the step the loop is at
-        return gold_weight(clock.step, total_steps, cfg.teacher_weight)
+        return distill.gold_weight(clock.step, total_steps, cfg.teacher_weight)
 
     objective = objective_for(model, taught, gold, cfg.smart_settings if cfg.smart else None)
     group = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
@@ -246,7 +244,8 @@ def make_step(
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
         step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True)
     if cfg.compile:
-        step = CompiledStep(step, mode_for(cfg.compile_mode, device, dist.world))
+        compiled = lab_part("multitask.compiled", "--compile")
+        step = compiled.CompiledStep(step, compiled.mode_for(cfg.compile_mode, device, dist.world))
     return step
 
 
@@ -450,7 +449,7 @@ def finish(run: Run, step: int, best: float) -> dict[str, Any]:
         "eval_s": round(run.extra.get("eval_seconds", 0.0), 1),
     }
     if cfg.compile:
-        summary |= {"compiled_graphs": compilations(), "compile_s": compile_seconds()}
+        summary |= lab_part("multitask.compiled", "--compile").summary()
     if cfg.step_gradient == "one-task":  # the sampler's schedule, fixed by seed and epoch
         summary["steps_per_task"] = {
             str(e): steps_per_task(run, run.sampler.schedule(e, run.steps_per_epoch))

@@ -69,6 +69,11 @@ def compile_seconds() -> float:
     return round((spent + cumulative_time_spent_ns.get("entire_backward_compile", 0)) / 1e9, 1)
 
 
+def summary() -> dict[str, float]:
+    """What a compiled run adds to its summary.json: the graphs compiled and the seconds it took."""
+    return {"compiled_graphs": compilations(), "compile_s": compile_seconds()}
+
+
 class CompiledStep(nn.Module):
     """``step`` (a ``TrainingStep``: task, batch -> loss) with its forward compiled in ``mode``;
     ``after_update`` is ``step``'s. Holds ``step`` as its one submodule, so its parameters are

@@ -28,11 +28,8 @@ from minbert.flags import (
 from minbert.sampling import MODES
 from minbert.smart import SmartConfig
 from multitask.devices import THREADS_RANGE, pick_device
-from multitask.distillation import distillation_problems, parse_teachers
-from multitask.errors import UsageError
-from multitask.fusion import STAGE_ONE_KEYS
+from multitask.errors import UsageError, lab_part
 from multitask.model import ModelSettings
-from multitask.peft_format import adapter_folders
 from multitask.run import RunFolder, folder_kind, merge_config, overlapping
 from multitask.step import loss_weights
 from tasks import TASKS, get_task
@@ -386,7 +383,8 @@ def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainC
         source, flag, inherited = flat["init_from"], "--init_from", MODEL_KEYS
     elif flat["adapters_from"]:
         source, flag = flat["adapters_from"], "--adapters_from"
-        inherited = [k for k in MODEL_KEYS if k in STAGE_ONE_KEYS or k.startswith("adapter_")]
+        stage_one = lab_part("multitask.fusion", "--adapters_from").STAGE_ONE_KEYS
+        inherited = [k for k in MODEL_KEYS if k in stage_one or k.startswith("adapter_")]
     if elsewhere and flag in ("--init_from", "--adapters_from") and not Path(source).is_dir():
         source = None  # a results row whose first stage is not here: its flags as recorded
     if source is not None:
@@ -445,14 +443,24 @@ def check(cfg: TrainConfig, explicit: list[str], elsewhere: bool = False) -> Non
     try:
         checkpoint = cfg.model.check([get_task(t) for t in cfg.tasks if t in TASKS])
         loss_weights(cfg.loss_weights, cfg.tasks)
-        parse_teachers(cfg.teachers, cfg.tasks)
+        if cfg.teachers:
+            lab_part("multitask.distillation", "--teachers").parse_teachers(cfg.teachers, cfg.tasks)
         if cfg.init_lora and cfg.model.option != "lora":
             raise ValueError(
                 f"--init_lora starts LoRA: it goes with --option lora, not {cfg.model.option}"
             )
-        adapter_folders(cfg.init_lora, cfg.tasks)
+        if cfg.init_lora:
+            peft = lab_part("multitask.peft_format", "--init_lora")
+            peft.adapter_folders(cfg.init_lora, cfg.tasks)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    for flag, module, wanted in (  # the lab's parts the student tree leaves out
+        ("--step_gradient pcgrad", "minbert.pcgrad", cfg.step_gradient == "pcgrad"),
+        ("--optimizer fused", "multitask.fused_adamw", cfg.optimizer == "fused"),
+        ("--compile", "multitask.compiled", cfg.compile),
+    ):
+        if wanted:
+            lab_part(module, flag)
     for message in problems(cfg, explicit, checkpoint, elsewhere):
         raise UsageError(message)
     pick_device(cfg.device)
@@ -519,7 +527,10 @@ def problems(
         )
     if cfg.encoder_lr is not None and not m.train_encoder:
         yield "--encoder_lr goes with --train_encoder (a plug-in option training the encoder too)"
-    yield from distillation_problems(cfg, elsewhere)
+    if cfg.teachers or cfg.teacher_annealing or cfg.teacher_weight is not None:
+        yield from lab_part("multitask.distillation", "--teachers").distillation_problems(
+            cfg, elsewhere
+        )
     if cfg.nonfinite_check == "device" and (cfg.smart or cfg.step_gradient == "pcgrad"):
         yield (
             "--nonfinite_check device: SMART (its teacher counts updates) and PCGrad (it projects "

@@ -37,7 +37,7 @@ from minbert.plugins.lora import LoRASettings
 from minbert.plugins.pals import PALSettings
 from minbert.pretrained import load_config, load_pretrained, resolve_checkpoint_dir
 from multitask.collate import Batch
-from multitask.fusion import stage_one
+from multitask.errors import lab_part
 from tasks.base import Task, get_task
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 
@@ -360,7 +360,8 @@ def build_model(
     names = [*frozen_tasks, *tasks]
     for kind in settings.plugin_kinds:
         if kind == "fusion":  # the first stage's adapters, fixed
-            sources, state = stage_one(settings.adapters_from)
+            fusion = lab_part("multitask.fusion", "--option fusion")
+            sources, state = fusion.stage_one(settings.adapters_from)
             add_plugin(bert, kind, names, sources=sources, **settings.plugin_options(kind))
             bert.plugins["fusion"].sources.load_state_dict(state)
         else:

@@ -35,6 +35,7 @@ from safetensors.torch import load_file
 from minbert.checkpoint import atomic_write_text, save_tensors
 from minbert.flags import task_folders
 from minbert.sites import LINEAR_SITES
+from multitask.errors import UsageError
 from multitask.model import ModelSettings, MultitaskModel
 
 HF_PATHS = LINEAR_SITES  # a layer's linear maps by site name: their paths, Hugging Face's
@@ -156,3 +157,13 @@ def load_adapter(folder: str | Path, model: MultitaskModel, task: str) -> None:
         for target, update in maps.items():
             update.A.copy_(tensors[key(layer, target, "A")])
             update.B.copy_(tensors[key(layer, target, "B")])
+
+
+def load_adapters(entries: list[str], tasks: list[str], model: MultitaskModel) -> None:
+    """``--init_lora TASK=FOLDER,...``: each named task's LoRA from its PEFT folder; a folder that
+    does not fit the model is one line naming it."""
+    for task, folder in adapter_folders(entries, tasks).items():
+        try:
+            load_adapter(folder, model, task)
+        except ValueError as err:
+            raise UsageError(f"--init_lora {task}={folder}: {err}") from None

@@ -51,9 +51,8 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from minbert.optimizer import AdamW, param_groups
-from minbert.pcgrad import surgery
 from multitask.collate import Batch
-from multitask.fused_adamw import FusedAdamW
+from multitask.errors import lab_part
 from multitask.model import MultitaskModel
 from tasks.base import Task
 
@@ -132,6 +131,7 @@ class PCGrad(HostChecked):
     def __init__(self, seed: Callable[[], int], skip: bool = False) -> None:
         super().__init__(skip)
         self.seed = seed
+        self.surgery = lab_part("minbert.pcgrad", "--step_gradient pcgrad").surgery
         self.per_task: list[list[torch.Tensor | None]] = []
 
     def after_backward(self, optimizer: torch.optim.Optimizer) -> None:
@@ -144,7 +144,7 @@ class PCGrad(HostChecked):
         per_task, self.per_task = self.per_task, []
         if finite:
             generator = torch.Generator().manual_seed(self.seed())
-            for p, grad in zip(parameters(optimizer), surgery(per_task, generator)):
+            for p, grad in zip(parameters(optimizer), self.surgery(per_task, generator)):
                 p.grad = grad
         return super().apply(optimizer, losses, finite)
 
@@ -256,7 +256,7 @@ def optimizer_for(
         encoder = {id(p) for p in bert.parameters()} - {id(p) for p in bert.plugins.parameters()}
         groups = rescaled(groups, encoder, lr, encoder_lr / lr)
     if kind == "fused":
-        return FusedAdamW(groups, lr=lr)
+        return lab_part("multitask.fused_adamw", "--optimizer fused").FusedAdamW(groups, lr=lr)
     try:
         from minbert.optimizer_foreach import ForeachAdamW
     except ImportError:  # the student tree
