@@ -300,6 +300,18 @@ def unchanged_problem(
     )
 
 
+def autograd_nodes(tensors: list[torch.Tensor]) -> int:
+    """How many autograd nodes the graph behind ``tensors`` holds (0 for tensors that need no
+    gradient): what a computation kept attached from earlier steps shows up here."""
+    seen, todo = set(), [t.grad_fn for t in tensors if t.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo += [n for n, _ in node.next_functions if n is not None]
+    return len(seen)
+
+
 def float32_under_autocast(
     name: str, compute: Callable[[], torch.Tensor], what: str
 ) -> Measurement | None:

@@ -721,7 +721,13 @@ def smart_data() -> dict:
 
 
 def mlm_data() -> dict:
-    from course.checks.mlm import MASKING_CASES, MLM_LOSS_TOLERANCE, MLM_VOCAB, mlm_batch
+    from course.checks.mlm import (
+        MASKING_CASES,
+        MLM_LOSS_TOLERANCE,
+        MLM_VOCAB,
+        masking_counts,
+        mlm_batch,
+    )
 
     input_ids, attention_mask, continuation = mlm_batch()
     v = MLM_VOCAB
@@ -757,10 +763,15 @@ def mlm_data() -> dict:
             "loss (N, V)": ref.mlm_loss(logits[chosen], labels[chosen], mistake),
         }
 
+    expected = masks(None)
     return {
-        "masking": with_mistakes(
-            masks(None), {t: masks(k) for k, t in declared("masking").items()}
-        ),
+        "masking": with_mistakes(expected, {t: masks(k) for k, t in declared("masking").items()}),
+        "masking_counts": {  # how many chosen, and what each became: no position named
+            label: masking_counts(
+                input_ids, expected[f"masked inputs ({label})"], expected[f"labels ({label})"]
+            )
+            for label, *_ in MASKING_CASES
+        },
         "loss": {"logits": logits, "labels": labels}
         | with_mistakes(
             losses(None),

@@ -1796,6 +1796,10 @@ SIDE_EFFECTS = [
         ),
         "returned a torch.bfloat16 loss; compute it in float32",
     ),
+    (  # δ kept attached from one ascent step to the next: the graph grows with the steps
+        m("smart-graph-kept", "smart", SMART, ("    delta = delta.detach()\n", "")),
+        "adversarial_perturbation kept δ's graph from one ascent step to the next",
+    ),
     (  # the divergence of bfloat16 logits in bfloat16
         m(
             "kl-in-bf16",
@@ -1815,6 +1819,25 @@ def test_a_side_effect_is_named(mutant: Mutant, said: str, ctx: Context, monkeyp
     says what (the argument changed in place, with where; the loss's dtype)."""
     failed = [r for r in run_own_checks(mutant, ctx, monkeypatch).values() if r.status == FAIL]
     assert any(said in r.detail for r in failed), [r.detail for r in failed]
+
+
+# What a failed masking check says beyond the mistake's name, though the stored masks are sealed:
+# the first position that breaks a rule any correct masking keeps, else the counts of chosen,
+# [MASK], another token and kept, beside the reference's (which name no position).
+MASKING_SAID = {
+    "mask-specials": "9 position(s) like sentence 4, token 0, which is a special token or padding (1)",
+    "mask-labels-from-masked": "but the token there was",
+    "mask-labels-at-mask-only": "and is labelled −100: a token that changes is a chosen one",
+    "masking-kept-unlabelled": "tokens, p 0.15: chosen 48 (the reference 51)",
+    "mask-all-to-mask": "[MASK] 51 (the reference 44), another token 0 (the reference 4)",
+}
+
+
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.id in MASKING_SAID], ids=str)
+def test_a_masking_that_differs_says_where(mutant: Mutant, ctx: Context, monkeypatch) -> None:
+    failed = [r for r in run_own_checks(mutant, ctx, monkeypatch).values() if r.status == FAIL]
+    said = " ".join(r.detail for r in failed)
+    assert MASKING_SAID[mutant.id] in said, said
 
 
 EVAL_DROPOUT = [m for m in MUTANTS if m.id in ("heads-dropout-in-eval", "pals-dropout-in-eval")]

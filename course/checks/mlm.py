@@ -25,6 +25,77 @@ MASKING_CASES = (
     ("whole words, p 0.3", 23, 0.3, True),
 )
 MLM_LOSS_TOLERANCE = 1e-5
+IGNORE = -100
+
+
+def masking_counts(original: torch.Tensor, masked: torch.Tensor, labels: torch.Tensor) -> dict:
+    """How many positions a masking chose (labelled), and what each became: [MASK], another
+    token, or itself (kept). Stored for the reference, these counts say where a masking that
+    differs goes wrong without saying which positions the reference chose."""
+    chosen = labels != IGNORE
+    became_mask = chosen & (masked == MLM_VOCAB["mask"])
+    kept = chosen & (masked == original)
+    return {
+        "chosen": int(chosen.sum()),
+        "[MASK]": int(became_mask.sum()),
+        "another token": int((chosen & ~became_mask & ~kept).sum()),
+        "kept": int(kept.sum()),
+    }
+
+
+def masking_rule_broken(
+    original: torch.Tensor, attention_mask: torch.Tensor, masked: torch.Tensor, labels: torch.Tensor
+) -> str | None:
+    """The first rule of BERT's masking that the output breaks, whatever the draws were: how
+    many positions break it and the first (sentence, token, what it is and what it should be);
+    None when it keeps every rule."""
+    chosen, special = labels != IGNORE, torch.isin(original, torch.tensor(MLM_VOCAB["special"]))
+    rules = (
+        (
+            chosen & (labels != original),
+            lambda at: (
+                f"is labelled {int(labels[at])}, but the token there was "
+                f"{int(original[at])}: a chosen position's label is its original token"
+            ),
+        ),
+        (
+            ~chosen & (masked != original),
+            lambda at: (
+                f"became {int(masked[at])} (it was {int(original[at])}) and is labelled "
+                "−100: a token that changes is a chosen one, and chosen ones are labelled"
+            ),
+        ),
+        (
+            chosen & (special | ~attention_mask.bool()),
+            lambda at: f"is a special token or padding ({int(original[at])}) and was chosen",
+        ),
+    )
+    for broken, say in rules:
+        if broken.any():
+            at = tuple(int(i) for i in broken.nonzero()[0])
+            where = f"sentence {at[0]}, token {at[1]}"
+            return f"{int(broken.sum())} position(s) like {where}, which {say(at)}"
+    return None
+
+
+def where_masking_differs(ctx: Context, cases: dict) -> str:
+    """For a masking that differs from the stored one: the first case that breaks a rule, and
+    where; else the first whose counts differ from the reference's, side by side."""
+    for label, (original, attention_mask, masked, labels) in cases.items():
+        if broken := masking_rule_broken(original, attention_mask, masked, labels):
+            return f"{label}: {broken}"
+    stored = ctx.course_data["mlm"]["masking_counts"]
+    for label, (original, _, masked, labels) in cases.items():
+        counts = masking_counts(original, masked, labels)
+        if counts != stored[label]:
+            said = ", ".join(
+                f"{k} {v} (the reference {stored[label][k]})" for k, v in counts.items()
+            )
+            return f"{label}: {said}"
+    return (
+        "every case keeps the rules and has the reference's counts, but other positions are "
+        "chosen: the draws are made in another order, or compared otherwise"
+    )
 
 
 def mlm_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -58,7 +129,7 @@ def check_masking(ctx: Context) -> Measurement:
 
     original, attention_mask, continuation = mlm_batch()
     v = MLM_VOCAB
-    got = {}
+    got, cases = {}, {}
     for label, seed, p, whole_word in MASKING_CASES:
         input_ids = original.clone()
         masked, labels = mask_tokens(
@@ -75,7 +146,11 @@ def check_masking(ctx: Context) -> Measurement:
             return Measurement(math.inf, f"mask_tokens ({label}) {changed}")
         got[f"masked inputs ({label})"] = masked
         got[f"labels ({label})"] = labels
-    return grade(ctx.course_data["mlm"]["masking"], got, axes=("sentence", "token"))
+        cases[label] = (original, attention_mask, masked, labels)
+    result = grade(ctx.course_data["mlm"]["masking"], got, axes=("sentence", "token"))
+    if result.max_abs_diff > 0:
+        result.hint = f"{result.hint}; {where_masking_differs(ctx, cases)}"
+    return result
 
 
 @check(

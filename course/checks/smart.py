@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from course.measure import Measurement, float32_under_autocast, grade
+from course.measure import Measurement, autograd_nodes, float32_under_autocast, grade
 from course.registry import Context, check
 
 # (norm, ascent steps K, output kind, model of ``smart_problem``, caller's grad mode) of each
@@ -77,6 +77,17 @@ def check_symmetric_kl(ctx: Context) -> Measurement:
     return low or grade(data, {"divergence": got})
 
 
+def noting_graphs(forward: Callable, graphs: list[int]) -> Callable:
+    """``forward``, noting in ``graphs`` how many autograd nodes stand behind the embeddings of
+    each call (``autograd_nodes``)."""
+
+    def noted(embeddings: list[torch.Tensor]) -> torch.Tensor:
+        graphs.append(autograd_nodes(embeddings))
+        return forward(embeddings)
+
+    return noted
+
+
 @check(
     "smart: adversarial perturbation vs reference ascent",
     tolerance=1e-6,
@@ -96,8 +107,9 @@ def check_smart(ctx: Context) -> Measurement:
     embeddings, models = smart_problem()
     got = {}
     for norm, steps, kind, model, grad_mode in SMART_CASES:
-        forward = models[model]
-        clean = forward(embeddings)
+        graphs: list[int] = []  # the autograd nodes behind each ascent step's embeddings
+        forward = noting_graphs(models[model], graphs)
+        clean = models[model](embeddings)
         config = SmartConfig(sigma=0.05, epsilon=0.1, step_size=0.04, ascent_steps=steps, norm=norm)
         caller = torch.no_grad() if grad_mode == "no_grad" else contextlib.nullcontext()
         with caller:
@@ -106,6 +118,14 @@ def check_smart(ctx: Context) -> Measurement:
             )
         if not isinstance(deltas, (list, tuple)) or len(deltas) != len(embeddings):
             return Measurement(math.inf, f"expected a list of {len(embeddings)} perturbations")
+        if graphs and max(graphs) > graphs[0]:
+            return Measurement(
+                math.inf,
+                f"adversarial_perturbation kept δ's graph from one ascent step to the next (the "
+                f"perturbed embeddings of its steps reach {', '.join(map(str, graphs))} autograd "
+                "nodes; each step's should be as small as the first's): detach δ after each "
+                "step, or every backward goes through all the steps before it",
+            )
         for j, d in enumerate(deltas):
             got[f"δ of embedding {j} {smart_label(norm, steps, kind, model, grad_mode)}"] = d
     return grade(ctx.course_data["smart"]["perturbation"], got)
