@@ -45,7 +45,8 @@ process saves its state and ends: with --jobs 1 its own line stands above the ru
                (--batch_pool; 1 is plain random batches): quality against epoch time, beside
                the plain Hugging Face loop (benchmarks/plain_loop.py) at the same budget
     sharing    the default multitask finetune run, then each task fine-tuned from it
-               (--init_from, MT-DNN's recipe); adapters, then AdapterFusion over them
+               (--init_from, MT-DNN's recipe); the same from an MLM-pretrained checkpoint
+               (pretrain_mlm.py, a row of its own); adapters, then AdapterFusion over them
                (--option fusion); beside each task alone; meant for --seeds 1,2,3
     adapter-study  task samplers with adapters on a frozen encoder (no trained weight shared:
                a sampler only decides how many updates each task's adapter gets) and the
@@ -95,7 +96,7 @@ STOPPING = threading.Event()  # set on Ctrl-C: rows that end now were stopped, n
 STOP_GRACE_S = 60  # on Ctrl-C, how long a row's process may take to save its state and end
 
 # What a configuration runs: the driver, unless its flags start with the plain loop's script.
-DRIVER, PLAIN_LOOP = "train_multitask.py", "benchmarks/plain_loop.py"
+DRIVER, PLAIN_LOOP, MLM = "train_multitask.py", "benchmarks/plain_loop.py", "pretrain_mlm.py"
 
 # The adapter study's budget: 3 epochs (so annealing has epochs to anneal over) of 150 steps,
 # about a sixth of an epoch of the three tasks each; what these 2 cores allow for 9 runs.
@@ -303,7 +304,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         for sampling in ("annealed", "round-robin", "proportional", "square-root")
     ],
     # Sharing that may beat each task trained alone (meant for --seeds 1,2,3; the rows in order,
-    # --jobs 1, or the multitask row first): the default multitask finetune run, then each task
+    # --jobs 1, or each row after the one it starts from): the default multitask run, then each task
     # fine-tuned from it at the single-task recipe (MT-DNN), beside the distillation suite's
     # teacher rows (each task alone).
     "sharing": [
@@ -324,6 +325,21 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
                     *["--init_from", "{runs_dir}/sharing-multitask-seed-{seed}", "--tasks", task],
                     *["--lr", "2e-5", "--epochs", "1"],
                 ],
+            )
+            for task in ("sst", "para", "sts")
+        ],
+        # MLM, multitask, then each task (the chain of the best CS224N default-project reports):
+        # pretrain_mlm.py at its defaults (2000 steps of 32 of the tasks' training sentences),
+        # the default multitask run from that checkpoint, then each task fine-tuned from it.
+        ("mlm", [MLM]),
+        (
+            "mlm-multitask",
+            ["--option", "finetune", "--checkpoint", "{runs_dir}/sharing-mlm-seed-{seed}"],
+        ),
+        *[
+            (
+                f"mlm-multitask-then-{task}",
+                ["--init_from", "{runs_dir}/sharing-mlm-multitask-seed-{seed}", "--tasks", task],
             )
             for task in ("sst", "para", "sts")
         ],
@@ -376,6 +392,8 @@ def machine() -> str:
 
 
 def collect(run_dir: Path) -> dict:
+    if (run_dir / "mlm_config.json").is_file():
+        return collect_mlm(run_dir)
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     best = max(metrics, key=lambda m: m["overall"])
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -390,6 +408,21 @@ def collect(run_dir: Path) -> dict:
         "summary": summary,
         "parameters": params,
         "task_checkpoint_bytes": sizes,
+    }
+
+
+def collect_mlm(run_dir: Path) -> dict:
+    """A further-pretraining row (pretrain_mlm.py): its settings and held-out MLM loss and
+    accuracy at each evaluation; no task metrics (its tables print "-")."""
+    log = [json.loads(x) for x in (run_dir / "mlm_log.jsonl").read_text().splitlines()]
+    settings = json.loads((run_dir / "mlm_config.json").read_text())
+    return {
+        "settings": settings,
+        "best": {},
+        "evaluations": log,
+        "summary": {"wall_clock_s": "-", "train_examples_per_s": "-"},
+        "parameters": {"trainable": "-"},
+        "task_checkpoint_bytes": {},
     }
 
 
@@ -438,7 +471,7 @@ def row_command(name: str, flags: list[str], args: argparse.Namespace, extra: li
     """The command that runs row ``name``: the driver (or the plain loop) on --data_dir, into
     ``<runs_dir>/<suite>-<name>``, with the row's flags and ``extra`` (the flags after --)."""
     out_dir = Path(args.runs_dir) / f"{args.suite}-{name}"
-    script, flags = (flags[0], flags[1:]) if flags[0] == PLAIN_LOOP else (DRIVER, flags)
+    script, flags = (flags[0], flags[1:]) if flags[0] in (PLAIN_LOOP, MLM) else (DRIVER, flags)
     cmd = [sys.executable, script, "--data_dir", args.data_dir, "--out_dir", str(out_dir)]
     return [*cmd, "--overwrite", *flags, *extra]
 

@@ -6,9 +6,9 @@ distillation suite's single-task rows, per task: mean ± sd over the seeds run, 
 
 Reads benchmarks/results/distillation.json (``teacher-<task>-seed-<s>``: each task alone, the
 default finetune recipe, 3 epochs), error-bars.json (the multitask ``finetune`` rows),
-sharing.json (``multitask``, ``multitask-then-<task>[-gentle]``, ``adapter`` and ``fusion``, each
-``-seed-<s>``) and sharing-fusion-1-epoch.json (fusion, one epoch). The target: on every task at
-least the alone row's mean, and +0.5 points on two tasks.
+sharing.json (``multitask``, ``multitask-then-<task>[-gentle]``, ``mlm-multitask[-then-<task>]``,
+``adapter`` and ``fusion``, each ``-seed-<s>``) and sharing-fusion-1-epoch.json (fusion, one
+epoch). The target: on every task at least the alone row's mean, and +0.5 points on two tasks.
 """
 
 from __future__ import annotations
@@ -67,6 +67,14 @@ def table() -> list[str]:
         (
             "the same, one epoch at 2e-5 (`multitask-then-<task>-gentle`)",
             {t: scores(read["sharing"], f"multitask-then-{t}-gentle", t) for t in TASKS},
+        ),
+        (
+            "multitask from the MLM-pretrained checkpoint (`mlm-multitask`)",
+            {t: scores(read["sharing"], "mlm-multitask", t) for t in TASKS},
+        ),
+        (
+            "MLM, multitask, then each task (`mlm-multitask-then-<task>`)",
+            {t: scores(read["sharing"], f"mlm-multitask-then-{t}", t) for t in TASKS},
         ),
         (
             "`adapter`, stage 1 (sharing.json `adapter`)",

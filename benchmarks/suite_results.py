@@ -187,13 +187,14 @@ def markdown(suite: str, results: dict, order: list[str], name: str | None = Non
             )
             or "-"
         )
-        cells = metric_cells(b)
+        total = r["parameters"]["trainable"]  # "-" for a row with no task model (pretraining)
+        cells, total = metric_cells(b), f"{total:,}" if isinstance(total, int) else total
         sizes = ", ".join(
             f"{k[len('task-') : -len('.safetensors')]} {v / 1024:.0f} KiB"
             for k, v in sorted(r["task_checkpoint_bytes"].items())
         )
         lines.append(
-            f"| {name} | {' | '.join(cells)} | {r['parameters']['trainable']:,} | {trainable} | "
+            f"| {name} | {' | '.join(cells)} | {total} | {trainable} | "
             f"{sizes or '-'} | "
             f"{s['wall_clock_s']} | {s['train_examples_per_s']} |"
         )

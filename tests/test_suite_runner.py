@@ -108,3 +108,33 @@ def test_a_row_whose_process_had_the_ctrl_c_stops_the_queue(tiny_checkpoint, tmp
     argv = ["tiny", "--data_dir", str(tmp_path), "--runs_dir", str(tmp_path / "runs")]
     assert multitask_runs.main([*argv, "--results", str(tmp_path / "tiny")]) != 0
     assert len(started) == 1  # b never started
+
+
+def test_a_pretraining_row_feeds_the_next_row_of_its_seed(
+    tiny_checkpoint, tiny_data, tmp_path, monkeypatch
+):
+    """A suite row may run pretrain_mlm.py (further pretraining): its results row holds the MLM
+    settings and held-out evaluations, and the next row trains from its checkpoint folder, as
+    the sharing suite's MLM → multitask → each task chain does."""
+    mlm = [multitask_runs.MLM, "--checkpoint", str(tiny_checkpoint), "--steps", "2"]
+    mlm += ["--eval_every", "1", "--batch_size", "4", "--max_length", "32"]
+    then = [
+        "--checkpoint",
+        "{runs_dir}/tiny-mlm-seed-{seed}",
+        "--batch_size",
+        "4",
+        *short_run(1, 2),
+    ]
+    monkeypatch.setitem(multitask_runs.SUITES, "tiny", [("mlm", mlm), ("then", then)])
+    runs, stem = tmp_path / "runs", tmp_path / "tiny"
+    argv = ["tiny", "--seeds", "3", "--data_dir", str(tiny_data), "--runs_dir", str(runs)]
+    assert multitask_runs.main([*argv, "--results", str(stem)]) == 0
+    results = json.loads(stem.with_suffix(".json").read_text())
+    pretrained, trained = results["mlm-seed-3"], results["then-seed-3"]
+    assert pretrained["command"].split()[1] == "pretrain_mlm.py"
+    assert pretrained["settings"]["seed"] == 3 and pretrained["settings"]["steps"] == 2
+    assert [e["step"] for e in pretrained["evaluations"]] == [0, 1, 2]
+    assert trained["settings"]["checkpoint"] == str(runs / "tiny-mlm-seed-3")
+    assert "overall" in trained["best"]
+    text = stem.with_suffix(".md").read_text()
+    assert "| mlm-seed-3 | - | - | - | - | - |" in text and "| then-seed-3 |" in text
