@@ -1825,7 +1825,7 @@ def test_a_side_effect_is_named(mutant: Mutant, said: str, ctx: Context, monkeyp
 # the first position that breaks a rule any correct masking keeps, else the counts of chosen,
 # [MASK], another token and kept, beside the reference's (which name no position).
 MASKING_SAID = {
-    "mask-specials": "9 position(s) like sentence 4, token 0, which is a special token or padding (1)",
+    "mask-specials": "position(s) like sentence 4, token 0, which is a special token or padding",
     "mask-labels-from-masked": "but the token there was",
     "mask-labels-at-mask-only": "and is labelled −100: a token that changes is a chosen one",
     "masking-kept-unlabelled": "tokens, p 0.15: chosen 48 (the reference 51)",

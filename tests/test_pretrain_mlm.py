@@ -16,22 +16,9 @@ def test_command_writes_a_checkpoint_the_driver_loads(tiny_checkpoint, tiny_data
     does) and gives exactly the encoder outputs of the model that wrote it; --resume after the
     end changes nothing; bad input is one line."""
     out = tmp_path / "mlm"
-    argv = [
-        "--checkpoint",
-        str(tiny_checkpoint),
-        "--data_dir",
-        str(tiny_data),
-        "--out_dir",
-        str(out),
-        "--steps",
-        "4",
-        "--eval_every",
-        "2",
-        "--batch_size",
-        "8",
-        "--max_length",
-        "32",
-    ]
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data), "--out_dir"]
+    argv += [str(out), "--steps", "4", "--eval_every", "2", "--batch_size", "8"]
+    argv += ["--max_length", "32"]
     assert pretrain_mlm.main(argv) == 0
     written, _ = load_mlm(out)
     encoder = load_pretrained(out).eval()
