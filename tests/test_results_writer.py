@@ -10,6 +10,7 @@ from pathlib import Path
 import _common
 import multitask_runs
 import parameter_table
+import sharing_table
 import suite_results
 
 
@@ -141,3 +142,17 @@ def test_the_parameter_table_scores_a_variant_over_its_seeds_not_its_default_run
     ]
     assert parameter_table.scores(results, "b") == ["0.4500", "-", "-", "0.7100"]
     assert parameter_table.scores(results, "c") == ["not run"] * 4
+
+
+def test_the_better_of_a_first_stage_and_the_run_from_it_is_taken_per_seed():
+    """The multitask model kept where its task's own run does not beat it on dev: per seed the
+    larger of the two; a seed without both rows is left out."""
+    results = {
+        "multitask-seed-1": row(0.49, 0.0),
+        "multitask-then-sst-seed-1": row(0.48, 0.0),  # the run from it is worse: 0.49 kept
+        "multitask-seed-2": row(0.47, 0.0),
+        "multitask-then-sst-seed-2": row(0.50, 0.0),
+        "multitask-seed-3": row(0.45, 0.0),  # no run from it
+    }
+    better = sharing_table.better_of(results, "multitask", "multitask-then-sst", "sst")
+    assert better == [0.49, 0.50]
