@@ -303,8 +303,8 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         )
         for sampling in ("annealed", "round-robin", "proportional", "square-root")
     ],
-    # Sharing that may beat each task trained alone (meant for --seeds 1,2,3; the rows in order,
-    # --jobs 1, or each row after the one it starts from): the default multitask run, then each task
+    # Sharing that may beat each task trained alone (meant for --seeds 1,2,3; with --jobs 2 a row
+    # waits for the row it starts from): the default multitask run, then each task
     # fine-tuned from it at the single-task recipe (MT-DNN), beside the distillation suite's
     # teacher rows (each task alone).
     "sharing": [
@@ -629,8 +629,10 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="how many configurations run at once, each its own process (1: one after another, "
-        "output here); above 1 each run's output goes to <runs_dir>/<suite>-<name>.log. On these "
-        "2-core CPUs: --jobs 2 -- --threads 1; one GPU holds several small runs",
+        "output here); above 1 each run's output goes to <runs_dir>/<suite>-<name>.log, and a "
+        "row that starts from another row's run (--init_from, --adapters_from, --checkpoint) "
+        "waits for it. On these 2-core CPUs: --jobs 2 -- --threads 1; one GPU holds several "
+        "small runs",
     )
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []  # flags after -- go to every run
@@ -669,15 +671,45 @@ def run_rows(chosen: list[tuple[str, list]], args: argparse.Namespace, extra: li
     running ones end (they had the Ctrl-C too) and KeyboardInterrupt is raised again."""
     if args.jobs == 1:
         return [run_one(name, flags, args, extra) for name, flags in chosen]
+    run_after = after_first_stages(chosen, args, extra)
     pool = ThreadPoolExecutor(args.jobs)
     try:
-        return list(pool.map(lambda c: run_one(*c, args, extra, log=True), chosen))
+        return list(pool.map(lambda c: run_after(*c), chosen))
     except KeyboardInterrupt:
         STOPPING.set()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     finally:
         pool.shutdown(wait=False)
+
+
+def after_first_stages(
+    chosen: list[tuple[str, list]], args: argparse.Namespace, extra: list[str]
+) -> Callable[[str, list], bool]:
+    """``run_one`` for rows run at once, each started only once the rows of this batch whose
+    run folder it names (its first stage: --init_from, --adapters_from, --checkpoint) ended
+    well; a row whose first stage failed is not started. The rows come in the suite's order,
+    first stages first, so a row waits only on rows already taken by a worker."""
+    folders = {f"{args.runs_dir}/{args.suite}-{name}": name for name, _ in chosen}
+    needs = {name: [folders[f] for f in flags if f in folders] for name, flags in chosen}
+    ended = {name: threading.Event() for name in needs}
+    succeeded: dict[str, bool] = {}
+
+    def run_after(name: str, flags: list) -> bool:
+        try:
+            for first in needs[name]:
+                ended[first].wait()
+            if failed := [first for first in needs[name] if not succeeded[first]]:
+                print(f"{name}: not started: {', '.join(failed)} did not end well", flush=True)
+                succeeded[name] = False
+            else:
+                succeeded[name] = run_one(name, flags, args, extra, log=True)
+            return succeeded[name]
+        finally:
+            succeeded.setdefault(name, False)
+            ended[name].set()
+
+    return run_after
 
 
 def read_results(p: argparse.ArgumentParser, json_path: Path) -> dict:

@@ -93,6 +93,31 @@ def test_a_failed_row_makes_the_runner_fail(
     assert list(json.loads((tmp_path / "tiny.json").read_text())) == ["good"]
 
 
+def test_rows_run_at_once_start_after_their_first_stage(
+    tiny_checkpoint, tiny_data, tmp_path, monkeypatch, capsys
+):
+    """With --jobs 2 a row that starts from another row's run folder waits until that row has
+    ended (started earlier, --init_from would find no finished run) and is not started when it
+    failed; rows without a first stage run at once."""
+    tiny = ["--checkpoint", str(tiny_checkpoint), "--batch_size", "4", *short_run(1, 2)]
+    suite = [
+        ("first", tiny),
+        ("bad", [*tiny, "--lr", "-1"]),
+        ("then", ["--init_from", "{runs_dir}/tiny-first-seed-{seed}", "--tasks", "sst", *tiny]),
+        ("after-bad", ["--init_from", "{runs_dir}/tiny-bad-seed-{seed}", *tiny]),
+    ]
+    monkeypatch.setitem(multitask_runs.SUITES, "tiny", suite)
+    argv = ["tiny", "--jobs", "2", "--seeds", "1", "--data_dir", str(tiny_data)]
+    argv += ["--runs_dir", str(tmp_path / "runs"), "--results", str(tmp_path / "tiny")]
+    assert multitask_runs.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "after-bad-seed-1: not started: bad-seed-1 did not end well" in out
+    assert "error: 2 row(s) failed: bad-seed-1, after-bad-seed-1" in err
+    results = json.loads((tmp_path / "tiny.json").read_text())
+    assert sorted(results) == ["first-seed-1", "then-seed-1"]
+    assert results["then-seed-1"]["settings"]["init_from"].endswith("tiny-first-seed-1")
+
+
 def test_a_row_whose_process_had_the_ctrl_c_stops_the_queue(tiny_checkpoint, tmp_path, monkeypatch):
     """A row whose process ended by Ctrl-C (exit 130) stops its worker from starting the next
     queued row, also before the runner's main thread has seen the Ctrl-C itself."""
