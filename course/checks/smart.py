@@ -118,11 +118,12 @@ def check_smart(ctx: Context) -> Measurement:
             )
         if not isinstance(deltas, (list, tuple)) or len(deltas) != len(embeddings):
             return Measurement(math.inf, f"expected a list of {len(embeddings)} perturbations")
-        if graphs and max(graphs) > graphs[0]:
+        ascents = [size for size in graphs if size]  # the calls on perturbed embeddings
+        if ascents and max(ascents) > ascents[0]:
             return Measurement(
                 math.inf,
                 f"adversarial_perturbation kept δ's graph from one ascent step to the next (the "
-                f"perturbed embeddings of its steps reach {', '.join(map(str, graphs))} autograd "
+                f"perturbed embeddings of its steps reach {', '.join(map(str, ascents))} autograd "
                 "nodes; each step's should be as small as the first's): detach δ after each "
                 "step, or every backward goes through all the steps before it",
             )
