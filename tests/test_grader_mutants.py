@@ -1362,6 +1362,16 @@ CORRECT = [
             '        log_p, log_q, reduction="batchmean", log_target=True\n    )',
         ),
     ),
+    m(  # δ made a fresh leaf at the top of each ascent step instead of detached after it
+        "smart-leaf-each-step",
+        "smart",
+        SMART,
+        ("    delta = delta.detach()\n", ""),
+        (
+            "        for d in deltas:\n            d.requires_grad_(True)\n",
+            "        deltas = [d.detach().requires_grad_(True) for d in deltas]\n",
+        ),
+    ),
     m(
         "smart-normalise-by-hand",
         "smart",
