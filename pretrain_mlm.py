@@ -44,9 +44,8 @@ from minbert.mlm import (
     word_continuations,
 )
 from minbert.pretrained import load_config, resolve_checkpoint_dir
-from minbert.seeds import derived_seed
 from minbert.tokenizer import Tokenizer
-from multitask.batching import BatchStream
+from multitask.batching import BatchStream, derived_seed
 from multitask.config import SEEDS, not_a_checkpoint
 from multitask.data import load_data
 from multitask.devices import THREADS_RANGE

@@ -27,9 +27,8 @@ from tqdm import tqdm
 
 from minbert.plugins import format_parameter_report, parameter_report
 from minbert.sampling import TaskSampler
-from minbert.seeds import derived_seed
 from minbert.tokenizer import Tokenizer
-from multitask.batching import BatchStream, length_grouped_batches, make_batch
+from multitask.batching import BatchStream, derived_seed, length_grouped_batches, make_batch
 from multitask.collate import EncodedSplit
 from multitask.config import TrainConfig, build_parser, parse_args
 from multitask.data import (

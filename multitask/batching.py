@@ -23,6 +23,12 @@ shows at once, not at the end of an evaluation).
 ``BatchStream`` turns one task's training set into an endless, resumable stream of such batches,
 and ``make_batch`` turns a batch of indices into the tensors a step or an evaluation runs on
 (the one place a batch is assembled: the driver, evaluation and the benchmarks use it).
+
+``derived_seed`` gives a seeded run one stream of random numbers per purpose. A draw that must
+not depend on what else the run drew (each task's batch order in each pass, PCGrad's order of
+the tasks at a step, the masks of an MLM step) gets a generator of its own, seeded by
+``derived_seed(seed, counter, stream)`` = seed·1,000,003 + stream·1,009 + counter, with the
+counter (a pass, a step) and the stream (a task's place) told apart by the two primes.
 """
 
 from __future__ import annotations
@@ -31,16 +37,21 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from minbert.seeds import derived_seed
 from multitask.collate import Batch, EncodedSplit, random_flips
 
 __all__ = [
     "BatchStream",
+    "derived_seed",
     "fixed_batches",
     "length_grouped_batches",
     "make_batch",
     "padding_fraction",
 ]
+
+
+def derived_seed(seed: int, counter: int, stream: int = 0) -> int:
+    """seed·1,000,003 + stream·1,009 + counter (see the module docstring)."""
+    return seed * 1_000_003 + stream * 1009 + counter
 
 
 def make_batch(encoded: EncodedSplit, indices: Sequence[int], swap_pairs: bool = False) -> Batch:

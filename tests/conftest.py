@@ -1,7 +1,8 @@
 """Shared fixtures: a tiny random BERT checkpoint in Hugging Face layout (with the real
 vocabulary, so the real tokenizer works), tiny synthetic data files in the course's format, and
 ``model_and_batch``: a tiny two-task model with a training batch of each task. The helpers the
-tests share besides fixtures (the tiny config, running the driver) are in tests/helpers.py."""
+tests share besides fixtures (running the driver) are in tests/helpers.py; the tiny model config
+is ``BertConfig.tiny()``."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import save_file
 
-from minbert.bert import BertModel
+from minbert.bert import BertConfig, BertModel
 from minbert.pretrained import default_checkpoint_dir
-from tests.helpers import tiny_config, write_course_file
 
 WORDS = (
     "good bad movie film great awful what how is the a of why do you fine cat dog sat ran".split()
@@ -29,7 +29,7 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("tiny_bert")
     import torch
 
-    config = tiny_config()
+    config = BertConfig.tiny()
 
     torch.manual_seed(0)
     model = BertModel(config)
@@ -39,6 +39,13 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     (directory / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
     shutil.copyfile(default_checkpoint_dir() / "vocab.txt", directory / "vocab.txt")
     return directory
+
+
+def write_course_file(path: Path, columns: list[str], rows: list[list[str]]) -> None:
+    """A data file in the course's format: tab-separated, a header, each row numbered."""
+    lines = ["\t" + "\t".join(columns)]
+    lines += [f"{i}\t" + "\t".join(row) for i, row in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _sentence(rng: random.Random) -> str:

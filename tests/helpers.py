@@ -1,7 +1,7 @@
-"""What tests share besides fixtures (those are in conftest.py): the one tiny model config, the
-one way the tests run the driver (``driver_argv`` / ``run_driver``; ``kill_when_resumable`` and
-``signal_when_resumable`` for a run stopped as soon as it can be resumed), and the writer of a
-data file in the course's format. Import them from here: ``from tests.helpers import ...``."""
+"""What tests share besides fixtures (those are in conftest.py): the one way the tests run the
+driver (``driver_argv`` / ``run_driver``; ``kill_when_resumable`` and ``signal_when_resumable``
+for a run stopped as soon as it can be resumed). Import them from here:
+``from tests.helpers import ...``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-from minbert.bert import BertConfig
-
-tiny_config = BertConfig.tiny  # tiny_config(**overrides): 2 layers, hidden 32, real vocab size
 
 
 def driver_argv(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> list[str]:
@@ -81,9 +77,3 @@ def kill_when_resumable(checkpoint: Path, data: Path, out_dir: Path, *extra: str
     ``last.pt`` exists (or after 120 s); its return code (−SIGKILL when the kill came first)."""
     cmd = [sys.executable, "train_multitask.py", *driver_argv(checkpoint, data, out_dir, *extra)]
     return signal_when_resumable(cmd, out_dir, signal.SIGKILL)[0]
-
-
-def write_course_file(path: Path, columns: list[str], rows: list[list[str]]) -> None:
-    lines = ["\t" + "\t".join(columns)]
-    lines += [f"{i}\t" + "\t".join(row) for i, row in enumerate(rows)]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")

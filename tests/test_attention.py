@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from minbert.bert import BertModel, BertSelfAttention, extended_attention_mask
+from minbert.bert import BertConfig, BertModel, BertSelfAttention, extended_attention_mask
 from minbert.plugins import add_plugin
 from minbert.pretrained import default_checkpoint_dir, load_pretrained
 from minbert.tokenizer import Tokenizer
@@ -26,7 +26,7 @@ from multitask import attention as attention_command
 from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tasks import get_task
-from tests.helpers import tiny_config, tiny_run
+from tests.helpers import tiny_run
 
 SENTENCES = ["a gorgeous, witty film", "The cat sat on the mat."]
 PAIR = ("How do I learn to cook?", "What is the best way to learn cooking?")
@@ -70,7 +70,7 @@ def test_attentions_equal_transformers_on_the_packaged_checkpoint(pair):
 
 
 def test_nothing_is_computed_or_returned_unless_asked(monkeypatch):
-    model = BertModel(tiny_config()).eval()
+    model = BertModel(BertConfig.tiny()).eval()
     ids = torch.tensor([[101, 2204, 3185, 102]])
 
     def refuse(*args, **kwargs):
@@ -117,7 +117,7 @@ def test_lora_on_query_and_key_is_in_the_attention():
     """P · V equals the layer's own attention output, LoRA's update on query, key and value
     included (so P is the attention the layer computed), and differs from the base model's."""
     torch.manual_seed(0)
-    model = BertModel(tiny_config()).eval()
+    model = BertModel(BertConfig.tiny()).eval()
     batch = tiny_batch()
     with torch.no_grad():
         plain = model(**batch, output_attentions=True)["attentions"]
@@ -143,7 +143,7 @@ def test_lora_on_query_and_key_is_in_the_attention():
 
 def test_pal_attention_is_returned_beside_the_encoders():
     torch.manual_seed(0)
-    config = tiny_config()
+    config = BertConfig.tiny()
     model = BertModel(config).eval()
     pal = add_plugin(model, "pals", ["sts"], size=16, heads=2)
     with torch.no_grad():
@@ -439,7 +439,7 @@ def test_page_loads_in_headless_chromium_without_a_console_error(runs, tmp_path,
     assert console_errors(log) == []
     seen = json.loads(unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
     tokens = inlined_data(tmp_path / "page.html")["sequences"][0]["tokens"]
-    L, nh = tiny_config().num_hidden_layers, tiny_config().num_attention_heads
+    L, nh = BertConfig.tiny().num_hidden_layers, BertConfig.tiny().num_attention_heads
     assert len(seen["weights"]) == len(tokens) and abs(sum(seen["weights"]) - 1) < 0.05
     assert 0 < seen["lit"] <= len(tokens)
     assert seen["layers"] == L and seen["thumbs"] == nh

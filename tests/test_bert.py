@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from minbert.bert import BertConfig, BertModel
-from tests.helpers import tiny_config
 
-CONFIG = tiny_config()
+CONFIG = BertConfig.tiny()
 V, D, NH, F = (
     CONFIG.vocab_size,
     CONFIG.hidden_size,
@@ -23,7 +22,7 @@ def random_model(config: BertConfig | None = None, seed: int = 0) -> BertModel:
     """A model with large random weights. BERT's N(0, 0.02²) init makes attention almost uniform,
     which would hide masking mistakes; std 0.5 makes it peaked."""
     torch.manual_seed(seed)
-    model = BertModel(config or tiny_config())
+    model = BertModel(config or BertConfig.tiny())
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.5)
@@ -90,12 +89,12 @@ def test_state_dict_keys_and_shapes_are_hugging_face_bert() -> None:
         "pooler.dense.weight": (D, D),
         "pooler.dense.bias": (D,),
     }
-    state = BertModel(tiny_config()).state_dict()
+    state = BertModel(BertConfig.tiny()).state_dict()
     assert {k: tuple(v.shape) for k, v in state.items()} == expected
 
 
 def test_position_ids_is_a_non_persistent_buffer() -> None:
-    model = BertModel(tiny_config())
+    model = BertModel(BertConfig.tiny())
     buffers = dict(model.named_buffers())
     assert "embeddings.position_ids" in buffers
     assert torch.equal(buffers["embeddings.position_ids"][0], torch.arange(P))
@@ -144,7 +143,7 @@ def test_fast_attention_equals_written_out_equation_with_padding() -> None:
 
 
 def test_eval_is_deterministic_and_train_uses_dropout() -> None:
-    model = random_model(tiny_config(hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3))
+    model = random_model(BertConfig.tiny(hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3))
     batch = random_batch()
     with torch.no_grad():
         torch.manual_seed(1)
@@ -190,8 +189,8 @@ def test_sequence_longer_than_position_table_raises() -> None:
 
 def test_config_rejects_inconsistent_values() -> None:
     with pytest.raises(ValueError, match="multiple"):
-        tiny_config(hidden_size=18)
+        BertConfig.tiny(hidden_size=18)
     with pytest.raises(ValueError, match="hidden_act"):
-        tiny_config(hidden_act="swish")
+        BertConfig.tiny(hidden_act="swish")
     with pytest.raises(ValueError, match="position_embedding_type"):
-        tiny_config(position_embedding_type="relative_key")
+        BertConfig.tiny(position_embedding_type="relative_key")

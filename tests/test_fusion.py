@@ -12,14 +12,14 @@ import torch
 from safetensors.torch import load_file
 
 import train_multitask
-from minbert.bert import BertModel
+from minbert.bert import BertConfig, BertModel
 from minbert.plugins import add_plugin, count_formula, freeze_for_plugins
 from multitask import attention as attention_command
 from multitask import fusion_weights
 from multitask.config import parse_args
 from multitask.errors import UsageError
 from multitask.trained import TrainedRun
-from tests.helpers import driver_argv, short_run, tiny_config, tiny_run
+from tests.helpers import driver_argv, short_run, tiny_run
 
 SOURCES = ["sst", "para", "sts"]
 
@@ -46,7 +46,7 @@ def test_fusion_of_one_adapter_starts_as_that_adapter(placement):
     """softmax over one adapter is 1 and W_V = I: fusion(h) = adapter(h) at every position (up to
     the rounding of the identity product: exactly, on these CPUs)."""
     torch.manual_seed(0)
-    plain = BertModel(tiny_config()).eval()
+    plain = BertModel(BertConfig.tiny()).eval()
     with_adapter = copy.deepcopy(plain)
     state = trained_adapters(with_adapter, ["sst"], placement)
     fused = copy.deepcopy(plain)
@@ -64,7 +64,7 @@ def test_a_tasks_fusion_trains_nothing_of_the_others():
     """The loss of task sst reaches sst's fusion layers only: no gradient on the other task's
     fusion layers or on the fixed source adapters, which freezing leaves frozen."""
     torch.manual_seed(0)
-    model = BertModel(tiny_config())
+    model = BertModel(BertConfig.tiny())
     fusion = add_plugin(model, "fusion", ["sst", "sts"], size=4, sources=SOURCES)
     with torch.no_grad():
         for p in fusion.sources.parameters():
@@ -80,12 +80,12 @@ def test_a_tasks_fusion_trains_nothing_of_the_others():
 
 def test_the_weights_over_the_adapters_sum_to_one_and_are_recorded():
     torch.manual_seed(0)
-    model = BertModel(tiny_config()).eval()
+    model = BertModel(BertConfig.tiny()).eval()
     fusion = add_plugin(model, "fusion", ["para"], size=4, sources=SOURCES)
     fusion.record = {}
     with torch.no_grad():
         model(**batch(), task="para")
-    L = tiny_config().num_hidden_layers
+    L = BertConfig.tiny().num_hidden_layers
     assert set(fusion.record) == {
         ("para", layer, p) for layer in range(L) for p in ("attention", "feed_forward")
     }
@@ -96,16 +96,16 @@ def test_the_weights_over_the_adapters_sum_to_one_and_are_recorded():
 
 @pytest.mark.parametrize("placement", ["houlsby", "pfeiffer"])
 def test_the_parameter_count_is_the_formula(placement):
-    model = BertModel(tiny_config())
+    model = BertModel(BertConfig.tiny())
     fusion = add_plugin(model, "fusion", ["sst"], size=4, placement=placement, sources=SOURCES)
     real = sum(p.numel() for p in fusion.task_parameters("sst"))
     options = {"size": 4, "placement": placement, "sources": SOURCES}
-    assert real == count_formula("fusion", tiny_config(), **options)
+    assert real == count_formula("fusion", BertConfig.tiny(), **options)
 
 
 def test_fusion_needs_its_sources():
     with pytest.raises(ValueError, match="sources"):
-        add_plugin(BertModel(tiny_config()), "fusion", ["sst"], size=4)
+        add_plugin(BertModel(BertConfig.tiny()), "fusion", ["sst"], size=4)
 
 
 # -- the driver: --option fusion --adapters_from RUN ------------------------------------------
@@ -185,7 +185,7 @@ def test_the_weights_command_prints_and_draws_each_tasks_weights(fusion_run, tmp
     for task in SOURCES:
         assert f"{task}: mean weight on the adapters of sst, para, sts" in printed
     lines = [line.split() for line in printed.splitlines() if line.startswith("  layer")]
-    assert len(lines) == 3 * tiny_config().num_hidden_layers * 2
+    assert len(lines) == 3 * BertConfig.tiny().num_hidden_layers * 2
     for line in lines:
         assert abs(sum(float(v) for v in line[3:]) - 1.0) < 2e-3  # three rounded to 3 places
     assert fusion_weights.main([str(fusion_run), "--out", str(out)]) == 2

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from minbert.bert import BertModel
+from minbert.bert import BertConfig, BertModel
 from minbert.mlm import (
     IGNORE,
     BertForMaskedLM,
@@ -17,7 +17,6 @@ from minbert.mlm import (
     mlm_loss,
     word_continuations,
 )
-from tests.helpers import tiny_config
 
 CLS, SEP, PAD, MASK, V = 101, 102, 0, 103, 30522
 
@@ -81,7 +80,7 @@ def test_whole_word_masking_takes_every_piece_of_a_chosen_word():
 
 
 def test_decoder_is_the_word_embedding_matrix():
-    model = BertForMaskedLM(BertModel(tiny_config()))
+    model = BertForMaskedLM(BertModel(BertConfig.tiny()))
     assert model.cls.predictions.decoder_weight is model.bert.embeddings.word_embeddings.weight
     assert "cls.predictions.decoder.weight" not in model.state_dict()  # one tensor, not two
 
@@ -126,7 +125,7 @@ def test_checkpoint_without_head_starts_from_init(tiny_checkpoint, caplog):
 
 def test_loss_falls_on_a_tiny_repeated_text():
     torch.manual_seed(0)
-    model = BertForMaskedLM(BertModel(tiny_config(vocab_size=200, hidden_dropout_prob=0.0)))
+    model = BertForMaskedLM(BertModel(BertConfig.tiny(vocab_size=200, hidden_dropout_prob=0.0)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ids, mask = batch(rows=8, length=10, seed=3)
     ids = torch.where(ids > SEP, ids % 90 + 104, ids)  # a vocabulary of 200
@@ -144,7 +143,7 @@ def test_loss_falls_on_a_tiny_repeated_text():
 
 def test_logits_at_the_chosen_positions_give_the_same_loss():
     torch.manual_seed(0)
-    model = BertForMaskedLM(BertModel(tiny_config())).eval()
+    model = BertForMaskedLM(BertModel(BertConfig.tiny())).eval()
     ids, mask = batch(rows=4, length=12)
     masked, labels = mask_tokens(ids, mask, [CLS, SEP, PAD], MASK, V, torch.Generator())
     with torch.no_grad():

@@ -15,10 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from minbert.bert import BertModel
+from minbert.bert import BertConfig, BertModel
 from minbert.optimizer import AdamW, param_groups
 from multitask.step import LinearWarmupDecay, linear_warmup_decay
-from tests.helpers import tiny_config
 
 pytestmark = pytest.mark.numerics  # the optimizer against torch: a second pass in CI
 AGREES = 1e-9  # float64: correct formulations within ~1e-12 of torch, mistakes 1e-4 or more
@@ -176,7 +175,7 @@ def test_schedule_rejects_bad_arguments() -> None:
 
 
 def test_param_groups_structural_split() -> None:
-    model = BertModel(tiny_config())
+    model = BertModel(BertConfig.tiny())
     model.embeddings.word_embeddings.weight.requires_grad_(False)  # frozen: left out
     decay, no_decay = param_groups(model, weight_decay=0.01)
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0

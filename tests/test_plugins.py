@@ -29,7 +29,6 @@ from minbert.plugins import (
 )
 from minbert.plugins.adapter import NEAR_IDENTITY_STD, Bottleneck
 from minbert.plugins.lora import TARGETS as LORA_TARGETS
-from tests.helpers import tiny_config
 
 TASKS = ["sst", "para"]
 
@@ -53,7 +52,7 @@ VARIANTS = {
 
 def base_model(layers: int = 2, seed: int = 0) -> BertModel:
     torch.manual_seed(seed)
-    return BertModel(tiny_config(num_hidden_layers=layers)).eval()
+    return BertModel(BertConfig.tiny(num_hidden_layers=layers)).eval()
 
 
 def batch(seed: int = 1) -> dict[str, torch.Tensor]:
@@ -228,7 +227,7 @@ def test_other_task_gets_no_gradient(variant: str) -> None:
 
 
 def test_parameter_counts_match_the_formulas() -> None:
-    config = tiny_config(num_hidden_layers=6)
+    config = BertConfig.tiny(num_hidden_layers=6)
     D, L, F_ = config.hidden_size, config.num_hidden_layers, config.intermediate_size
     model = BertModel(config)
 

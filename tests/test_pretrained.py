@@ -23,7 +23,7 @@ from minbert.pretrained import (
     default_checkpoint_dir,
     load_pretrained,
 )
-from tests.helpers import driver_argv, tiny_config
+from tests.helpers import driver_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_FILE = ROOT / "sanity_check_reference.pt"
@@ -87,7 +87,7 @@ def assert_same_outputs(a: BertModel, b: BertModel) -> None:
 
 @pytest.mark.parametrize("fmt", ["safetensors", "bin"])
 def test_hugging_face_layout_loads_strictly(tmp_path: Path, fmt: str, caplog) -> None:
-    config = tiny_config()
+    config = BertConfig.tiny()
     model = random_model(config)
     write_checkpoint(tmp_path, config, hugging_face_layout(model), fmt)
     with caplog.at_level(logging.INFO, logger="minbert.pretrained"):
@@ -112,7 +112,7 @@ def test_bert_base_shaped_checkpoint_loads(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fault", ["missing", "shape", "unexpected"])
 def test_mismatched_checkpoint_raises(tmp_path: Path, fault: str) -> None:
-    config = tiny_config()
+    config = BertConfig.tiny()
     state = hugging_face_layout(random_model(config))
     if fault == "missing":
         del state["bert.encoder.layer.1.output.dense.weight"]
@@ -126,8 +126,8 @@ def test_mismatched_checkpoint_raises(tmp_path: Path, fault: str) -> None:
 
 
 def test_config_and_weights_disagree_raises(tmp_path: Path) -> None:
-    state = hugging_face_layout(random_model(tiny_config()))
-    write_checkpoint(tmp_path, tiny_config(num_hidden_layers=3), state)
+    state = hugging_face_layout(random_model(BertConfig.tiny()))
+    write_checkpoint(tmp_path, BertConfig.tiny(num_hidden_layers=3), state)
     with pytest.raises(CheckpointError, match="encoder.layer.2"):
         load_pretrained(tmp_path)
 
@@ -143,7 +143,7 @@ class Payload:
 
 
 def test_pickle_with_code_is_refused_and_never_runs(tmp_path: Path) -> None:
-    config = tiny_config()
+    config = BertConfig.tiny()
     state: dict[str, object] = dict(hugging_face_layout(random_model(config)))
     marker = tmp_path / "payload_ran"
     state["bert.pooler.dense.bias"] = Payload(f"touch {marker}")
@@ -161,7 +161,7 @@ def test_bad_directories_raise(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="JSON"):
         load_pretrained(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(tiny_config())))
+    (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(BertConfig.tiny())))
     with pytest.raises(CheckpointError, match="neither"):
         load_pretrained(tmp_path)
 
@@ -198,13 +198,13 @@ def test_packaged_checkpoint_matches_reference_outputs() -> None:
 
 
 def test_config_from_dict_warns_on_unknown_keys_only() -> None:
-    values = tiny_config().__dict__ | {"model_type": "bert", "architectures": ["BertModel"]}
+    values = BertConfig.tiny().__dict__ | {"model_type": "bert", "architectures": ["BertModel"]}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # metadata keys are not worth a warning
-        assert config_from_dict(values) == tiny_config()
+        assert config_from_dict(values) == BertConfig.tiny()
     with pytest.warns(UserWarning, match="rotary_dim"):
         config = config_from_dict(values | {"rotary_dim": 8})
-    assert config == tiny_config()
+    assert config == BertConfig.tiny()
 
 
 def test_a_checkpoint_holding_nan_is_named_as_the_checkpoints(tiny_checkpoint, tiny_data, tmp_path):
