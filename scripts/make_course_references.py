@@ -766,7 +766,7 @@ def mlm_data() -> dict:
     expected = masks(None)
     return {
         "masking": with_mistakes(expected, {t: masks(k) for k, t in declared("masking").items()}),
-        "masking_counts": {  # how many chosen, and what each became: no position named
+        "masking_counts": {  # per sentence, how many chosen and what each became: no position
             label: masking_counts(
                 input_ids, expected[f"masked inputs ({label})"], expected[f"labels ({label})"]
             )

@@ -1838,7 +1838,11 @@ MASKING_SAID = {
     "mask-specials": "position(s) like sentence 4, token 0, which is a special token or padding",
     "mask-labels-from-masked": "but the token there was",
     "mask-labels-at-mask-only": "and is labelled −100: a token that changes is a chosen one",
-    "masking-kept-unlabelled": "tokens, p 0.15: chosen 48 (the reference 51)",
+    "masking-kept-unlabelled": "tokens, p 0.15: in all, chosen 48 (the reference 51), [MASK] 44 "
+    "(the reference 44), another token 4 (the reference 4), kept 0 (the reference 3); 3 of 32 "
+    "sentences differ, the first: sentence 1, chosen 3 (the reference 4), kept 0 (the reference 1)",
+    "masking-draws-swapped": "26 of 32 sentences differ, the first: sentence 1, chosen 1 (the "
+    "reference 4), [MASK] 1 (the reference 3), kept 0 (the reference 1)",
     "mask-all-to-mask": "[MASK] 51 (the reference 44), another token 0 (the reference 4)",
 }
 

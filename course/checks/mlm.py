@@ -28,19 +28,28 @@ MLM_LOSS_TOLERANCE = 1e-5
 IGNORE = -100
 
 
-def masking_counts(original: torch.Tensor, masked: torch.Tensor, labels: torch.Tensor) -> dict:
-    """How many positions a masking chose (labelled), and what each became: [MASK], another
-    token, or itself (kept). Stored for the reference, these counts say where a masking that
-    differs goes wrong without saying which positions the reference chose."""
+COUNTS = ("chosen", "[MASK]", "another token", "kept")
+
+
+def masking_counts(
+    original: torch.Tensor, masked: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """(sentences, 4): in each sentence, how many positions a masking chose (labelled), and what
+    each became: [MASK], another token, or itself (kept); the order of ``COUNTS``. Stored for the
+    reference, these counts say in which sentence a masking that differs goes wrong without
+    saying which positions the reference chose."""
     chosen = labels != IGNORE
     became_mask = chosen & (masked == MLM_VOCAB["mask"])
     kept = chosen & (masked == original)
-    return {
-        "chosen": int(chosen.sum()),
-        "[MASK]": int(became_mask.sum()),
-        "another token": int((chosen & ~became_mask & ~kept).sum()),
-        "kept": int(kept.sum()),
-    }
+    another = chosen & ~became_mask & ~kept
+    return torch.stack([chosen, became_mask, another, kept], dim=-1).sum(dim=1)
+
+
+def side_by_side(got: torch.Tensor, reference: torch.Tensor, all_of_them: bool = True) -> str:
+    """Counts in the order of ``COUNTS`` beside the reference's, e.g. "chosen 2 (the reference
+    3)"; without ``all_of_them`` only those that differ."""
+    pairs = zip(COUNTS, got.tolist(), reference.tolist(), strict=True)
+    return ", ".join(f"{n} {g} (the reference {r})" for n, g, r in pairs if all_of_them or g != r)
 
 
 def masking_rule_broken(
@@ -80,18 +89,22 @@ def masking_rule_broken(
 
 def where_masking_differs(ctx: Context, cases: dict) -> str:
     """For a masking that differs from the stored one: the first case that breaks a rule, and
-    where; else the first whose counts differ from the reference's, side by side."""
+    where; else the first whose counts differ from the reference's, side by side: in all, and
+    in the first sentence that differs."""
     for label, (original, attention_mask, masked, labels) in cases.items():
         if broken := masking_rule_broken(original, attention_mask, masked, labels):
             return f"{label}: {broken}"
     stored = ctx.course_data["mlm"]["masking_counts"]
     for label, (original, _, masked, labels) in cases.items():
-        counts = masking_counts(original, masked, labels)
-        if counts != stored[label]:
-            said = ", ".join(
-                f"{k} {v} (the reference {stored[label][k]})" for k, v in counts.items()
+        counts, reference = masking_counts(original, masked, labels), stored[label]
+        if not torch.equal(counts, reference):
+            rows = (counts != reference).any(dim=1).nonzero().flatten().tolist()
+            first = side_by_side(counts[rows[0]], reference[rows[0]], all_of_them=False)
+            return (
+                f"{label}: in all, {side_by_side(counts.sum(0), reference.sum(0))}; "
+                f"{len(rows)} of {len(counts)} sentences differ, the first: sentence {rows[0]}, "
+                f"{first}"
             )
-            return f"{label}: {said}"
     return (
         "every case keeps the rules and has the reference's counts, but other positions are "
         "chosen: the draws are made in another order, or compared otherwise"
