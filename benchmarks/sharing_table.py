@@ -23,37 +23,47 @@ TASKS = {"sst": "SST acc", "para": "Quora acc", "sts": "STS r"}
 SEEDS = (1, 2, 3)
 
 
-def scores(results: dict, row: str, task: str) -> list[float]:
-    """The task's best dev score in ``<row>-seed-<s>`` for every seed that was run."""
-    return [
-        results[f"{row}-seed-{s}"]["best"][task]
+def scores(results: dict, row: str, task: str) -> dict[int, float]:
+    """Seed -> the task's best dev score in ``<row>-seed-<s>``, for every seed that was run."""
+    return {
+        s: results[f"{row}-seed-{s}"]["best"][task]
         for s in SEEDS
         if f"{row}-seed-{s}" in results and task in results[f"{row}-seed-{s}"]["best"]
-    ]
+    }
 
 
-def better_of(results: dict, first: str, then: str, task: str) -> list[float]:
+def better_of(results: dict, first: str, then: str, task: str) -> dict[int, float]:
     """Per seed, the better dev score of the first stage (``first``) and of the task's own run
     started from it (``then``): the task's run with its start evaluated as one more candidate
     (0 further epochs), chosen on dev as every row's best epoch is."""
-    return [
-        max(results[f"{first}-seed-{s}"]["best"][task], results[f"{then}-seed-{s}"]["best"][task])
+    return {
+        s: max(
+            results[f"{first}-seed-{s}"]["best"][task], results[f"{then}-seed-{s}"]["best"][task]
+        )
         for s in SEEDS
         if f"{first}-seed-{s}" in results and f"{then}-seed-{s}" in results
-    ]
+    }
 
 
-def cell(values: list[float], alone: list[float]) -> str:
+def cell(values: dict[int, float], alone: dict[int, float]) -> str:
     """mean ± sd (seeds), and the gap to alone's mean in points."""
     if not values:
         return "-"
-    mean = statistics.mean(values)
-    spread = f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""
-    gap = 100 * (mean - statistics.mean(alone))
+    mean = statistics.mean(values.values())
+    spread = f" ± {statistics.stdev(values.values()):.4f}" if len(values) > 1 else ""
+    gap = 100 * (mean - statistics.mean(alone.values()))
     return f"{mean:.4f}{spread} ({len(values)}; {gap:+.2f})"
 
 
-def table() -> list[str]:
+def seed_cell(values: dict[int, float], alone: dict[int, float], seed: int) -> str:
+    """One seed's score and its gap in points to alone of the same seed."""
+    if seed not in values:
+        return "-"
+    return f"{values[seed]:.4f} ({100 * (values[seed] - alone[seed]):+.2f})"
+
+
+def recipes() -> tuple[dict, list[tuple[str, dict]]]:
+    """Each task alone (seed -> score, per task), and every recipe's name and scores."""
     names = ("distillation", "error-bars", "sharing", "sharing-fusion-1-epoch")
     read = {
         n: json.loads((RESULTS_DIR / f"{n}.json").read_text())
@@ -61,7 +71,7 @@ def table() -> list[str]:
         if (RESULTS_DIR / f"{n}.json").exists()
     }
     alone = {t: scores(read["distillation"], f"teacher-{t}", t) for t in TASKS}
-    recipes = [
+    return alone, [
         ("each task alone (distillation.json `teacher-<task>`)", {t: alone[t] for t in TASKS}),
         (
             "multitask `finetune` (error-bars.json)",
@@ -104,12 +114,33 @@ def table() -> list[str]:
             {t: scores(read.get("sharing-fusion-1-epoch", {}), "fusion", t) for t in TASKS},
         ),
     ]
+
+
+def table() -> list[str]:
+    """Each recipe: mean ± sd over its seeds and the gap to alone's mean, per task."""
+    alone, rows = recipes()
     lines = [
         "| recipe | " + " | ".join(TASKS.values()) + " |",
         "|---|" + "---|" * len(TASKS),
     ]
-    for name, values in recipes:
+    for name, values in rows:
         lines.append(f"| {name} | " + " | ".join(cell(values[t], alone[t]) for t in TASKS) + " |")
+    return lines
+
+
+def seed_table() -> list[str]:
+    """Each recipe run over more than one seed (alone and the duplicate multitask row aside),
+    seed by seed: the score and the gap to alone of the same seed."""
+    alone, rows = recipes()
+    lines = [
+        "| recipe | seed | " + " | ".join(TASKS.values()) + " |",
+        "|---|---|" + "---|" * len(TASKS),
+    ]
+    for name, values in rows[2:]:
+        seeds = sorted(set().union(*(values[t] for t in TASKS)))
+        for seed in seeds if len(seeds) > 1 else ():
+            cells = " | ".join(seed_cell(values[t], alone[t], seed) for t in TASKS)
+            lines.append(f"| {name} | {seed} | {cells} |")
     return lines
 
 
@@ -124,6 +155,10 @@ def main() -> int:
         "points).",
         "",
         *table(),
+        "",
+        "Seed by seed, each score with its gap in points to each task alone of the same seed:",
+        "",
+        *seed_table(),
         "",
     ]
     out.write_text("\n".join(text))

@@ -155,4 +155,4 @@ def test_the_better_of_a_first_stage_and_the_run_from_it_is_taken_per_seed():
         "multitask-seed-3": row(0.45, 0.0),  # no run from it
     }
     better = sharing_table.better_of(results, "multitask", "multitask-then-sst", "sst")
-    assert better == [0.49, 0.50]
+    assert better == {1: 0.49, 2: 0.50}
