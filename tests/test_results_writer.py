@@ -156,3 +156,12 @@ def test_the_better_of_a_first_stage_and_the_run_from_it_is_taken_per_seed():
     }
     better = sharing_table.better_of(results, "multitask", "multitask-then-sst", "sst")
     assert better == {1: 0.49, 2: 0.50}
+
+
+def test_a_seed_is_compared_with_alone_of_the_same_seed():
+    """The seed-by-seed cell: the score and its gap in points to alone's score of that seed
+    (not alone's mean); a seed the recipe did not run is "-"."""
+    recipe, alone = {1: 0.49, 2: 0.50}, {1: 0.48, 2: 0.51, 3: 0.40}
+    assert sharing_table.seed_cell(recipe, alone, 1) == "0.4900 (+1.00)"
+    assert sharing_table.seed_cell(recipe, alone, 2) == "0.5000 (-1.00)"
+    assert sharing_table.seed_cell(recipe, alone, 3) == "-"
