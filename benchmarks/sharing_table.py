@@ -116,9 +116,8 @@ def recipes() -> tuple[dict, list[tuple[str, dict]]]:
     ]
 
 
-def table() -> list[str]:
+def table(alone: dict, rows: list[tuple[str, dict]]) -> list[str]:
     """Each recipe: mean ± sd over its seeds and the gap to alone's mean, per task."""
-    alone, rows = recipes()
     lines = [
         "| recipe | " + " | ".join(TASKS.values()) + " |",
         "|---|" + "---|" * len(TASKS),
@@ -128,10 +127,9 @@ def table() -> list[str]:
     return lines
 
 
-def seed_table() -> list[str]:
+def seed_table(alone: dict, rows: list[tuple[str, dict]]) -> list[str]:
     """Each recipe run over more than one seed (alone and the duplicate multitask row aside),
     seed by seed: the score and the gap to alone of the same seed."""
-    alone, rows = recipes()
     lines = [
         "| recipe | seed | " + " | ".join(TASKS.values()) + " |",
         "|---|---|" + "---|" * len(TASKS),
@@ -146,6 +144,7 @@ def seed_table() -> list[str]:
 
 def main() -> int:
     out = RESULTS_DIR / "sharing-vs-alone.md"
+    alone, rows = recipes()
     text = [
         "# Which recipe beats each task trained alone?",
         "",
@@ -154,11 +153,11 @@ def main() -> int:
         'the default recipe of each row: mean ± sd (seeds run; gap to "each task alone" in',
         "points).",
         "",
-        *table(),
+        *table(alone, rows),
         "",
         "Seed by seed, each score with its gap in points to each task alone of the same seed:",
         "",
-        *seed_table(),
+        *seed_table(alone, rows),
         "",
     ]
     out.write_text("\n".join(text))
