@@ -16,11 +16,11 @@ one runs; a stage whose estimate exceeds the budget left is recorded as skipped)
    ``compiled-no-graphs`` runs it with ``--compile_mode default``;
 3. eager: the default 3-epoch run, ``python train_multitask.py --device cuda --bf16 --no_plots``;
    eager-fused: the same with ``--optimizer fused``;
-4. profile-eager, profile-compiled: ``benchmarks/step_profile.py``, ten steps of each after
+4. plain-loop: ``benchmarks/plain_loop.py --device cuda --bf16 --epochs 1``, the plain Hugging
+   Face loop at the driver's settings (one epoch: its examples/s is what is compared);
+5. profile-eager, profile-compiled: ``benchmarks/step_profile.py``, ten steps of each after
    warm-up: kernels and launches per step, host time, GPU busy time, the GPU's idle share;
-5. gpu-tests: ``python -m pytest -q tests/test_gpu.py``;
-6. plain-loop: ``benchmarks/plain_loop.py --device cuda --bf16 --epochs 1``, the plain Hugging
-   Face loop at the driver's settings (one epoch: its examples/s is what is compared).
+6. gpu-tests: ``python -m pytest -q tests/test_gpu.py``.
 
 From each run folder: wall_clock_s, train_examples_per_s, eval_s, the dev scores and the
 command's own time (set-up and predictions included). Writes gpu-check.md and gpu-check.json
@@ -118,13 +118,6 @@ def stages(args: argparse.Namespace) -> list[Stage]:
         ),
         run("eager", [], "eager", 170),
         run("eager-fused", fused, "eager-fused", 170),
-        *[profile(kind, extra) for kind, extra in (("eager", []), ("compiled", compiled))],
-        Stage(
-            "gpu-tests",
-            ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
-            90,
-            150,
-        ),
         Stage(
             "plain-loop",
             [
@@ -138,6 +131,13 @@ def stages(args: argparse.Namespace) -> list[Stage]:
             60,
             200,
             run_dir=f"{work}/plain-loop",
+        ),
+        *[profile(kind, extra) for kind, extra in (("eager", []), ("compiled", compiled))],
+        Stage(
+            "gpu-tests",
+            ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
+            90,
+            150,
         ),
     ]
 

@@ -17,10 +17,10 @@ STAGES = [
     "compiled-no-graphs",
     "eager",
     "eager-fused",
+    "plain-loop",
     "profile-eager",
     "profile-compiled",
     "gpu-tests",
-    "plain-loop",
 ]
 
 
