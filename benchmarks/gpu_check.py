@@ -12,7 +12,8 @@ one runs; a stage whose estimate exceeds the budget left is recorded as skipped)
 2. compiled: the default 3-epoch run with ``--pad_multiple 16 --compile --eval_batch_size 256``
    (CUDA graphs); compiled-again: the same once more, compiling from the caches the first left on
    disk; compiled-one-length: every batch padded to 128 tokens (one shape a task);
-   compiled-fused: that with torch's fused AdamW (``--optimizer fused``); if compiled fails,
+   compiled-fused: that with torch's fused AdamW (``--optimizer fused``), and compiled-fused-again
+   once more from its caches; if compiled fails,
    ``compiled-no-graphs`` runs it with ``--compile_mode default``;
 3. eager: the default 3-epoch run, ``python train_multitask.py --device cuda --bf16 --no_plots``;
    eager-fused: the same with ``--optimizer fused``;
@@ -109,6 +110,8 @@ def stages(args: argparse.Namespace) -> list[Stage]:
         run("compiled-one-length", [*compiled, *one_length], "one-length", 60),
         # the same with torch's fused AdamW: a launch per chunk of tensors, not per operation
         run("compiled-fused", [*compiled, *one_length, *fused], "compiled-fused", 60),
+        # and once more, from the caches it left: what a second run of the day costs
+        run("compiled-fused-again", [*compiled, *one_length, *fused], "compiled-fused-again", 40),
         run(
             "compiled-no-graphs",
             [*static, "--compile_mode", "default"],

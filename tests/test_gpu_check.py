@@ -14,6 +14,7 @@ STAGES = [
     "compiled-again",
     "compiled-one-length",
     "compiled-fused",
+    "compiled-fused-again",
     "compiled-no-graphs",
     "eager",
     "eager-fused",
