@@ -1,5 +1,6 @@
-"""Masked-language modelling: masking statistics, the tied decoder, equivalence with Hugging Face
-transformers' BertForMaskedLM, learning (the pretraining command: tests/test_pretrain_mlm.py)."""
+"""Masked-language modelling: masking statistics, equivalence with Hugging Face transformers'
+BertForMaskedLM, learning (the tied decoder: tests/test_mlm_given.py; the pretraining command:
+tests/test_pretrain_mlm.py)."""
 
 from __future__ import annotations
 
@@ -79,12 +80,6 @@ def test_whole_word_masking_takes_every_piece_of_a_chosen_word():
     assert not chosen[:, 0].any() and not chosen[:, 8].any()
 
 
-def test_decoder_is_the_word_embedding_matrix():
-    model = BertForMaskedLM(BertModel(BertConfig.tiny()))
-    assert model.cls.predictions.decoder_weight is model.bert.embeddings.word_embeddings.weight
-    assert "cls.predictions.decoder.weight" not in model.state_dict()  # one tensor, not two
-
-
 @pytest.mark.numerics
 def test_logits_and_loss_equal_transformers(tmp_path):
     """A random small BertForMaskedLM saved by transformers loads with its head (strictly); its
@@ -115,12 +110,6 @@ def test_logits_and_loss_equal_transformers(tmp_path):
         theirs = reference(input_ids=masked, attention_mask=mask, labels=labels)
     assert (ours - theirs.logits)[mask.bool()].abs().max() < 1e-5
     assert abs(mlm_loss(ours, labels).item() - theirs.loss.item()) < 1e-5
-
-
-def test_checkpoint_without_head_starts_from_init(tiny_checkpoint, caplog):
-    model, had_head = load_mlm(tiny_checkpoint)
-    assert not had_head and "no MLM head" in caplog.text
-    assert torch.equal(model.cls.predictions.bias, torch.zeros(V))
 
 
 def test_loss_falls_on_a_tiny_repeated_text():
