@@ -328,6 +328,16 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             )
             for task in ("sst", "para", "sts")
         ],
+        # SST, the task that sharing costs, fine-tuned from the multitask model with layer-wise
+        # learning-rate decay (each layer down moves at 0.8 times the rate of the one above;
+        # Howard & Ruder 2018, Sun et al. 2019): the lower layers keep more of what all tasks share.
+        (
+            "multitask-then-sst-layer-decay",
+            [
+                *["--init_from", "{runs_dir}/sharing-multitask-seed-{seed}", "--tasks", "sst"],
+                *["--layer_decay", "0.8"],
+            ],
+        ),
         # MLM, multitask, then each task (the chain of the best CS224N default-project reports):
         # pretrain_mlm.py at its defaults (2000 steps of 32 of the tasks' training sentences),
         # the default multitask run from that checkpoint, then each task fine-tuned from it.

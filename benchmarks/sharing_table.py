@@ -94,6 +94,10 @@ def recipes() -> tuple[dict, list[tuple[str, dict]]]:
             {t: scores(read["sharing"], f"multitask-then-{t}-gentle", t) for t in TASKS},
         ),
         (
+            "the same, SST with layer-wise lr decay 0.8 (`multitask-then-sst-layer-decay`)",
+            {t: scores(read["sharing"], f"multitask-then-{t}-layer-decay", t) for t in TASKS},
+        ),
+        (
             "multitask from the MLM-pretrained checkpoint (`mlm-multitask`)",
             {t: scores(read["sharing"], "mlm-multitask", t) for t in TASKS},
         ),
