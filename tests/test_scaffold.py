@@ -22,6 +22,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import student_tree_size
 
 import sanity_check
 from course import scaffold
@@ -250,6 +251,35 @@ def test_student_tree_is_the_manifest_with_only_the_regions_replaced(student_tre
     guide = (student_tree / "GUIDE.md").read_text()
     assert "## For instructors" not in guide and "### 12. `mlm-loss`" in guide
     assert (student_tree / "README.md").read_text().startswith("# minBERT: the exercises")
+
+
+SIZED = '''"""A module docstring
+of two lines."""
+
+import os  # not a comment line
+
+
+def f():
+    # a comment line
+    """One line."""
+    return os.sep
+'''
+
+
+def test_the_size_script_counts_blank_comment_and_docstring_lines_as_written_by_hand() -> None:
+    size = student_tree_size.size_of(SIZED)
+    assert (size.files, size.lines, size.blank, size.comments, size.docstrings) == (1, 10, 3, 1, 3)
+    assert size.row() == ["1", "10", "6", "3"]  # files, all, without blanks and comments, code
+
+
+def test_the_size_script_puts_every_python_file_of_the_student_tree_in_one_part() -> None:
+    tree = student_tree_size.student_tree()
+    assert tree.keys() == scaffold.student_files(ROOT).keys()
+    parts = {path: student_tree_size.part_of(path) for path in tree}  # exits on two or none
+    assert all(parts[p] for p in tree if p.endswith(".py"))
+    lab = student_tree_size.lab_parts()
+    assert "multitask/distillation.py" in lab and "minbert/pcgrad.py" in lab
+    assert all((ROOT / p).is_file() and p not in tree for p in lab)
 
 
 # Lines of solution regions that are generic plumbing, found in given (non-exercise) code too.
