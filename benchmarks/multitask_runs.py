@@ -338,6 +338,17 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
                 *["--layer_decay", "0.8"],
             ],
         ),
+        # SST, the task that sharing costs, fine-tuned from the multitask model while its own
+        # single-task run teaches it (born-again distillation, Furlanello et al. 2018, in the
+        # per-task stage): the SST run alone of the same seed, then the taught fine-tuning.
+        ("sst-alone", ["--option", "finetune", "--tasks", "sst"]),
+        (
+            "multitask-then-sst-taught",
+            [
+                *["--init_from", "{runs_dir}/sharing-multitask-seed-{seed}", "--tasks", "sst"],
+                *["--teachers", "sst={runs_dir}/sharing-sst-alone-seed-{seed}"],
+            ],
+        ),
         # MLM, multitask, then each task (the chain of the best CS224N default-project reports):
         # pretrain_mlm.py at its defaults (2000 steps of 32 of the tasks' training sentences),
         # the default multitask run from that checkpoint, then each task fine-tuned from it.
@@ -693,15 +704,24 @@ def run_rows(chosen: list[tuple[str, list]], args: argparse.Namespace, extra: li
         pool.shutdown(wait=False)
 
 
+def folders_named(flag: str) -> list[str]:
+    """What a flag's value may name as a folder: the value, or each DIR of a TASK=DIR,... list."""
+    return [flag, *(entry.partition("=")[2] for entry in flag.split(",") if "=" in entry)]
+
+
 def after_first_stages(
     chosen: list[tuple[str, list]], args: argparse.Namespace, extra: list[str]
 ) -> Callable[[str, list], bool]:
     """``run_one`` for rows run at once, each started only once the rows of this batch whose
     run folder it names (its first stage: --init_from, --adapters_from, --checkpoint) ended
     well; a row whose first stage failed is not started. The rows come in the suite's order,
-    first stages first, so a row waits only on rows already taken by a worker."""
+    first stages first, so a row waits only on rows already taken by a worker. A teacher
+    (--teachers TASK=DIR,...) is a first stage too."""
     folders = {f"{args.runs_dir}/{args.suite}-{name}": name for name, _ in chosen}
-    needs = {name: [folders[f] for f in flags if f in folders] for name, flags in chosen}
+    needs = {
+        name: [folders[f] for flag in flags for f in folders_named(flag) if f in folders]
+        for name, flags in chosen
+    }
     ended = {name: threading.Event() for name in needs}
     succeeded: dict[str, bool] = {}
 

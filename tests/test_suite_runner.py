@@ -98,10 +98,14 @@ def test_rows_run_at_once_start_after_their_first_stage(
 ):
     """With --jobs 2 a row that starts from another row's run folder waits until that row has
     ended (started earlier, --init_from would find no finished run) and is not started when it
-    failed; rows without a first stage run at once."""
+    failed (a teacher of --teachers is a first stage too); rows without one run at once."""
     tiny = ["--checkpoint", str(tiny_checkpoint), "--batch_size", "4", *short_run(1, 2)]
     suite = [
         ("first", tiny),
+        (
+            "taught",
+            ["--tasks", "sst", "--teachers", "sst={runs_dir}/tiny-first-seed-{seed}", *tiny],
+        ),
         ("bad", [*tiny, "--lr", "-1"]),
         ("then", ["--init_from", "{runs_dir}/tiny-first-seed-{seed}", "--tasks", "sst", *tiny]),
         ("after-bad", ["--init_from", "{runs_dir}/tiny-bad-seed-{seed}", *tiny]),
@@ -114,7 +118,7 @@ def test_rows_run_at_once_start_after_their_first_stage(
     assert "after-bad-seed-1: not started: bad-seed-1 did not end well" in out
     assert "error: 2 row(s) failed: bad-seed-1, after-bad-seed-1" in err
     results = json.loads((tmp_path / "tiny.json").read_text())
-    assert sorted(results) == ["first-seed-1", "then-seed-1"]
+    assert sorted(results) == ["first-seed-1", "taught-seed-1", "then-seed-1"]
     assert results["then-seed-1"]["settings"]["init_from"].endswith("tiny-first-seed-1")
 
 
