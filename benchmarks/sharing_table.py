@@ -6,8 +6,9 @@ distillation suite's single-task rows, per task: mean ± sd over the seeds run, 
 
 Reads benchmarks/results/distillation.json (``teacher-<task>-seed-<s>``: each task alone, the
 default finetune recipe, 3 epochs), error-bars.json (the multitask ``finetune`` rows),
-sharing.json (``multitask``, ``multitask-then-<task>[-gentle]``, ``mlm-multitask[-then-<task>]``,
-``adapter`` and ``fusion``, each ``-seed-<s>``) and sharing-fusion-1-epoch.json (fusion, one
+sharing.json (``multitask``, ``multitask-then-<task>[-gentle]``, ``sst-alone`` and
+``multitask-then-sst-taught``, ``mlm-multitask[-then-<task>]``, ``adapter`` and ``fusion``, each
+``-seed-<s>``) and sharing-fusion-1-epoch.json (fusion, one
 epoch). The target: on every task at least the alone row's mean, and +0.5 points on two tasks.
 """
 
@@ -96,6 +97,19 @@ def recipes() -> tuple[dict, list[tuple[str, dict]]]:
         (
             "the same, SST with layer-wise lr decay 0.8 (`multitask-then-sst-layer-decay`)",
             {t: scores(read["sharing"], f"multitask-then-{t}-layer-decay", t) for t in TASKS},
+        ),
+        (
+            "SST alone again, the teacher of the next row (sharing.json `sst-alone`)",
+            {t: scores(read["sharing"], f"{t}-alone", t) for t in TASKS},
+        ),
+        (
+            "the same as multitask then each task, SST taught by it (`multitask-then-sst-taught`)",
+            {
+                t: scores(
+                    read["sharing"], f"multitask-then-{t}{'-taught' if t == 'sst' else ''}", t
+                )
+                for t in TASKS
+            },
         ),
         (
             "multitask from the MLM-pretrained checkpoint (`mlm-multitask`)",
