@@ -8,8 +8,8 @@ Reads benchmarks/results/distillation.json (``teacher-<task>-seed-<s>``: each ta
 default finetune recipe, 3 epochs), error-bars.json (the multitask ``finetune`` rows),
 sharing.json (``multitask``, ``multitask-then-<task>[-gentle]``, ``sst-alone`` and
 ``multitask-then-sst-taught``, ``mlm-multitask[-then-<task>]``, ``adapter`` and ``fusion``, each
-``-seed-<s>``) and sharing-fusion-1-epoch.json (fusion, one
-epoch). The target: on every task at least the alone row's mean, and +0.5 points on two tasks.
+``-seed-<s>``) and sharing-fusion-1-epoch.json (fusion, one epoch). The target: on every task
+at least the alone row's mean, and +0.5 points on two tasks.
 """
 
 from __future__ import annotations
