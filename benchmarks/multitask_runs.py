@@ -105,6 +105,7 @@ STUDY = [*SHORT, "--pair_encoding", "cross"]
 
 # The distillation suite's teachers of the row's seed, as --teachers reads them.
 TEACHER_SST = "sst={runs_dir}/distillation-teacher-sst-seed-{seed}"
+TAUGHT = ("sst", "para")  # the tasks of the sharing suite's taught per-task stage
 TEACHERS = ",".join(
     [TEACHER_SST]
     + [f"{t}={{runs_dir}}/distillation-teacher-{t}-seed-{{seed}}" for t in ("para", "sts")]
@@ -338,17 +339,21 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
                 *["--layer_decay", "0.8"],
             ],
         ),
-        # SST, the task that sharing costs, fine-tuned from the multitask model while its own
-        # single-task run teaches it (born-again distillation, Furlanello et al. 2018, in the
-        # per-task stage): the SST run alone of the same seed, then the taught fine-tuning.
-        ("sst-alone", ["--option", "finetune", "--tasks", "sst"]),
-        (
-            "multitask-then-sst-taught",
-            [
-                *["--init_from", "{runs_dir}/sharing-multitask-seed-{seed}", "--tasks", "sst"],
-                *["--teachers", "sst={runs_dir}/sharing-sst-alone-seed-{seed}"],
-            ],
-        ),
+        # SST and Quora, the tasks that sharing costs, each fine-tuned from the multitask model
+        # while its own single-task run teaches it (born-again distillation, Furlanello et al.
+        # 2018, in the per-task stage): the task's run alone of the same seed, then the taught
+        # fine-tuning.
+        *[(f"{task}-alone", ["--option", "finetune", "--tasks", task]) for task in TAUGHT],
+        *[
+            (
+                f"multitask-then-{task}-taught",
+                [
+                    *["--init_from", "{runs_dir}/sharing-multitask-seed-{seed}", "--tasks", task],
+                    *["--teachers", f"{task}={{runs_dir}}/sharing-{task}-alone-seed-{{seed}}"],
+                ],
+            )
+            for task in TAUGHT
+        ],
         # MLM, multitask, then each task (the chain of the best CS224N default-project reports):
         # pretrain_mlm.py at its defaults (2000 steps of 32 of the tasks' training sentences),
         # the default multitask run from that checkpoint, then each task fine-tuned from it.

@@ -6,10 +6,10 @@ distillation suite's single-task rows, per task: mean ± sd over the seeds run, 
 
 Reads benchmarks/results/distillation.json (``teacher-<task>-seed-<s>``: each task alone, the
 default finetune recipe, 3 epochs), error-bars.json (the multitask ``finetune`` rows),
-sharing.json (``multitask``, ``multitask-then-<task>[-gentle]``, ``sst-alone`` and
-``multitask-then-sst-taught``, ``mlm-multitask[-then-<task>]``, ``adapter`` and ``fusion``, each
-``-seed-<s>``) and sharing-fusion-1-epoch.json (fusion, one epoch). The target: on every task
-at least the alone row's mean, and +0.5 points on two tasks.
+sharing.json (``multitask``, ``multitask-then-<task>[-gentle|-taught]``, ``<task>-alone``,
+``mlm-multitask[-then-<task>]``, ``adapter`` and ``fusion``, each ``-seed-<s>``) and
+sharing-fusion-1-epoch.json (fusion, one epoch). The target: on every task at least the alone
+row's mean, and +0.5 points on two tasks.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import sys
 from _common import RESULTS_DIR
 
 TASKS = {"sst": "SST acc", "para": "Quora acc", "sts": "STS r"}
+TAUGHT = ("sst", "para")  # multitask_runs.TAUGHT: taught by their runs alone in the per-task stage
 SEEDS = (1, 2, 3)
 
 
@@ -99,15 +100,14 @@ def recipes() -> tuple[dict, list[tuple[str, dict]]]:
             {t: scores(read["sharing"], f"multitask-then-{t}-layer-decay", t) for t in TASKS},
         ),
         (
-            "SST alone again, the teacher of the next row (sharing.json `sst-alone`)",
+            "each task alone again, the teachers of the next row (sharing.json `<task>-alone`)",
             {t: scores(read["sharing"], f"{t}-alone", t) for t in TASKS},
         ),
         (
-            "the same as multitask then each task, SST taught by it (`multitask-then-sst-taught`)",
+            "multitask then each task, SST and Quora taught by their runs alone "
+            "(`multitask-then-<task>-taught`; STS as above)",
             {
-                t: scores(
-                    read["sharing"], f"multitask-then-{t}{'-taught' if t == 'sst' else ''}", t
-                )
+                t: scores(read["sharing"], f"multitask-then-{t}{'-taught' * (t in TAUGHT)}", t)
                 for t in TASKS
             },
         ),
