@@ -88,13 +88,13 @@ def size_of(text: str) -> Size:
 
 
 def student_tree() -> dict[str, str]:
-    """The student tree's files (target path -> text), Python ones as the scaffold writes them."""
+    """The student tree's files (target path -> text): the Python ones as the scaffold writes
+    them, the others empty (only their number counts)."""
     root = _common.ROOT
-    tree = {}
-    for target, rel in student_files(root).items():
-        text = read_source(root, rel) if rel.endswith(".py") else ""
-        tree[target] = student_source(text, rel) if rel.endswith(".py") else text
-    return tree
+    return {
+        target: student_source(read_source(root, rel), rel) if rel.endswith(".py") else ""
+        for target, rel in student_files(root).items()
+    }
 
 
 def part_of(path: str) -> str | None:
