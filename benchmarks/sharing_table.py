@@ -19,9 +19,9 @@ import statistics
 import sys
 
 from _common import RESULTS_DIR
+from multitask_runs import TAUGHT  # taught by their runs alone in the per-task stage
 
 TASKS = {"sst": "SST acc", "para": "Quora acc", "sts": "STS r"}
-TAUGHT = ("sst", "para")  # multitask_runs.TAUGHT: taught by their runs alone in the per-task stage
 SEEDS = (1, 2, 3)
 
 
