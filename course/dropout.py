@@ -75,25 +75,26 @@ def units(calls: list) -> list[tuple[tuple[int, ...], float]]:
     return found
 
 
-def explain_calls(hint: str, recorder: DropoutRecorder | None, case: dict) -> str:
+def explain_calls(hint: str, calls: list | None, case: dict) -> str:
     """``hint``, with what differs in the dropout calls when the student's code did not draw the
     units the reference drew (``case["dropout calls"]``, stored for training mode); in eval mode
-    (no calls stored) any active dropout call is the mistake, and named so."""
+    (no calls stored) any active dropout call is the mistake, and named so. ``calls``: the
+    recorder's (``DropoutRecorder.calls``), None when the code ran without one."""
     expected = case.get("dropout calls")
-    if recorder is None:
+    if calls is None:
         return hint
     if expected is None:
-        if not recorder.calls:
+        if not calls:
             return hint
         return (
-            f"{hint}; in eval mode your code {describe_calls(recorder.calls)}, the reference "
+            f"{hint}; in eval mode your code {describe_calls(calls)}, the reference "
             "never calls it in eval mode (dropout is off after model.eval(): pass "
             "training=self.training to F.dropout, or call the module's nn.Dropout)"
         )
-    if units(recorder.calls) == units(expected):
+    if units(calls) == units(expected):
         return hint
     return (
-        f"{hint}; in training mode your code {describe_calls(recorder.calls)}, the reference "
+        f"{hint}; in training mode your code {describe_calls(calls)}, the reference "
         f"{describe_calls(expected)}"
     )
 

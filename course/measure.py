@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from course import seal
-from course.dropout import DropoutRecorder, explain_calls
+from course.dropout import explain_calls
 
 
 @dataclass
@@ -129,7 +129,7 @@ def grade(
     got: dict[str, torch.Tensor],
     label: str = "",
     axes: tuple[str, ...] = (),
-    dropout: DropoutRecorder | None = None,
+    calls: list | None = None,
 ) -> Measurement:
     """What the student's code computed (``got``: name -> tensor) against a stored case:
     ``case["expected"]`` (name -> the sealed output, ``course/seal.py``) and
@@ -138,9 +138,9 @@ def grade(
     all, and ``worst_of`` takes it as expected here). The measurement is the worst of the
     expected outputs (``measure_sealed``), and it carries the distance to every known mistake,
     in the same sealed form, which ``run_check`` uses to name the mistake when the check fails
-    (``diagnose``). ``dropout``: the
-    recorder the student's code ran under in training mode; where its calls drew other masks
-    than the reference's, the message says how they differ (``explain_calls``)."""
+    (``diagnose``). ``calls``: the dropout calls of the recorder the student's code ran under
+    (``DropoutRecorder.calls``); where they drew other masks than the reference's, the message
+    says how they differ (``explain_calls``)."""
     expected: dict[str, dict] = case["expected"]
     seen = {name: Observed(name, got.get(name), sealed) for name, sealed in expected.items()}
     found = [
@@ -152,7 +152,7 @@ def grade(
         mistake: max(seen[name].distance(outputs.get(name, expected[name])) for name in expected)
         for mistake, outputs in case.get("mistakes", {}).items()
     }
-    worst.hint = explain_calls(worst.hint, dropout, case)
+    worst.hint = explain_calls(worst.hint, calls, case)
     return worst
 
 
@@ -312,13 +312,17 @@ def autograd_nodes(tensors: list[torch.Tensor]) -> int:
     return len(seen)
 
 
-def float32_under_autocast(
-    name: str, compute: Callable[[], torch.Tensor], what: str
-) -> Measurement | None:
+def under_autocast(compute: Callable[[], torch.Tensor]) -> torch.Tensor:
     """What ``compute()`` (the student's function on bfloat16 logits) returns under CPU bf16
-    autocast, as training runs it with --bf16: None when float32, else a failing measurement."""
+    autocast, as training runs it with --bf16 (``not_float32`` judges it)."""
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        dtype = compute().dtype
+        return compute()
+
+
+def not_float32(name: str, got: object, what: str) -> Measurement | None:
+    """None when ``got`` (from ``under_autocast``) is a float32 tensor, else a failing
+    measurement."""
+    dtype = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
     if dtype == torch.float32:
         return None
     return Measurement(

@@ -1,19 +1,24 @@
 """The check registry: what a check is, how it is declared, run, selected and reported.
 
-A check is a function ``Context -> Measurement`` declared with ``@check`` right where it is
-written, in the checks file of the source file it grades (``course/checks/<file>.py``)::
+A check is two functions (``course/outcome.py``): ``compute`` (``Context -> outputs``) runs the
+student's code and returns what it computed as plain data, and ``judge`` (``Context, outputs ->
+Measurement``) compares that with the references and runs no student code, so class grading can
+run the two in different processes (``course/judge.py``). ``compute`` is declared with
+``@check`` right where it is written, in the checks file of the source file it grades
+(``course/checks/<file>.py``), naming its judge::
 
     @check(
         "attention: scaled_dot_product_attention vs equation",
         tolerance=1e-5,
+        judge=stored_cases(("attention_function", "eval"), ("attention_function", "train")),
         hint="divide QKᵀ by √d_k (the head size), add M before the softmax, ...",
         exercises=("attention",),
     )
-    def check_attention_function(ctx: Context) -> Measurement:
+    def check_attention_function(ctx: Context) -> Outputs:
         ...
 
 A check made by a factory (``hidden_state_check("single")``) is registered right below the
-factory: ``check("bert: ...", tolerance=1e-5, hint=..., exercises=...)(hidden_state_check(...))``.
+factory: ``check("bert: ...", tolerance=1e-5, judge=..., ...)(hidden_state_check(...))``.
 The report lists the checks in the order they were registered: the import order of
 ``course/checks/__init__.py`` (the order of GUIDE.md), then each file top to bottom.
 
@@ -68,6 +73,7 @@ import torch
 
 from course.locate import locate
 from course.measure import Measurement, diagnose
+from course.outcome import Outputs
 from minbert.checkpoint import load_trusted
 
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
@@ -85,17 +91,19 @@ class Check:
 
     name: "<component>: what is compared" (``--only <component>`` selects it).
     tolerance: the largest absolute difference that passes.
-    run: computes the measurement.
+    compute: runs the student's code; returns its outputs as plain data (``course/outcome.py``).
     hint: what to look at when the check fails.
     exercises: the course exercises (``course.scaffold`` ids) whose code this check runs; with
         any of them missing the check is NOT IMPLEMENTED, with all of them done it can pass.
+    judge: measures those outputs against the references; runs no student code.
     """
 
     name: str
     tolerance: float
-    run: Callable[[Context], Measurement]
+    compute: Callable[[Context], Outputs]
     hint: str = ""
     exercises: tuple[str, ...] = ()
+    judge: Callable[[Context, Outputs], Measurement] | None = None
 
     @property
     def component(self) -> str:
@@ -177,7 +185,7 @@ class Context:
 # ----------------------------------------------------------------------------------------------
 # Declaring checks
 
-CheckFunction = Callable[[Context], Measurement]
+ComputeFunction = Callable[[Context], Outputs]
 
 # Every declared check, in the order of declaration (course/checks/__init__.py imports
 # the checks files in the order of GUIDE.md).
@@ -185,16 +193,22 @@ CHECKS: list[Check] = []
 
 
 def check(
-    name: str, *, tolerance: float, hint: str = "", exercises: tuple[str, ...] = ()
-) -> Callable[[CheckFunction], CheckFunction]:
-    """Register the decorated function as the check ``name`` (see ``Check``); the function is
-    returned unchanged. Two checks of one name are a ValueError."""
+    name: str,
+    *,
+    tolerance: float,
+    judge: Callable[[Context, Outputs], Measurement],
+    hint: str = "",
+    exercises: tuple[str, ...] = (),
+) -> Callable[[ComputeFunction], ComputeFunction]:
+    """Register the decorated function as the ``compute`` of the check ``name``, judged by
+    ``judge`` (see ``Check``); the function is returned unchanged. Two checks of one name are a
+    ValueError."""
 
-    def register(run: CheckFunction) -> CheckFunction:
+    def register(compute: ComputeFunction) -> ComputeFunction:
         if any(c.name == name for c in CHECKS):
             raise ValueError(f"a check named {name!r} is already registered")
-        CHECKS.append(Check(name, tolerance, run, hint, tuple(exercises)))
-        return run
+        CHECKS.append(Check(name, tolerance, compute, hint, tuple(exercises), judge))
+        return compute
 
     return register
 
@@ -221,21 +235,40 @@ def student_functions(ctx: Context) -> dict[str, list[str]]:
         return {}
 
 
-def run_check(check: Check, ctx: Context) -> Result:
-    """Run one check; never raises (a broken check is a FAIL, a missing exercise NOT
-    IMPLEMENTED)."""
+def compute_check(check: Check, ctx: Context) -> dict:
+    """Run the check's ``compute`` (the student's code): ``{"outputs": ...}``, or ``{"error":
+    what was raised and where, "not_implemented": bool}``. Never raises."""
     try:
-        measurement = check.run(ctx)
+        return {"outputs": check.compute(ctx)}
     except Exception as err:  # one broken check must not stop the others
         todo = not_implemented_message(err)
         detail = todo if todo is not None else f"{type(err).__name__}: {err}"
         detail += f" ({locate(err, student_functions(ctx))})"
-        return Result(check, NOT_IMPLEMENTED if todo is not None else FAIL, None, detail)
+        return {"error": detail, "not_implemented": todo is not None}
+
+
+def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
+    """The result of ``compute_check``'s answer (in class grading, a runner's: untrusted data).
+    Never raises: outputs the judge cannot read are a FAIL that says so."""
+    if "error" in computed:
+        status = NOT_IMPLEMENTED if computed.get("not_implemented") is True else FAIL
+        return Result(check, status, None, str(computed["error"]))
+    try:
+        measurement = check.judge(ctx, computed["outputs"])
+    except Exception as err:
+        said = f"{type(err).__name__}: {str(err)[:200]}"
+        return Result(check, FAIL, None, f"outputs the grader cannot read ({said})")
     diff = measurement.max_abs_diff
     passed = diff <= check.tolerance  # NaN compares false: fails
     if passed:
         return Result(check, PASS, diff)
     return Result(check, FAIL, diff, measurement.hint, diagnose(measurement, check.tolerance))
+
+
+def run_check(check: Check, ctx: Context) -> Result:
+    """Compute and judge one check in this process (``sanity_check.py``); never raises (a
+    broken check is a FAIL, a missing exercise NOT IMPLEMENTED)."""
+    return judge_check(check, ctx, compute_check(check, ctx))
 
 
 def format_result(result: Result, width: int, shown_hints: set[str] | None = None) -> str:

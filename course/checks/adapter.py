@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from course.measure import Measurement, grade
+from course.outcome import Outputs, graded, outputs, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
 
 ADAPTER_OPTIONS = {"size": 4}
@@ -14,10 +14,11 @@ ADAPTER_OPTIONS = {"size": 4}
 @check(
     "adapter: Houlsby adapter vs h + W_up·GELU(W_down·h)",
     tolerance=1e-5,
+    judge=stored_cases(("adapter", "eval")),
     hint="a bottleneck (down-projection, GELU, up-projection) added to its input h",
     exercises=("adapter",),
 )
-def check_adapter(ctx: Context) -> Measurement:
+def check_adapter(ctx: Context) -> Outputs:
     """Houlsby adapters at both positions of every layer against the stored
     h + W_up · GELU(W_down · h + b_down) + b_up."""
     from minbert.bert import BertConfig
@@ -32,4 +33,4 @@ def check_adapter(ctx: Context) -> Measurement:
             task, _, layer, position = key.split()
             site = plugin.after_attention if position == "attention" else plugin.after_feed_forward
             got[key] = site(int(layer), task, h)
-    return grade(data["eval"], got)
+    return outputs(graded(got))

@@ -19,7 +19,6 @@ on the project's tiny config, then the whole model against Hugging Face.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterator
 from functools import partial
 
@@ -27,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from course.dropout import MODES, mode, recorded_dropout
-from course.measure import Measurement, Observed, compare, grade, measure_sealed, worst_of
+from course.measure import Measurement, Observed, compare, measure_sealed
+from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import Context, check
 
 # BertConfig.tiny overrides of each component check (a small vocabulary keeps the stored
@@ -46,11 +46,12 @@ PATHS = ("fused", "written-out")
 @check(
     "embeddings: BertEmbeddings vs written-out equation",
     tolerance=1e-5,
+    judge=stored_cases(*[("embeddings", name) for name in MODES]),
     hint="the sum of the word, position (0..T−1) and token type embeddings, then LayerNorm, then "
     "dropout (checked in eval and training mode)",
     exercises=("embeddings",),
 )
-def check_embeddings(ctx: Context) -> Measurement:
+def check_embeddings(ctx: Context) -> Outputs:
     """BertEmbeddings on stored weights and ids, eval and training mode, against the stored
     dropout(LayerNorm(word[ids] + position[0..T−1] + type[ids]))."""
     from minbert.bert import BertConfig, BertEmbeddings
@@ -62,17 +63,18 @@ def check_embeddings(ctx: Context) -> Measurement:
     for name in MODES:
         with mode(embeddings, name, ctx.course_data["seed"]) as recorder:
             got = embeddings(data["input_ids"], data["token_type_ids"])
-        found.append(grade(data[name], {"embeddings": got}, f"({name} mode) ", dropout=recorder))
-    return worst_of(found)
+        found.append(graded({"embeddings": got}, f"({name} mode) ", calls=recorder.calls))
+    return outputs(*found)
 
 
 @check(
     "attention: scaled_dot_product_attention vs equation",
     tolerance=1e-5,
+    judge=stored_cases(*[("attention_function", name) for name in MODES]),
     hint="softmax(QKᵀ/√d_k + M)·V, with dropout on the attention probabilities",
     exercises=("attention",),
 )
-def check_attention_function(ctx: Context) -> Measurement:
+def check_attention_function(ctx: Context) -> Outputs:
     """scaled_dot_product_attention on stored padded random heads, without and with dropout (under
     recorded dropout), against the stored softmax(QKᵀ/√d_k + M)·V; torch's fused op raises
     there (``no_fused_attention``). With dropout it runs as in training, with gradients enabled
@@ -90,11 +92,11 @@ def check_attention_function(ctx: Context) -> Measurement:
         qkv = [data[t].clone().requires_grad_(name == "train") for t in ("q", "k", "v")]
         with context as recorder, no_fused_attention(), torch.set_grad_enabled(name == "train"):
             got = scaled_dot_product_attention(*qkv, data["mask"], p)
-        if name == "train" and (problem := backward_problem(got, qkv)):
-            return Measurement(math.inf, problem)
-        label = f"(dropout_p {p}) "
-        found.append(grade(data[name], {"attention output": got}, label, axes, recorder))
-    return worst_of(found)
+        if name == "train" and (said := backward_problem(got, qkv)):
+            return problem(said)
+        calls = recorder.calls if recorder is not None else None
+        found.append(graded({"attention output": got}, f"(dropout_p {p}) ", axes, calls))
+    return outputs(*found)
 
 
 def backward_problem(out: torch.Tensor, inputs: list[torch.Tensor]) -> str:
@@ -250,12 +252,13 @@ def fused_through_written_out() -> Iterator[None]:
 @check(
     "attention: BertSelfAttention vs multi-head reference",
     tolerance=1e-5,
+    judge=stored_cases(*[("self_attention", path, name) for path in PATHS for name in MODES]),
     hint="project x with self.query, self.key, self.value, split D into nh heads of hs (heads "
     "before tokens), attend, and merge the heads back in the same order; attention dropout in "
     "training",
     exercises=("attention",),
 )
-def check_self_attention(ctx: Context) -> Measurement:
+def check_self_attention(ctx: Context) -> Outputs:
     """BertSelfAttention on stored weights, fused and written-out paths, without and with plug-in
     sites, in eval and training mode, against stored multi-head attention."""
     from minbert.bert import BertConfig, BertSelfAttention
@@ -274,9 +277,9 @@ def check_self_attention(ctx: Context) -> Measurement:
                     with sites_hooked(attention, sites):
                         got[label] = attention(data["x"], data["mask"])
             label = f"heads ({path} path, {name} mode) "
-            found.append(grade(data[path][name], got, label, dropout=recorder))
+            found.append(graded(got, label, calls=recorder.calls))
     attention.use_fast_path = True
-    return worst_of(found)
+    return outputs(*found)
 
 
 class StandInSelfAttention(torch.nn.Module):
@@ -293,14 +296,14 @@ class StandInSelfAttention(torch.nn.Module):
         return torch.tanh(self.mix(x)) * keep + 0.1 * x
 
 
-def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
+def layer_check(with_sites: bool) -> Callable[[Context], Outputs]:
     """BertLayer (its attention swapped for a stand-in) on stored weights, eval and training
     mode, against the stored post-norm layer. Training mode runs as training does, under
     recorded dropout with gradients enabled inside ``mode`` (which turns them off), and the
     backward pass must go through: an in-place residual add on a tensor autograd saved gives the
     right numbers but fails there."""
 
-    def run(ctx: Context) -> Measurement:
+    def run(ctx: Context) -> Outputs:
         from minbert.bert import BertConfig, BertLayer
 
         data = ctx.course_data["layer"]
@@ -309,7 +312,6 @@ def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
         layer.attention.self = StandInSelfAttention(config.hidden_size)
         layer.load_state_dict(data["state"])
         label, sites = site_variants()[1 if with_sites else 0]
-        cases = data["sites" if with_sites else "plain"]
         found = []
         for name in MODES:
             x = data["x"].clone().requires_grad_(name == "train")
@@ -319,12 +321,12 @@ def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
                 sites_hooked(layer, sites),
             ):
                 got = layer(x, data["mask"])
-            if name == "train" and (problem := backward_problem(got, [x])):
-                return Measurement(math.inf, problem)
+            if name == "train" and (said := backward_problem(got, [x])):
+                return problem(said)
             found.append(
-                grade(cases[name], {"layer output": got}, f"({label}, {name} mode) ", (), recorder)
+                graded({"layer output": got}, f"({label}, {name} mode) ", (), recorder.calls)
             )
-        return worst_of(found)
+        return outputs(*found)
 
     return run
 
@@ -332,6 +334,7 @@ def layer_check(with_sites: bool) -> Callable[[Context], Measurement]:
 check(
     "layer: BertLayer vs post-norm reference",
     tolerance=1e-5,
+    judge=stored_cases(*[("layer", "plain", name) for name in MODES]),
     hint="two post-norm sub-layers: a = LayerNorm(x + dropout(attention projected)), then "
     "LayerNorm(a + dropout(FFN(a))); each adds its own input",
     exercises=("layer",),
@@ -339,6 +342,7 @@ check(
 check(
     "layer: plug-ins act through its modules",
     tolerance=1e-5,
+    judge=stored_cases(*[("layer", "sites", name) for name in MODES]),
     hint="call the layer's own modules (self.dense, self.dropout, self.LayerNorm, the "
     "sub-modules) rather than F.linear, F.dropout or F.layer_norm on their weights: plug-ins act "
     "on what each module returns",
@@ -362,32 +366,49 @@ def whole_model(name: str, got: torch.Tensor, expected, axes: tuple[str, ...]) -
     return measure_sealed(name, Observed(name, got, expected), expected, axes)
 
 
-def hidden_state_check(batch: str, fast_attention: bool = True) -> Callable[[Context], Measurement]:
-    """last_hidden_state on the real tokens of the reference batch ``batch`` (padding zeroed in
-    both: it is not compared)."""
+def hidden_state_check(batch: str, fast_attention: bool = True) -> Callable[[Context], Outputs]:
+    """last_hidden_state on the real tokens of the reference batch ``batch`` (padding zeroed:
+    it is not compared)."""
 
-    def run(ctx: Context) -> Measurement:
-        ref = ctx.reference[batch]
+    def run(ctx: Context) -> Outputs:
+        real = ctx.reference[batch]["attention_mask"].bool()[..., None]
         out = ctx.outputs(batch, fast_attention)
-        real = ref["attention_mask"].bool()[..., None]
-        got = torch.where(real, out["last_hidden_state"], 0.0)
-        expected = ref["last_hidden_state"]
-        if isinstance(expected, torch.Tensor):
-            expected = torch.where(real, expected, 0.0)
-        return whole_model("last_hidden_state", got, expected, ("sentence", "token", "dim"))
+        return {"last_hidden_state": torch.where(real, out["last_hidden_state"], 0.0)}
 
     return run
 
 
-def pooler_check(batch: str) -> Callable[[Context], Measurement]:
+def judge_hidden_state(batch: str) -> Callable[[Context, Outputs], Measurement]:
+    """last_hidden_state against the reference's (its padding zeroed too, if it is in full)."""
+
+    def judge(ctx: Context, out: Outputs) -> Measurement:
+        expected = ctx.reference[batch]["last_hidden_state"]
+        if isinstance(expected, torch.Tensor):
+            real = ctx.reference[batch]["attention_mask"].bool()[..., None]
+            expected = torch.where(real, expected, 0.0)
+        got = out["last_hidden_state"]
+        return whole_model("last_hidden_state", got, expected, ("sentence", "token", "dim"))
+
+    return judge
+
+
+def pooler_check(batch: str) -> Callable[[Context], Outputs]:
     """pooler_output of the reference batch ``batch``."""
 
-    def run(ctx: Context) -> Measurement:
-        out = ctx.outputs(batch)
+    def run(ctx: Context) -> Outputs:
+        return {"pooler_output": ctx.outputs(batch)["pooler_output"]}
+
+    return run
+
+
+def judge_pooler(batch: str) -> Callable[[Context, Outputs], Measurement]:
+    """pooler_output against the reference's."""
+
+    def judge(ctx: Context, out: Outputs) -> Measurement:
         expected = ctx.reference[batch]["pooler_output"]
         return whole_model("pooler_output", out["pooler_output"], expected, ("sentence", "dim"))
 
-    return run
+    return judge
 
 
 MODEL = ("embeddings", "attention", "layer")
@@ -398,30 +419,35 @@ BERT_HINT = (
 check(
     "bert: last_hidden_state, padded single sentences",
     tolerance=BERT_TOLERANCE,
+    judge=judge_hidden_state("single"),
     hint=BERT_HINT,
     exercises=MODEL,
 )(hidden_state_check("single"))
 check(
     "bert: pooler_output, padded single sentences",
     tolerance=BERT_TOLERANCE,
+    judge=judge_pooler("single"),
     hint=BERT_HINT,
     exercises=MODEL,
 )(pooler_check("single"))
 check(
     "bert: last_hidden_state, sentence pairs",
     tolerance=BERT_TOLERANCE,
+    judge=judge_hidden_state("pair"),
     hint=BERT_HINT,
     exercises=MODEL,
 )(hidden_state_check("pair"))
 check(
     "bert: pooler_output, sentence pairs",
     tolerance=BERT_TOLERANCE,
+    judge=judge_pooler("pair"),
     hint=BERT_HINT,
     exercises=MODEL,
 )(pooler_check("pair"))
 check(
     "bert: last_hidden_state, pairs, written-out attention",
     tolerance=BERT_TOLERANCE,
+    judge=judge_hidden_state("pair"),
     hint=BERT_HINT,
     exercises=MODEL,
 )(hidden_state_check("pair", fast_attention=False))

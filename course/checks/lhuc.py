@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from course.measure import Measurement, grade
+from course.outcome import Outputs, graded, outputs, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
 
 
@@ -14,10 +14,11 @@ from course.registry import PLUGIN_TASKS, Context, check
 @check(
     "lhuc: LHUC vs h ⊙ 2·σ(r)",
     tolerance=1e-5,
+    judge=stored_cases(("lhuc", "eval")),
     hint="scale each hidden unit by 2·sigmoid of this layer's r (2·σ(0) = 1 keeps the identity)",
     exercises=("lhuc",),
 )
-def check_lhuc(ctx: Context) -> Measurement:
+def check_lhuc(ctx: Context) -> Outputs:
     """LHUC on every layer's output against the stored h ⊙ 2·σ(r_layer)."""
     from minbert.bert import BertConfig
     from minbert.plugins.lhuc import LHUC
@@ -30,4 +31,4 @@ def check_lhuc(ctx: Context) -> Measurement:
         for key, h in data["h"].items():
             task, _, layer = key.split()
             got[key] = plugin.after_layer(int(layer), task, h)
-    return grade(data["eval"], got)
+    return outputs(graded(got))

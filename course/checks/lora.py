@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from course.dropout import MODES, mode
-from course.measure import Measurement, compare, grade, worst_of
+from course.measure import Measurement, compare, worst_of
+from course.outcome import Outputs, graded, outputs, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
 
 LORA_OPTIONS = {
@@ -28,11 +29,12 @@ LORA_MERGE_CONFIG = {"vocab_size": 50}  # BertConfig.tiny overrides of the merge
 @check(
     "lora: LoRA linear vs W x + b + (α/r)·B A x",
     tolerance=1e-5,
+    judge=stored_cases(*[("lora", "linear", name) for name in MODES]),
     hint="add the low-rank update of the input (through A to rank r, then B), scaled by α/r, to "
     "the base output y; dropout on the update's input only",
     exercises=("lora",),
 )
-def check_lora_linear(ctx: Context) -> Measurement:
+def check_lora_linear(ctx: Context) -> Outputs:
     """LoRA's linear site against the stored W x + b + (α/r)·B A dropout(x) on the targets,
     W x + b elsewhere, in eval and training mode."""
     from minbert.bert import BertConfig
@@ -56,18 +58,30 @@ def check_lora_linear(ctx: Context) -> Measurement:
                 task, _, layer, target = key.split()
                 y = torch.nn.functional.linear(x, bases[target].weight, bases[target].bias)
                 got[key] = plugin.linear(int(layer), task, target, bases[target], x, y)
-        found.append(grade(data[name], got, f"({name} mode) ", dropout=recorder))
+        found.append(graded(got, f"({name} mode) ", calls=recorder.calls))
+    return outputs(*found)
+
+
+def judge_lora_merge(ctx: Context, out: Outputs) -> Measurement:
+    """The merged weights against the stored ones, and each weight after unmerging against the
+    weight before merging."""
+    found = [
+        compare(f"unmerged {name} weight", after, before, axes=("out", "in"))
+        for name, (after, before) in out["unmerged"].items()
+    ]
+    found.append(stored_cases(("lora", "merge", "eval"))(ctx, out))
     return worst_of(found)
 
 
 @check(
     "lora: merge vs W + (α/r)·B A",
     tolerance=1e-6,
+    judge=judge_lora_merge,
     hint="the merged weight adds the update's matrix, (d_out, d_in) like the base weight, "
     "scaled by α/r",
     exercises=("lora",),
 )
-def check_lora_merge(ctx: Context) -> Measurement:
+def check_lora_merge(ctx: Context) -> Outputs:
     """LoRA.merge(task) against the stored W + (α/r)·B A for every adapted weight; unmerge
     restores W."""
     from minbert.bert import BertConfig, BertModel
@@ -85,7 +99,7 @@ def check_lora_merge(ctx: Context) -> Measurement:
         for i, layer in enumerate(layers)
         for n in LORA_OPTIONS["targets"]
     }
-    got, found = {}, []
+    got, unmerged = {}, {}
     for task in PLUGIN_TASKS:
         plugin.merge(task)
         for (i, name), _ in before.items():
@@ -94,9 +108,6 @@ def check_lora_merge(ctx: Context) -> Measurement:
             )
         plugin.unmerge()
         for (i, name), weight in before.items():
-            w = target_module(layers[i], name).weight
-            found.append(
-                compare(f"unmerged layer {i} {name} weight", w, weight, axes=("out", "in"))
-            )
-    found.append(grade(data["eval"], got, axes=("out", "in")))
-    return worst_of(found)
+            after = target_module(layers[i], name).weight.detach().clone()
+            unmerged[f"{task} layer {i} {name}"] = [after, weight]
+    return outputs(graded(got, axes=("out", "in"))) | {"unmerged": unmerged}

@@ -13,7 +13,8 @@ import math
 
 import torch
 
-from course.measure import Measurement, float32_under_autocast, grade, unchanged_problem
+from course.measure import Measurement, grade, not_float32, unchanged_problem, under_autocast
+from course.outcome import Outputs, problem
 from course.registry import Context, check
 
 # A made-up vocabulary: ids 0-3 special, 4-29 whole words, 30-39 "##" pieces.
@@ -87,10 +88,15 @@ def masking_rule_broken(
     return None
 
 
-def where_masking_differs(ctx: Context, cases: dict) -> str:
-    """For a masking that differs from the stored one: the first case that breaks a rule, and
-    where; else the first whose counts differ from the reference's, side by side: in all, and
-    in the first sentence that differs."""
+def where_masking_differs(ctx: Context, got: dict) -> str:
+    """For a masking that differs from the stored one (``got``: its outputs by name): the first
+    case that breaks a rule, and where; else the first whose counts differ from the
+    reference's, side by side: in all, and in the first sentence that differs."""
+    original, attention_mask, _ = mlm_batch()
+    cases = {
+        label: (original, attention_mask, got[f"masked inputs ({label})"], got[f"labels ({label})"])
+        for label, *_ in MASKING_CASES
+    }
     for label, (original, attention_mask, masked, labels) in cases.items():
         if broken := masking_rule_broken(original, attention_mask, masked, labels):
             return f"{label}: {broken}"
@@ -127,22 +133,33 @@ def mlm_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return ids, attention_mask, continuation
 
 
+def judge_masking(ctx: Context, out: Outputs) -> Measurement:
+    """The masks against the stored ones (exact); where they differ, said."""
+    if out.get("problem") is not None:
+        return Measurement(math.inf, str(out["problem"]))
+    result = grade(ctx.course_data["mlm"]["masking"], out, axes=("sentence", "token"))
+    if result.max_abs_diff > 0:
+        result.hint = f"{result.hint}; {where_masking_differs(ctx, out)}"
+    return result
+
+
 @check(
     "masking: mask_tokens vs stored masks",
     tolerance=0.0,
+    judge=judge_masking,
     hint="steps 1-3 of minbert/mlm.py's docstring, with the three draws of mask_tokens' "
     "docstring in their order: only real, non-special tokens are chosen; of the chosen, 80% "
     "[MASK], 10% random, 10% kept; labels −100 wherever nothing is chosen",
     exercises=("masking",),
 )
-def check_masking(ctx: Context) -> Measurement:
-    """mask_tokens on a stored batch (token and whole-word masking, two rates) against the
-    stored masked inputs and labels (exact)."""
+def check_masking(ctx: Context) -> Outputs:
+    """mask_tokens on a stored batch (token and whole-word masking, two rates): the masked inputs
+    and labels, for the stored ones (exact)."""
     from minbert.mlm import mask_tokens
 
     original, attention_mask, continuation = mlm_batch()
     v = MLM_VOCAB
-    got, cases = {}, {}
+    got = {}
     for label, seed, p, whole_word in MASKING_CASES:
         input_ids = original.clone()
         masked, labels = mask_tokens(
@@ -156,26 +173,29 @@ def check_masking(ctx: Context) -> Measurement:
             continuation if whole_word else None,
         )
         if changed := unchanged_problem("input_ids", original, input_ids, ("sentence", "token")):
-            return Measurement(math.inf, f"mask_tokens ({label}) {changed}")
+            return problem(f"mask_tokens ({label}) {changed}")
         got[f"masked inputs ({label})"] = masked
         got[f"labels ({label})"] = labels
-        cases[label] = (original, attention_mask, masked, labels)
-    result = grade(ctx.course_data["mlm"]["masking"], got, axes=("sentence", "token"))
-    if result.max_abs_diff > 0:
-        result.hint = f"{result.hint}; {where_masking_differs(ctx, cases)}"
-    return result
+    return got
+
+
+def judge_mlm_loss(ctx: Context, out: Outputs) -> Measurement:
+    """The loss under autocast in float32, and both losses against the stored values."""
+    low = not_float32("mlm_loss", out["loss under autocast"], "loss")
+    return low or grade(ctx.course_data["mlm"]["loss"], out)
 
 
 @check(
     "mlm-loss: mlm_loss vs mean cross-entropy over the masked positions",
     tolerance=MLM_LOSS_TOLERANCE,
+    judge=judge_mlm_loss,
     hint="the mean, over the positions whose label is not −100 only, of −log softmax(logits)"
     "[label]",
     exercises=("mlm-loss",),
 )
-def check_mlm_loss(ctx: Context) -> Measurement:
+def check_mlm_loss(ctx: Context) -> Outputs:
     """mlm_loss on stored logits and labels, (B, T, V) and the chosen positions alone (N, V),
-    against the stored values."""
+    and on bfloat16 logits under autocast."""
     from minbert.mlm import mlm_loss
 
     data = ctx.course_data["mlm"]["loss"]
@@ -186,5 +206,6 @@ def check_mlm_loss(ctx: Context) -> Measurement:
             "loss (B, T, V)": mlm_loss(logits, labels),
             "loss (N, V)": mlm_loss(logits[chosen], labels[chosen]),
         }
-    low = float32_under_autocast("mlm_loss", lambda: mlm_loss(logits.bfloat16(), labels), "loss")
-    return low or grade(data, got)
+    return got | {
+        "loss under autocast": under_autocast(lambda: mlm_loss(logits.bfloat16(), labels))
+    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from course.measure import Measurement, Observed, measure_sealed
+from course.outcome import Outputs
 from course.registry import Context, check
 
 # The AdamW problem: a small float64 regression model, two parameter groups (module index, lr,
@@ -28,58 +29,69 @@ def adamw_model() -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers).double()
 
 
-@check(
-    "adamw: AdamW vs torch.optim.AdamW, float64, 30 steps",
-    tolerance=ADAMW_TOLERANCE,
-    hint="steps 1-6 of the AdamW docstring, in order: decoupled weight decay scaled by the "
-    "learning rate, both moments, their bias corrections with the step count t, then the update",
-    exercises=("adamw",),
-)
-def check_adamw(ctx: Context) -> Measurement:
-    """Hand AdamW on a float64 regression problem with two parameter groups (different lr and
-    weight decay) against the stored trajectory of torch.optim.AdamW: the parameters after every
-    step, the first step that differs reported."""
-    from minbert.optimizer import AdamW
-
-    data = ctx.course_data["adamw"]
-    model = adamw_model()
-    model.load_state_dict(data["state"])
-    settings = ADAMW_SETTINGS
-    groups = [
+def adamw_groups(model: torch.nn.Sequential) -> list[dict]:
+    """The parameter groups of ``ADAMW_SETTINGS`` over ``model``."""
+    return [
         {"params": list(model[i].parameters()), "lr": lr, "weight_decay": decay}
-        for i, lr, decay in settings["groups"]
+        for i, lr, decay in ADAMW_SETTINGS["groups"]
     ]
-    opt = AdamW(groups, betas=settings["betas"], eps=settings["eps"])
-    rows = []
-    for _ in range(settings["steps"]):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(data["x"]), data["y"]).backward()
-        opt.step()
-        rows.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
-    got = torch.stack(rows)
-    expected = data["expected"]["θ"]
+
+
+def judge_adamw(ctx: Context, out: Outputs) -> Measurement:
+    """The trajectory against the stored one, and the first step that differs: a value outside
+    the tolerance (seal.py's digests), or a projected difference above it."""
+    data = ctx.course_data["adamw"]
+    got, expected = out["θ"], data["expected"]["θ"]
     seen = Observed("θ", got, expected)
     measurement = measure_sealed("θ", seen, expected, ("step", "parameter"))
-    # the first step that differs: a value outside the tolerance (seal.py's digests), or a
-    # projected difference above it
+    mistakes = {
+        name: seen.distance(outputs.get("θ", expected))
+        for name, outputs in data["mistakes"].items()
+    }
+    if seen.form is None:
+        return Measurement(measurement.max_abs_diff, measurement.hint, mistakes)
     projected = (seen.form - expected["values"]).abs().amax(-1)  # (steps,)
     outside = torch.tensor([j is None for j in seen.offsets(expected)]).view(got.shape)
     bad = (outside.any(1) | (projected > ADAMW_TOLERANCE) | projected.isnan()).nonzero()
     hint = ""
     if len(bad):
         step = int(bad[0])
-        hint = f"the parameters first differ after step {step + 1} (of {len(rows)})"
+        hint = f"the parameters first differ after step {step + 1} (of {len(got)})"
         if outside[step].any():
             i = int(outside[step].nonzero()[0])
-            hint += f": {parameter(groups, i)} is {got[step, i].item():.10g}, more than the "
-            hint += "tolerance from the expected value"
+            hint += f": {parameter(adamw_groups(adamw_model()), i)} is "
+            hint += f"{got[step, i].item():.10g}, more than the tolerance from the expected value"
         else:
             hint += f", by at least {projected[step].item():.3g} (fixed random projections)"
-    mistakes = {
-        name: seen.distance(outputs.get("θ", expected))
-        for name, outputs in data["mistakes"].items()
-    }
     return Measurement(measurement.max_abs_diff, hint, mistakes)
+
+
+@check(
+    "adamw: AdamW vs torch.optim.AdamW, float64, 30 steps",
+    tolerance=ADAMW_TOLERANCE,
+    judge=judge_adamw,
+    hint="steps 1-6 of the AdamW docstring, in order: decoupled weight decay scaled by the "
+    "learning rate, both moments, their bias corrections with the step count t, then the update",
+    exercises=("adamw",),
+)
+def check_adamw(ctx: Context) -> Outputs:
+    """Hand AdamW on a float64 regression problem with two parameter groups (different lr and
+    weight decay): the parameters after every step, for the stored trajectory of
+    torch.optim.AdamW (``judge_adamw``)."""
+    from minbert.optimizer import AdamW
+
+    data = ctx.course_data["adamw"]
+    model = adamw_model()
+    model.load_state_dict(data["state"])
+    settings = ADAMW_SETTINGS
+    opt = AdamW(adamw_groups(model), betas=settings["betas"], eps=settings["eps"])
+    rows = []
+    for _ in range(settings["steps"]):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(data["x"]), data["y"]).backward()
+        opt.step()
+        rows.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    return {"θ": torch.stack(rows)}
 
 
 def parameter(groups: list[dict], i: int) -> str:

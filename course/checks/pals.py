@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from course.dropout import MODES, mode
-from course.measure import Measurement, grade, worst_of
+from course.outcome import Outputs, graded, outputs, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
 
 PAL_OPTIONS = {"size": 8, "heads": 2}
@@ -34,11 +34,12 @@ class StandInProjectedAttention(torch.nn.Module):
 @check(
     "pals: PAL term vs V_D·g(V_E·x)",
     tolerance=1e-5,
+    judge=stored_cases(*[("pals", name) for name in MODES]),
     hint="encode into the PAL space (V_E), this layer's projected attention with the mask and, in "
     "training only, the attention dropout, then decode (V_D)",
     exercises=("pals",),
 )
-def check_pals(ctx: Context) -> Measurement:
+def check_pals(ctx: Context) -> Outputs:
     """The PAL term of every layer against the stored V_D · g_l(V_E · x), eval and training."""
     from minbert.bert import BertConfig
     from minbert.plugins.pals import PAL
@@ -60,5 +61,5 @@ def check_pals(ctx: Context) -> Measurement:
                     got[f"{task} layer {layer} PAL term"] = plugin.parallel(
                         layer, task, data["x"], data["mask"]
                     )
-        found.append(grade(data[name], got, f"({name} mode) ", dropout=recorder))
-    return worst_of(found)
+        found.append(graded(got, f"({name} mode) ", calls=recorder.calls))
+    return outputs(*found)

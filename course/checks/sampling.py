@@ -8,6 +8,7 @@ import math
 import torch
 
 from course.measure import Measurement, Observed, grade
+from course.outcome import Outputs, problem
 from course.registry import Context, check
 
 # The inputs: every epoch e of E epochs, and example training-set sizes with exponents (the
@@ -21,28 +22,43 @@ ALPHAS = (1.0, 0.6, 0.2, 0.0)
 SAMPLER_TOLERANCE = 1e-9
 
 
+ALPHA_PAIRS = [(e, E) for E in EPOCHS for e in range(1, E + 1)]
+PROBABILITY_LABELS = [
+    f"p[{task!r}] with α = {alpha} and sizes {sizes}"
+    for sizes in SAMPLER_SIZES
+    for alpha in ALPHAS
+    for task in sizes
+]
+
+
+def judge_alpha(ctx: Context, out: Outputs) -> Measurement:
+    """α against the stored values; the first epoch outside the tolerance named."""
+    case, got = ctx.course_data["sampler"]["alpha"], out["α"]
+    measurement = grade(case, {"α": got})
+    i = first_outside(got, case, "α")
+    if i is not None:
+        e, E = ALPHA_PAIRS[i]
+        measurement.hint = (
+            f"α at epoch {e} of {E}: got {got[i].item():.17g}, not within the tolerance of the "
+            "expected value"
+        )
+    return measurement
+
+
 @check(
     "sampler: annealed_alpha vs 1 − 0.8·(e − 1)/(E − 1)",
     tolerance=SAMPLER_TOLERANCE,
+    judge=judge_alpha,
     hint="epochs count from 1; α falls linearly from 1 at the first epoch to 0.2 at the last "
     "(1 when E = 1)",
     exercises=("sampler",),
 )
-def check_annealed_alpha(ctx: Context) -> Measurement:
-    """annealed_alpha(e, E) for every epoch of several E against the stored values."""
+def check_annealed_alpha(ctx: Context) -> Outputs:
+    """annealed_alpha(e, E) for every epoch of several E (``ALPHA_PAIRS``)."""
     from minbert.sampling import annealed_alpha
 
-    pairs = [(e, E) for E in EPOCHS for e in range(1, E + 1)]
-    got = torch.tensor([float(annealed_alpha(e, E)) for e, E in pairs], dtype=torch.float64)
-    case = ctx.course_data["sampler"]["alpha"]
-    measurement = grade(case, {"α": got})
-    i = first_outside(got, case, "α")
-    if i is not None:
-        measurement.hint = (
-            f"α at epoch {pairs[i][0]} of {pairs[i][1]}: got {got[i].item():.17g}, not within "
-            "the tolerance of the expected value"
-        )
-    return measurement
+    values = [float(annealed_alpha(e, E)) for e, E in ALPHA_PAIRS]
+    return {"α": torch.tensor(values, dtype=torch.float64)}
 
 
 def first_outside(got: torch.Tensor, case: dict, name: str) -> int | None:
@@ -55,20 +71,39 @@ def first_outside(got: torch.Tensor, case: dict, name: str) -> int | None:
     return offsets.index(None) if None in offsets else None
 
 
+def judge_probabilities(ctx: Context, out: Outputs) -> Measurement:
+    """The probabilities against the stored values; the first outside the tolerance named, and
+    the ZeroDivisionErrors (graded as NaN) said."""
+    if out.get("problem") is not None:
+        return Measurement(math.inf, str(out["problem"]))
+    case, got = ctx.course_data["sampler"]["probabilities"], out["p"]
+    measurement = grade(case, {"p": got})
+    i = first_outside(got, case, "p")
+    if i is not None:
+        measurement.hint = (
+            f"{PROBABILITY_LABELS[i]}: got {got[i].item():.17g}, not within the tolerance of the "
+            "expected value"
+        )
+    if errors := out["errors"]:
+        measurement.hint = f"{errors[0]} ({len(errors)} cases); {measurement.hint}"
+    return measurement
+
+
 @check(
     "sampler: task_probabilities vs N_i^α / Σ_j N_j^α",
     tolerance=SAMPLER_TOLERANCE,
+    judge=judge_probabilities,
     hint="each task's weight is its size to the power α; the probabilities are the weights "
     "normalised to sum to 1, keyed like sizes",
     exercises=("sampler",),
 )
-def check_task_probabilities(ctx: Context) -> Measurement:
-    """task_probabilities(sizes, α) for several sizes and α against the stored values. α = 0
+def check_task_probabilities(ctx: Context) -> Outputs:
+    """task_probabilities(sizes, α) for several sizes and α (``PROBABILITY_LABELS``). α = 0
     is among them (uniform sampling); a ZeroDivisionError there (every weight 0, as α·N_i
     gives) is graded as the NaN that 0/0 is, so the known mistake that gives it is named."""
     from minbert.sampling import task_probabilities
 
-    values, labels, errors = [], [], []
+    values, errors = [], []
     for sizes in SAMPLER_SIZES:
         for alpha in ALPHAS:
             try:
@@ -77,19 +112,6 @@ def check_task_probabilities(ctx: Context) -> Measurement:
                 errors.append(f"ZeroDivisionError: {err} with α = {alpha} and sizes {sizes}")
                 got = dict.fromkeys(sizes, math.nan)
             if list(got) != list(sizes):
-                return Measurement(
-                    math.inf, f"tasks {list(got)}, expected {list(sizes)} (in order)"
-                )
+                return problem(f"tasks {list(got)}, expected {list(sizes)} (in order)")
             values += [float(got[task]) for task in sizes]
-            labels += [f"p[{task!r}] with α = {alpha} and sizes {sizes}" for task in sizes]
-    got = torch.tensor(values, dtype=torch.float64)
-    case = ctx.course_data["sampler"]["probabilities"]
-    measurement = grade(case, {"p": got})
-    i = first_outside(got, case, "p")
-    if i is not None:
-        measurement.hint = (
-            f"{labels[i]}: got {got[i].item():.17g}, not within the tolerance of the expected value"
-        )
-    if errors:
-        measurement.hint = f"{errors[0]} ({len(errors)} cases); {measurement.hint}"
-    return measurement
+    return {"p": torch.tensor(values, dtype=torch.float64), "errors": errors}

@@ -4,12 +4,12 @@ SMART's adversarial step on a small model defined here, against stored outputs."
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable
 
 import torch
 
-from course.measure import Measurement, autograd_nodes, float32_under_autocast, grade
+from course.measure import Measurement, autograd_nodes, grade, not_float32, under_autocast
+from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import Context, check
 
 # (norm, ascent steps K, output kind, model of ``smart_problem``, caller's grad mode) of each
@@ -58,23 +58,30 @@ def smart_label(norm: str, steps: int, kind: str, model: str, grad_mode: str) ->
     return f"({norm}, K = {steps}, {kind}, {model}, {grad_mode.replace('_', ' ')})"
 
 
+def judge_symmetric_kl(ctx: Context, out: Outputs) -> Measurement:
+    """The divergence under autocast in float32, and against the stored value."""
+    low = not_float32("symmetric_kl", out["divergence under autocast"], "divergence")
+    return low or grade(ctx.course_data["smart"]["kl"], out)
+
+
 @check(
     "smart: symmetric KL vs KL(P‖Q) + KL(Q‖P)",
     tolerance=KL_TOLERANCE,
+    judge=judge_symmetric_kl,
     hint="the KL divergence in both directions between the two softmax distributions, summed "
     "over classes, averaged over the batch",
     exercises=("smart",),
 )
-def check_symmetric_kl(ctx: Context) -> Measurement:
-    """symmetric_kl on stored logits against the stored value."""
+def check_symmetric_kl(ctx: Context) -> Outputs:
+    """symmetric_kl on stored logits, and on them in bfloat16 under autocast."""
     from minbert.smart import symmetric_kl
 
     data = ctx.course_data["smart"]["kl"]
     with torch.no_grad():
         got = symmetric_kl(data["p"], data["q"])
     bf16 = data["p"].bfloat16(), data["q"].bfloat16()
-    low = float32_under_autocast("symmetric_kl", lambda: symmetric_kl(*bf16), "divergence")
-    return low or grade(data, {"divergence": got})
+    low = under_autocast(lambda: symmetric_kl(*bf16))
+    return {"divergence": got, "divergence under autocast": low}
 
 
 def noting_graphs(forward: Callable, graphs: list[int]) -> Callable:
@@ -91,13 +98,14 @@ def noting_graphs(forward: Callable, graphs: list[int]) -> Callable:
 @check(
     "smart: adversarial perturbation vs reference ascent",
     tolerance=1e-6,
+    judge=stored_cases(("smart", "perturbation")),
     hint="K times: the gradient of the divergence between the clean and perturbed outputs with "
     "respect to δ (enabled even under the caller's torch.no_grad(); none for an unused δ), a step "
     "of size η along it normalised per token (a zero step where the gradient is zero, as on "
     "padding), then back onto the ε-ball",
     exercises=("smart",),
 )
-def check_smart(ctx: Context) -> Measurement:
+def check_smart(ctx: Context) -> Outputs:
     """adversarial_perturbation on the small fixed models of ``smart_problem`` against the stored
     perturbations: ℓ∞ and ℓ2 balls, 1 to 3 ascent steps, multiclass and regression outputs,
     padded tokens, a caller under torch.no_grad() and an embedding the outputs do not read
@@ -117,11 +125,10 @@ def check_smart(ctx: Context) -> Measurement:
                 forward, embeddings, clean, kind, config, torch.Generator().manual_seed(11)
             )
         if not isinstance(deltas, (list, tuple)) or len(deltas) != len(embeddings):
-            return Measurement(math.inf, f"expected a list of {len(embeddings)} perturbations")
+            return problem(f"expected a list of {len(embeddings)} perturbations")
         ascents = [size for size in graphs if size]  # the calls on perturbed embeddings
         if ascents and max(ascents) > ascents[0]:
-            return Measurement(
-                math.inf,
+            return problem(
                 f"adversarial_perturbation kept δ's graph from one ascent step to the next (the "
                 f"perturbed embeddings of its steps reach {', '.join(map(str, ascents))} autograd "
                 "nodes; each step's should be as small as the first's): detach δ after each "
@@ -129,4 +136,4 @@ def check_smart(ctx: Context) -> Measurement:
             )
         for j, d in enumerate(deltas):
             got[f"δ of embedding {j} {smart_label(norm, steps, kind, model, grad_mode)}"] = d
-    return grade(ctx.course_data["smart"]["perturbation"], got)
+    return outputs(graded(got))
