@@ -496,12 +496,9 @@ def problems(
             "give --limit 2 or more"
         )
 
-    if add_to and overlapping(Path(cfg.out_dir), Path(add_to)):
-        yield "--out_dir must differ from --add_to and lie outside it: the earlier run stays"
+    yield from inside_an_earlier_run(cfg)
     if (m.option == "fusion") != bool(m.adapters_from):
         yield "--option fusion and --adapters_from RUN_DIR (its stage-1 adapter run) go together"
-    if cfg.init_from and overlapping(Path(cfg.out_dir), Path(cfg.init_from)):
-        yield "--out_dir must differ from --init_from and lie outside it: the earlier run stays"
     if cfg.init_from and add_to:
         yield "--init_from and --add_to: give one (a run to start from, or a run to add tasks to)"
     if cfg.init_from and m.option != "finetune":
@@ -553,3 +550,16 @@ def problems(
             f"--tasks: {repeated} already trained in {add_to} (tasks {cfg.base_tasks}); with "
             "--add_to, name only the new tasks"
         )
+
+
+def inside_an_earlier_run(cfg: TrainConfig) -> Iterator[str]:
+    """The run a command starts from or builds on (--add_to, --init_from, --adapters_from) is
+    read again whenever the new run's model is built: --out_dir must neither be it nor lie
+    inside it, where --overwrite would remove it or the new run's files would mix with its."""
+    for flag, earlier in (
+        ("--add_to", cfg.add_to),
+        ("--init_from", cfg.init_from),
+        ("--adapters_from", cfg.model.adapters_from),
+    ):
+        if earlier and overlapping(Path(cfg.out_dir), Path(earlier)):
+            yield f"--out_dir must differ from {flag} and lie outside it: the earlier run stays"
