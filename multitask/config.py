@@ -528,11 +528,7 @@ def problems(
         yield from lab_part("multitask.distillation", "--teachers").distillation_problems(
             cfg, elsewhere
         )
-    if cfg.nonfinite_check == "device" and (cfg.smart or cfg.step_gradient == "pcgrad"):
-        yield (
-            "--nonfinite_check device: SMART (its teacher counts updates) and PCGrad (it projects "
-            "gradients that may be NaN) check their losses on the host; leave it auto"
-        )
+    yield from host_checked_losses(cfg)
     if cfg.compile_mode != "auto" and not cfg.compile:
         yield f"--compile_mode {cfg.compile_mode} goes with --compile"
     if cfg.compile and cfg.step_gradient != "one-task":
@@ -563,3 +559,21 @@ def inside_an_earlier_run(cfg: TrainConfig) -> Iterator[str]:
     ):
         if earlier and overlapping(Path(cfg.out_dir), Path(earlier)):
             yield f"--out_dir must differ from {flag} and lie outside it: the earlier run stays"
+
+
+def host_checked_losses(cfg: TrainConfig) -> Iterator[str]:
+    """--nonfinite_check device leaves the loss on the device until the next --log_every; the
+    flag that needs every loss on the host at once is the one named, so that the user knows
+    which of the two to drop."""
+    if cfg.nonfinite_check != "device":
+        return
+    if cfg.smart:
+        flag, why = "--smart", "SMART's teacher counts the updates"
+    elif cfg.step_gradient == "pcgrad":
+        flag, why = "--step_gradient pcgrad", "PCGrad projects gradients that may be NaN"
+    else:
+        return
+    yield (
+        f"--nonfinite_check device with {flag}: {why}, so the losses are checked on the host; "
+        f"leave --nonfinite_check auto, or leave {flag} out"
+    )
