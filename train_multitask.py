@@ -84,7 +84,7 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
         RunFolder(cfg.init_from).load_start(model)
     if cfg.init_lora and not cfg.resume:  # each task's LoRA from a PEFT folder
         peft = lab_part("multitask.peft_format", "--init_lora")
-        peft.load_adapters(cfg.init_lora, cfg.tasks, model)
+        peft.load_adapters(cfg.init_lora, cfg.tasks, model, cfg.model.checkpoint)
     return model.to(device)
 
 

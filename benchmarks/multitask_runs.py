@@ -624,6 +624,29 @@ def check_paths(p: argparse.ArgumentParser, args: argparse.Namespace, json_path:
             p.error(f"--results {args.results}: {folder} is {kind}; put results elsewhere")
 
 
+def check_writable(
+    p: argparse.ArgumentParser, json_path: Path, md_path: Path, render: bool = False
+) -> None:
+    """Both results files, and the folder that holds them (or would), can be written, before any
+    row runs: each finished row replaces the JSON file (by a rename in that folder) and then
+    rewrites the Markdown one, so a read-only Markdown file would otherwise be found only after
+    the JSON file had changed, leaving the two disagreeing. ``render`` writes the Markdown
+    file alone."""
+    folder = json_path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        p.error(f"--results {json_path.with_suffix('')}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        p.error(f"--results: {folder} is not writable; give --results in a folder you can write")
+    for path in (md_path,) if render else (json_path, md_path):
+        if path.exists() and (not path.is_file() or not os.access(path, os.W_OK)):
+            p.error(
+                f"--results: {path} is not a writable file (a row writes {json_path.name} and "
+                f"{md_path.name} together); make it writable or give another --results"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     STOPPING.clear()  # a new command: no Ctrl-C yet (tests call main several times)
     p = ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
@@ -668,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = chosen_runs(p, args)
     json_path, md_path = results_files(args)
     check_paths(p, args, json_path)
+    check_writable(p, json_path, md_path, args.render)
     results = read_results(p, json_path)  # a cut-off file is named before anything runs
     if not args.render:
         check_replaced(p, args, chosen, extra, results)

@@ -35,12 +35,19 @@ file under another name (the student's README). A source without a manifest is c
 Instructor-only files (``INSTRUCTOR_ONLY``) are left out either way, and a Markdown file ends at
 its ``INSTRUCTOR_PART`` line (GUIDE.md's instructor part). The student tree needs no git. OUT_DIR
 must be empty (or absent) unless ``--force``, and must not lie inside the source tree.
+
+``--force`` writes over an earlier student tree, but never over a student's work: an exercise
+file (one holding a marked region) that OUT_DIR already has and that differs from what would be
+written is not replaced; the command refuses before writing anything, naming those files (move
+them out of OUT_DIR, or delete them, and run it again). Refusing is simpler and safer than moving
+them aside: nothing of the student's is renamed or hidden, and the tree stays as it was.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import io
+import itertools
 import os
 import re
 import shutil
@@ -390,6 +397,35 @@ def _check_output_dir(out_dir: Path, root: Path, force: bool) -> None:
         raise ScaffoldError(f"{out_dir} is not empty; pass --force to write into it anyway")
 
 
+def scaffold_versions(text: str, rel: str) -> set[bytes]:
+    """Every version of an exercise file this command writes from ``text``, one per choice of
+    its exercises removed (a file marks one to three): the source itself, each student version."""
+    ids = sorted({r.exercise for r in find_regions(text, rel)})
+    chosen = [c for n in range(len(ids) + 1) for c in itertools.combinations(ids, n)]
+    return {student_source(text, rel, removed).encode("utf-8") for removed in chosen}
+
+
+def _check_student_work(
+    out_dir: Path, root: Path, files: dict[str, str], exercises: set[str]
+) -> None:
+    """With --force, before anything is written: an exercise file (``exercises``: the source
+    paths holding a region) that OUT_DIR has and that is no version this command writes (with
+    any exercises removed: --force may change which) holds the student's work, never replaced
+    (see the module docstring)."""
+    changed = []
+    for target, rel in files.items():
+        written = out_dir / target
+        if rel not in exercises or not written.is_file() or written.is_symlink():
+            continue
+        if written.read_bytes() not in scaffold_versions(read_source(root, rel), rel):
+            changed.append(target)
+    if changed:
+        raise ScaffoldError(
+            f"--force: {out_dir} holds changed exercise files ({', '.join(changed)}), which "
+            "--force never replaces; move them out of it (or delete them) and run again"
+        )
+
+
 def write_student_tree(
     out_dir: Path,
     root: Path = PROJECT_ROOT,
@@ -415,6 +451,9 @@ def write_student_tree(
             student = student_part(student) if rel.endswith(".md") else student
             if student != text:
                 students[target] = student
+    if force:
+        regions = {r.path for found in exercises.values() for r in found}
+        _check_student_work(out_dir, root, files, regions)
     out_dir.mkdir(parents=True, exist_ok=True)
     for target, rel in files.items():
         source, written = root / rel, out_dir / target
@@ -448,7 +487,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ID",
         help="remove every exercise but this one (repeatable)",
     )
-    parser.add_argument("--force", action="store_true", help="write into a non-empty OUT_DIR")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty OUT_DIR (an earlier student tree); an exercise file there "
+        "that differs from what would be written (the student's work) is never replaced: the "
+        "command refuses, naming it, before writing anything",
+    )
     parser.add_argument("--list", action="store_true", help="list the exercises and exit")
     parser.add_argument(
         "--source",
@@ -476,11 +521,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.out_dir is None:
             parser.error("OUT_DIR is required (or --list)")
+        for flag, ids in (("--exercise", args.exercise), ("--keep", args.keep)):
+            if unknown := [e for e in ids or [] if e not in exercises]:
+                raise ScaffoldError(
+                    f"{flag} {unknown[0]}: unknown exercise; the exercises: {', '.join(exercises)}"
+                )
         remove = args.exercise
         if args.keep:
-            unknown = [e for e in args.keep if e not in exercises]
-            if unknown:
-                raise ScaffoldError(f"unknown exercise {unknown}; the exercises: {list(exercises)}")
             remove = [e for e in exercises if e not in args.keep]
         removed = write_student_tree(args.out_dir, args.source, remove, args.force)
     except ScaffoldError as err:

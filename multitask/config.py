@@ -496,12 +496,9 @@ def problems(
             "give --limit 2 or more"
         )
 
-    if add_to and overlapping(Path(cfg.out_dir), Path(add_to)):
-        yield "--out_dir must differ from --add_to and lie outside it: the earlier run stays"
+    yield from inside_an_earlier_run(cfg)
     if (m.option == "fusion") != bool(m.adapters_from):
         yield "--option fusion and --adapters_from RUN_DIR (its stage-1 adapter run) go together"
-    if cfg.init_from and overlapping(Path(cfg.out_dir), Path(cfg.init_from)):
-        yield "--out_dir must differ from --init_from and lie outside it: the earlier run stays"
     if cfg.init_from and add_to:
         yield "--init_from and --add_to: give one (a run to start from, or a run to add tasks to)"
     if cfg.init_from and m.option != "finetune":
@@ -531,11 +528,7 @@ def problems(
         yield from lab_part("multitask.distillation", "--teachers").distillation_problems(
             cfg, elsewhere
         )
-    if cfg.nonfinite_check == "device" and (cfg.smart or cfg.step_gradient == "pcgrad"):
-        yield (
-            "--nonfinite_check device: SMART (its teacher counts updates) and PCGrad (it projects "
-            "gradients that may be NaN) check their losses on the host; leave it auto"
-        )
+    yield from host_checked_losses(cfg)
     if cfg.compile_mode != "auto" and not cfg.compile:
         yield f"--compile_mode {cfg.compile_mode} goes with --compile"
     if cfg.compile and cfg.step_gradient != "one-task":
@@ -553,3 +546,34 @@ def problems(
             f"--tasks: {repeated} already trained in {add_to} (tasks {cfg.base_tasks}); with "
             "--add_to, name only the new tasks"
         )
+
+
+def inside_an_earlier_run(cfg: TrainConfig) -> Iterator[str]:
+    """The run a command starts from or builds on (--add_to, --init_from, --adapters_from) is
+    read again whenever the new run's model is built: --out_dir must neither be it nor lie
+    inside it, where --overwrite would remove it or the new run's files would mix with its."""
+    for flag, earlier in (
+        ("--add_to", cfg.add_to),
+        ("--init_from", cfg.init_from),
+        ("--adapters_from", cfg.model.adapters_from),
+    ):
+        if earlier and overlapping(Path(cfg.out_dir), Path(earlier)):
+            yield f"--out_dir must differ from {flag} and lie outside it: the earlier run stays"
+
+
+def host_checked_losses(cfg: TrainConfig) -> Iterator[str]:
+    """--nonfinite_check device leaves the loss on the device until the next --log_every; the
+    flag that needs every loss on the host at once is the one named, so that the user knows
+    which of the two to drop."""
+    if cfg.nonfinite_check != "device":
+        return
+    if cfg.smart:
+        flag, why = "--smart", "SMART's teacher counts the updates"
+    elif cfg.step_gradient == "pcgrad":
+        flag, why = "--step_gradient pcgrad", "PCGrad projects gradients that may be NaN"
+    else:
+        return
+    yield (
+        f"--nonfinite_check device with {flag}: {why}, so the losses are checked on the host; "
+        f"leave --nonfinite_check auto, or leave {flag} out"
+    )

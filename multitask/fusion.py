@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from minbert.checkpoint import UnsafeCheckpointError, load_tensors
 from multitask.errors import UsageError
@@ -65,3 +66,19 @@ def stage_one(run_dir: str) -> tuple[list[str], dict[str, torch.Tensor]]:
         k[len(ADAPTER_PREFIX) :]: v for k, v in tensors.items() if k.startswith(ADAPTER_PREFIX)
     }
     return list(saved["tasks"]), state
+
+
+def load_sources(sources: nn.Module, run_dir: str, state: dict[str, torch.Tensor]) -> None:
+    """The stage-1 adapters into the fusion's ``sources``. They are read from ``run_dir`` each
+    time a fusion run's model is built, so a folder since replaced by another adapter run (other
+    sizes or placement) would not fit the run's settings: one line naming --adapters_from and
+    the folder, not load_state_dict's traceback."""
+    try:
+        sources.load_state_dict(state)
+    except RuntimeError as err:
+        detail = [line.strip() for line in str(err).splitlines()[1:] if line.strip()]
+        raise UsageError(
+            f"--adapters_from {run_dir}: its adapters do not fit this fusion run "
+            f"({detail[0] if detail else err}); the folder holds another adapter run than the "
+            "one the fusion was trained on: put that run back in it"
+        ) from None

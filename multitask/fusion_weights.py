@@ -5,18 +5,30 @@
 For each task of the run, its model (as predict builds it) runs on the task's first ``--limit``
 dev examples with ``AdapterFusion.record`` on; the mean softmax weight each fusion layer gives
 each source adapter is printed, one line per layer and position, and drawn: one panel per task,
-rows the layers and positions, columns the source adapters (``--out``, a PNG, replaced only with
-``--overwrite``).
+rows the layers and positions, columns the source adapters.
+
+``--out`` is checked before anything is computed, as the attention command checks its own: a PNG
+(``.png`` is added to a name without a suffix, and the name checked is the name written; another
+suffix is refused), not an existing folder, an existing file replaced only with ``--overwrite``,
+and never anything inside a run, export or checkpoint folder (the run looked at, its stage-1
+run and its checkpoint included), so ``--overwrite`` cannot replace a run's own figures. The PNG
+is written atomically: a full disk leaves the old file or none, and is one line naming it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from pathlib import Path
 
 import torch
 
+from minbert.checkpoint import atomic_write
+from minbert.flags import ArgumentParser
+from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
+from multitask.attention import check_output_folder
 from multitask.config import parse_args
 from multitask.data import load_data
 from multitask.errors import UsageError, run_command
@@ -30,10 +42,10 @@ def fusion_weights(run_dir: str, limit: int) -> tuple[dict[str, torch.Tensor], l
     each of its fusion layers gives each source adapter, over every position of the task's first
     ``limit`` dev examples (in the length-grouped batches of the run's evaluation, so few
     positions are padding)."""
+    run, found = TrainedRun(run_dir), {}  # a missing or broken run is named as RUN_DIR
+    if run.settings.option != "fusion":
+        raise UsageError(f"RUN_DIR {run_dir}: a run of --option {run.settings.option}, not fusion")
     cfg = parse_args(["--out_dir", run_dir, "--resume"])
-    if cfg.model.option != "fusion":
-        raise UsageError(f"{run_dir}: a run of --option {cfg.model.option}, not fusion")
-    run, found = TrainedRun(run_dir), {}
     data, _ = load_data(run.tasks, cfg.data_path, strict=False, limit=limit)
     for name in run.tasks:
         model = run.task_model(name)
@@ -55,9 +67,9 @@ def fusion_weights(run_dir: str, limit: int) -> tuple[dict[str, torch.Tensor], l
 def draw(args: argparse.Namespace) -> None:
     """Print each task's weights per layer and position, and draw them (one panel per task:
     rows the layers and positions, columns the source adapters)."""
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise UsageError(f"--out {out}: the file exists; pass --overwrite to replace it")
+    if args.limit < 1:
+        raise UsageError(f"--limit {args.limit}: give the number of dev examples, at least 1")
+    out = output_path(args.out, args.overwrite, protected_folders(args.run))
     weights, sources, positions = fusion_weights(args.run, args.limit)
     layers = len(next(iter(weights.values())))
     rows = [f"layer {layer} {p}" for layer in range(layers) for p in positions]
@@ -84,12 +96,48 @@ def draw(args: argparse.Namespace) -> None:
         ax.set_yticks(range(len(rows)), rows if ax is axes[0][0] else [], fontsize=7)
     fig.colorbar(image, ax=axes[0].tolist(), label="mean softmax weight")
     fig.suptitle(f"{args.run}: which adapter each task's fusion reads from", fontsize=9)
-    fig.savefig(out, dpi=150)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, lambda f: fig.savefig(f, format="png", dpi=150))
+    finally:
+        plt.close(fig)
     print(f"wrote {out}")
 
 
+def protected_folders(run_dir: str) -> list[Path]:
+    """The folders --out never writes into besides every run, export and checkpoint folder: the
+    run looked at, its stage-1 run and its checkpoint, wherever they are."""
+    folders = [Path(run_dir).resolve()]
+    with contextlib.suppress(UsageError, CheckpointError, OSError, ValueError):
+        settings = TrainedRun(run_dir).settings
+        folders.append(resolve_checkpoint_dir(settings.checkpoint).resolve())
+        if settings.adapters_from:
+            folders.append(Path(settings.adapters_from).resolve())
+    return folders
+
+
+def output_path(out: str, overwrite: bool, protected: list[Path]) -> Path:
+    """The PNG ``--out`` names, checked before anything is computed (see the module docstring):
+    the path checked is the path written."""
+    if out == "" or out.endswith(("/", os.sep)) or Path(out).is_dir():
+        raise UsageError(
+            f"--out {out!r} is a folder or empty; give a file name (e.g. --out "
+            f"{Path(out or '.') / 'fusion-weights.png'})"
+        )
+    given = Path(out)
+    if given.suffix.lower() not in ("", ".png"):
+        raise UsageError(f"--out {out}: the figure is a PNG; give a name ending in .png")
+    path = given if given.suffix else given.with_name(f"{given.name}.png")
+    if path.is_dir():
+        raise UsageError(f"--out {out}: {path} is a folder; give another file name")
+    check_output_folder(out, path.parent, protected)
+    if path.exists() and not overwrite:
+        raise UsageError(f"--out {out}: {path} exists; pass --overwrite to replace it")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m multitask.fusion_weights",
         description=(
             "Which stage-1 adapter each task of a finished --option fusion run reads from: the "
@@ -101,8 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--limit", type=int, default=500, help="dev examples per task (default: %(default)s)"
     )
-    parser.add_argument("--out", default="fusion-weights.png", help="the figure (PNG)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    parser.add_argument(
+        "--out",
+        default="fusion-weights.png",
+        help="the figure, a PNG (.png is added to a name without one); never inside a run, "
+        "export or checkpoint folder",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --out (never a run's file)"
+    )
     return run_command(lambda: draw(parser.parse_args(argv)))
 
 

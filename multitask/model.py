@@ -363,7 +363,7 @@ def build_model(
             fusion = lab_part("multitask.fusion", "--option fusion")
             sources, state = fusion.stage_one(settings.adapters_from)
             add_plugin(bert, kind, names, sources=sources, **settings.plugin_options(kind))
-            bert.plugins["fusion"].sources.load_state_dict(state)
+            fusion.load_sources(bert.plugins["fusion"].sources, settings.adapters_from, state)
         else:
             add_plugin(bert, kind, names, **settings.plugin_options(kind))
     for module in bert.modules():

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
-from minbert.checkpoint import atomic_write_text, save_tensors
+from minbert.checkpoint import UnsafeCheckpointError, atomic_write_text, load_tensors, save_tensors
 from minbert.flags import task_folders
+from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
 from minbert.sites import LINEAR_SITES
 from multitask.errors import UsageError
 from multitask.model import ModelSettings, MultitaskModel
@@ -102,19 +103,59 @@ def write_adapter(folder: Path, model: MultitaskModel, settings: ModelSettings, 
     atomic_write_text(folder / CONFIG, json.dumps(adapter_config(settings), indent=2) + "\n")
 
 
+def read_config(folder: Path) -> dict:
+    """``adapter_config.json`` as a dict whose rank and α are numbers; ValueError (one line
+    naming the file) where it is not JSON, not an object, or ``r`` is not a rank."""
+    path = folder / CONFIG
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{path}: corrupted (not readable JSON: {err})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: corrupted (a JSON {type(config).__name__}, not an object)")
+    rank, alpha = config.get("r"), config.get("lora_alpha")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise ValueError(f"{path}: r {rank!r} is not a rank (a whole number, at least 1)")
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
+        raise ValueError(f"{path}: lora_alpha {alpha!r} is not a number")
+    return config
+
+
+def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    """``adapter_model.safetensors``'s tensors, by minBERT's names (PEFT's ``.default.``
+    dropped); a cut-off or foreign file is corrupted, named as the project's checkpoints are."""
+    try:
+        tensors = load_tensors(folder / WEIGHTS)
+    except UnsafeCheckpointError as err:
+        raise ValueError(str(err)) from None
+    return {k.replace(".default.", "."): v for k, v in tensors.items()}
+
+
+def shape_problem(name: str, found: torch.Tensor, wanted: torch.Tensor, rank: int) -> str | None:
+    """What is wrong with one tensor's shape, in words: a rank other than the config's ``r``
+    (A is r×d_in, B is d_out×r), or a base model's width other than this one's."""
+    if list(found.shape) == list(wanted.shape):
+        return None
+    side = 0 if name.endswith("lora_A.weight") else 1  # where the rank is
+    if found.dim() != 2:
+        return f"{name} has {found.dim()} dimensions, not 2: corrupted"
+    if found.shape[1 - side] != wanted.shape[1 - side]:
+        return (
+            f"another base model: {name} is {list(found.shape)} (this model: {list(wanted.shape)})"
+        )
+    return f"{name} is {list(found.shape)}, rank {found.shape[side]}, but {CONFIG} says r {rank}"
+
+
 def read_adapter(folder: str | Path, model: MultitaskModel, task: str) -> dict[str, torch.Tensor]:
     """The tensors of a PEFT LoRA adapter folder for ``task``'s LoRA in ``model``, by this
-    model's names; ValueError (one line naming the folder) where the folder is not a LoRA
+    model's names; ValueError (one line naming the file) where the folder is not a LoRA
     adapter of this model's rank, α, targets and base shapes."""
     folder = Path(folder)
     for name in (CONFIG, WEIGHTS):
         if not (folder / name).is_file():
             raise ValueError(f"{folder}: no {name}; give a folder PEFT's save_pretrained wrote")
-    try:
-        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-        tensors = load_file(str(folder / WEIGHTS))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(f"{folder}: not readable as a PEFT adapter ({err})") from None
+    config = read_config(folder)
+    named = read_tensors(folder)
     lora = model.bert.plugins["lora"]
     ours = {
         "peft_type": "LORA",
@@ -131,22 +172,43 @@ def read_adapter(folder: str | Path, model: MultitaskModel, task: str) -> dict[s
     if differ := [
         f"{k} {theirs[k]!r} (this run: {ours[k]!r})" for k in ours if theirs[k] != ours[k]
     ]:
-        raise ValueError(f"{folder}: another LoRA than this run's: {'; '.join(differ)}")
+        raise ValueError(f"{folder / CONFIG}: another LoRA than this run's: {'; '.join(differ)}")
     expected = {
         key(layer, target, part): getattr(update, part)
         for layer, maps in enumerate(lora.by_task[task])
         for target, update in maps.items()
         for part in "AB"
     }
-    named = {k.replace(".default.", "."): v for k, v in tensors.items()}
     if set(named) != set(expected):
         missing, extra = sorted(set(expected) - set(named)), sorted(set(named) - set(expected))
-        raise ValueError(f"{folder}: another base model: missing {missing[:2]}, extra {extra[:2]}")
-    if wrong := [k for k, v in expected.items() if named[k].shape != v.shape]:
         raise ValueError(
-            f"{folder}: another base model: {wrong[0]} is {list(named[wrong[0]].shape)}"
+            f"{folder / WEIGHTS}: another base model: missing {missing[:2]}, extra {extra[:2]}"
         )
+    for name, wanted in expected.items():
+        if problem := shape_problem(name, named[name], wanted, lora.rank):
+            raise ValueError(f"{folder / WEIGHTS}: {problem}")
     return named
+
+
+def same_base(named: object, checkpoint: str) -> bool:
+    """Whether ``base_model_name_or_path`` names the run's checkpoint: the same words, the same
+    folder, or the name the checkpoint's own config.json gives it (``_name_or_path``). A name
+    that is absent says nothing either way."""
+    if not isinstance(named, str) or not named or named == checkpoint:
+        return True
+    try:
+        ours = resolve_checkpoint_dir(checkpoint).resolve()
+    except CheckpointError:
+        return False
+    if Path(named).is_dir() and Path(named).resolve() == ours:
+        return True
+    if named == "default" and ours == resolve_checkpoint_dir(None).resolve():
+        return True
+    try:
+        config = json.loads((ours / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("_name_or_path") == named
 
 
 @torch.no_grad()
@@ -159,11 +221,23 @@ def load_adapter(folder: str | Path, model: MultitaskModel, task: str) -> None:
             update.B.copy_(tensors[key(layer, target, "B")])
 
 
-def load_adapters(entries: list[str], tasks: list[str], model: MultitaskModel) -> None:
+def load_adapters(
+    entries: list[str], tasks: list[str], model: MultitaskModel, checkpoint: str
+) -> None:
     """``--init_lora TASK=FOLDER,...``: each named task's LoRA from its PEFT folder; a folder that
-    does not fit the model is one line naming it."""
+    does not fit the model is one line naming it. A folder whose config names another base model
+    than ``checkpoint`` (the run's) is loaded, since its shapes fit, but with a warning: the same
+    shapes on other weights train from a LoRA that means nothing there."""
     for task, folder in adapter_folders(entries, tasks).items():
         try:
             load_adapter(folder, model, task)
         except ValueError as err:
             raise UsageError(f"--init_lora {task}={folder}: {err}") from None
+        named = read_config(Path(folder)).get("base_model_name_or_path")
+        if not same_base(named, checkpoint):
+            print(
+                f"warning: --init_lora {task}={folder}: {CONFIG} names the base model {named!r}, "
+                f"this run's checkpoint is {checkpoint}; the shapes fit, so it is loaded: make "
+                "sure it was trained on this checkpoint",
+                file=sys.stderr,
+            )
