@@ -13,8 +13,9 @@ when the grader is not root):
    every capability dropped from the bounding set, so that even a user namespace's root has
    none after exec (it cannot unmount what hides the grader's files); no new privileges (no
    set-user-ID program gives them back); killed if its parent dies;
-3. limits: address space, file size, processes; then exec of the runner, as PID 1 of its PID
-   namespace: when it ends, the kernel kills every process it started.
+3. limits: address space, file size, processes; a session of its own; then exec of the
+   runner, as PID 1 of its PID namespace: when it ends, the kernel kills every process it
+   started.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def main() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a change of user cleared it
     for limit, value in limits.items():
         resource.setrlimit(limit, (value, value))
+    os.setsid()  # a group of its own: kill(0, ...) reaches none of the grader's processes
     os.chdir(TREE)
     os.execve(settings["argv"][0], settings["argv"], settings["env"])
 

@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,16 +94,28 @@ def _works(command: list[str]) -> bool:
     return done.returncode == 0
 
 
-def kill_user(uid: int) -> None:
-    """SIGKILL every process of ``uid`` (a runner's user: nothing else runs as it)."""
+def kill_user(uid: int, seconds: float = 10.0) -> None:
+    """SIGKILL every process of ``uid`` (a runner's user: nothing else runs as it), again until
+    none is left alive (a zombie is dead), or ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    while (alive := processes_of(uid)) and time.monotonic() < deadline:
+        for pid in alive:
+            with _quietly():
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def processes_of(uid: int) -> list[int]:
+    """The live (not zombie) processes whose real user is ``uid``."""
+    found = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            uids = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
-        except (OSError, StopIteration):
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
+        except (OSError, ValueError):
             continue
-        if int(uids.split()[1]) == uid:
-            with _quietly():
-                os.kill(int(status.parent.name), signal.SIGKILL)
+        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            found.append(int(status.parent.name))
+    return found
 
 
 def python_paths() -> list[str]:
