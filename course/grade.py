@@ -43,7 +43,7 @@ from course.checks import CHECKS
 from course.gradescope import POINTS, read_points, results_json
 from course.judge import Limits, judge_submission
 from course.registry import Context, format_result, select
-from course.scaffold import PROJECT_ROOT, find_exercises, write_student_tree
+from course.scaffold import PROJECT_ROOT, ScaffoldError, find_exercises, write_student_tree
 from minbert.checkpoint import atomic_write_text
 from minbert.flags import ArgumentParser, nonempty_path
 from multitask.errors import UsageError, run_command
@@ -128,7 +128,10 @@ def pristine_tree() -> dict[str, bytes]:
     """The student tree cut from this project, file by file (relative path -> bytes)."""
     with tempfile.TemporaryDirectory(prefix="grade-pristine-") as folder:
         tree = Path(folder) / "tree"
-        write_student_tree(tree)
+        try:
+            write_student_tree(tree)
+        except ScaffoldError as err:
+            raise UsageError(f"the student tree cannot be cut from {PROJECT_ROOT}: {err}") from None
         return {
             p.relative_to(tree).as_posix(): p.read_bytes()
             for p in sorted(tree.rglob("*"))
@@ -250,6 +253,15 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--timeout", default="60", help="seconds per check (finite, > 0)")
     p.add_argument("--memory_gb", default="8", help="GiB of address space per runner")
     p.add_argument(
+        "--hide",
+        metavar="FOLDER",
+        action="append",
+        type=nonempty_path,
+        default=[],
+        help="also keep FOLDER out of the runners' reach (beside this project, the submissions, "
+        "the results, your home, the working folder and /tmp); repeatable",
+    )
+    p.add_argument(
         "--trusted",
         action="store_true",
         help="where the machine offers no containment, run the submissions as plain processes "
@@ -291,6 +303,7 @@ def set_up(argv: list[str] | None) -> object:
         Path.home(),
         Path.cwd(),
         Path(tempfile.gettempdir()),
+        *args.hide,
     ]
     return args
 

@@ -1,6 +1,7 @@
 """The checks' results as Gradescope's ``results.json`` (``python sanity_check.py --results-json
 FILE``), with points per exercise from a course file the instructor edits (``points.json``
-beside this file, or ``--points FILE``).
+beside this file, or ``--points FILE``). In the instructor's tree, ``python -m course.gradescope
+OUT.zip`` writes the autograder to upload (``course/autograder.py``).
 
 Gradescope's autograder reads one JSON object: ``score`` (the total), and ``tests``, one entry
 per check with its ``name``, ``score``, ``max_score``, ``status`` and ``output`` (the lines
@@ -16,6 +17,7 @@ its ``max_score`` when it passes, else 0.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -79,3 +81,22 @@ def results_json(results: Sequence[tuple[Result, str]], points: dict[str, float]
         "visibility": "visible",
         "stdout_visibility": "visible",
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course.gradescope OUT.zip``: the autograder, built from the instructor's tree
+    (``course/autograder.py`` is not in the student tree)."""
+    try:
+        from course import autograder
+    except ModuleNotFoundError:
+        print(
+            "error: the Gradescope autograder is built from the instructor's tree "
+            "(course/autograder.py)",
+            file=sys.stderr,
+        )
+        return 2
+    return autograder.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -80,6 +80,8 @@ INSTRUCTOR_ONLY = (
     "tests/test_grader_mutants.py",
     "tests/test_grader_store.py",  # plants cheats through the mutant harness
     "tests/test_grade_class.py",  # plants solution files as submissions
+    "tests/test_grade_hostile.py",  # plants solution files and attacks as submissions
+    "tests/test_autograder.py",  # plants solution files as submissions
     "scripts/course_references.py",
     "scripts/make_course_references.py",
 )

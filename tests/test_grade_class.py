@@ -1,7 +1,8 @@
-"""Grading a class (``python -m course.grade``): a folder of seven submissions, graded
-each in its own process, into the expected ``grades.csv`` and per-student ``results.json``; one
-that hangs, one that writes into another's folder and the instructor's points file, and one that
-reads the stored references change no other grade and no file outside the submissions' own.
+"""Grading a class (``python -m course.grade``): a folder of seven submissions, each computed by
+its own contained runner and judged by the grader, into the expected ``grades.csv`` and
+per-student ``results.json``; one that hangs, one that tries to write into another's folder and
+the instructor's points file, and one that reads the stored references change no other grade
+and no file outside the submissions' own (tests/test_grade_hostile.py tries harder).
 
 This file plants solution lines (the correct submissions copy the solution files), so it is
 instructor-only (``INSTRUCTOR_ONLY`` of ``course/scaffold.py``)."""
@@ -22,6 +23,12 @@ OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
 
 def solution(rel: str) -> str:
     return (ROOT / rel).read_text(encoding="utf-8")
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """The grader's files and the model's, by path."""
+    paths = [root / "sanity_check.py", *(root / "course").rglob("*.py"), root / "minbert/bert.py"]
+    return {str(p): p.read_bytes() for p in paths}
 
 
 def submit(folder: Path, files: dict[str, str]) -> None:
@@ -52,7 +59,7 @@ def test_a_class_is_graded_each_submission_alone(tmp_path, capsys):
     with zipfile.ZipFile(subs / "yan.zip", "w") as archive:  # a zip, files at its top
         archive.writestr("optimizer.py", solution(OPT))
         archive.writestr("sampling.py", solution(SAMPLING))
-    instructor = grade.snapshot([ROOT / g for g in grade.GRADER])
+    instructor = snapshot(ROOT)
     out = tmp_path / "grades.csv"
     argv = [str(subs), "--out", str(out), "--points", str(points), "--timeout", "20"]
     assert grade.main([*argv, "--only", "adamw", "--only", "sampler"]) == 0
@@ -63,13 +70,16 @@ def test_a_class_is_graded_each_submission_alone(tmp_path, capsys):
         assert {e: rows[student][e] for e in full} == full and rows[student]["total"] == "15"
     assert (rows["bob"]["adamw"], rows["bob"]["sampler"]) == ("0", "5")
     assert (rows["carol"]["adamw"], rows["carol"]["sampler"]) == ("10", "2.5")
-    assert rows["dave"]["status"] == "timeout after 20 s" and rows["dave"]["total"] == "0"
-    assert rows["eve"]["total"] == "15" and "wrote outside its folder" in rows["eve"]["notes"]
-    assert victim.read_text(encoding="utf-8") == solution(OPT)  # undone
+    assert (rows["dave"]["adamw"], rows["dave"]["sampler"]) == ("0", "5")  # the hang: one check
+    assert "timed out after 20 s in adamw" in rows["dave"]["notes"]
+    # eve's writes fail (the paths are out of her runner's reach), so her module does not import
+    assert (rows["eve"]["adamw"], rows["eve"]["sampler"]) == ("0", "5")
+    assert victim.read_text(encoding="utf-8") == solution(OPT)
     assert points.read_bytes() == POINTS.read_bytes()
-    assert grade.snapshot([ROOT / g for g in grade.GRADER]) == instructor
+    assert snapshot(ROOT) == instructor
     results = tmp_path / "grades-results"
     bob = json.loads((results / "bob.json").read_text(encoding="utf-8"))
     adamw = next(t for t in bob["tests"] if t["name"].startswith("adamw"))
     assert adamw["score"] == 0 and "FAIL" in adamw["output"]
-    assert not (results / "dave.json").exists() and (results / "dave.log").is_file()
+    dave = json.loads((results / "dave.json").read_text(encoding="utf-8"))
+    assert dave["score"] == 5 and (results / "dave.log").is_file()

@@ -1,0 +1,107 @@
+"""A Gradescope autograder in one command: ``python -m course.gradescope OUT.zip``.
+
+The zip holds this project's grader and student tree (``source/`` once Gradescope unpacks it)
+and two scripts at its top:
+
+* ``setup.sh`` (run once when Gradescope builds the image): installs the requirements and the
+  packaged checkpoint, as ``make install`` does;
+* ``run_autograder`` (run for each submission): lays the submission out as a class of one,
+  grades it with ``course.grade`` (only the exercise files are taken, over a clean copy of the
+  student tree; the same judge and contained runner), and writes the judge's results.json to
+  ``/autograder/results/results.json``. ``AUTOGRADER_ROOT`` replaces ``/autograder`` (a test
+  lays out a scratch folder), ``AUTOGRADER_ARGS`` adds flags of ``course.grade`` (``--timeout``,
+  ``--only``). Where the container offers no namespaces, it grades with ``--trusted``: the
+  container is then the only wall between the submission and its results.
+"""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+from course.scaffold import PROJECT_ROOT, project_files
+from minbert.checkpoint import atomic_write
+from minbert.flags import ArgumentParser, nonempty_path
+from multitask.errors import UsageError, run_command
+
+LEFT_OUT = ("benchmarks/", "docs/", "RESULTS.md", ".ci/")  # not needed to grade
+
+SETUP = """#!/usr/bin/env bash
+# Gradescope runs this once, as root, in /autograder/source: install what grading needs.
+set -euo pipefail
+cd "$(dirname "$0")"
+apt-get install -y -q python3-pip util-linux >/dev/null 2>&1 || true
+python3 -m pip install --quiet -r requirements.txt
+python3 -m pip install --quiet --no-deps -r requirements-checkpoint.txt
+"""
+
+RUN = """#!/usr/bin/env bash
+# Gradescope runs this for each submission: grade it, write results/results.json.
+set -euo pipefail
+root="${AUTOGRADER_ROOT:-/autograder}"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+mkdir -p "$scratch/class" "$root/results"
+cp -r "$root/submission" "$scratch/class/submission"
+cd "$root/source"
+trusted=""
+if ! python3 -c 'import sys; from course.sandbox import containment
+sys.exit(containment() is None)'; then
+    trusted="--trusted"  # no namespaces here: the container is the wall
+fi
+# shellcheck disable=SC2086
+python3 -m course.grade "$scratch/class" --out "$scratch/grades.csv" --hide "$root" $trusted \\
+    ${AUTOGRADER_ARGS:-} || true
+if [ -f "$scratch/grades-results/submission.json" ]; then
+    cp "$scratch/grades-results/submission.json" "$root/results/results.json"
+else
+    echo '{"score": 0, "output": "the grader did not finish; see its output"}' \\
+        > "$root/results/results.json"
+fi
+"""
+
+
+def autograder_files(root: Path = PROJECT_ROOT) -> list[str]:
+    """The project's files the zip holds (relative to ``root``)."""
+    return [rel for rel in project_files(root) if not rel.startswith(LEFT_OUT)]
+
+
+def write_zip(out: Path, root: Path = PROJECT_ROOT) -> int:
+    """The autograder zip at ``out`` (written whole or not at all); the number of files."""
+    files = autograder_files(root)
+
+    def fill(stream) -> None:
+        with zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, text in (("setup.sh", SETUP), ("run_autograder", RUN)):
+                info = zipfile.ZipInfo(name)
+                info.external_attr = 0o755 << 16  # executable once unpacked
+                archive.writestr(info, text)
+            for rel in files:
+                archive.write(root / rel, rel)
+
+    atomic_write(out, fill)
+    return len(files) + 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(
+        prog="python -m course.gradescope",
+        description="Write a Gradescope autograder zip (setup.sh, run_autograder, the grader).",
+    )
+    parser.add_argument("out", metavar="OUT.zip", type=nonempty_path, help="the zip to write")
+
+    def body() -> None:
+        args = parser.parse_args(argv)
+        if args.out.suffix != ".zip" or args.out.is_dir():
+            raise UsageError(f"OUT.zip {args.out}: give a file name ending in .zip")
+        if not args.out.parent.is_dir():
+            raise UsageError(f"OUT.zip {args.out}: its folder does not exist")
+        count = write_zip(args.out)
+        print(f"wrote {args.out} ({count} files): upload it as the assignment's autograder")
+
+    return run_command(body, "no zip was written")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
