@@ -116,6 +116,8 @@ def judge_submission(
                 verdict.notes.append(said)
                 continue
             verdict.results.append(judge_check(check, ctx, computed))
+            if (said := verdict.results[-1].uncompiled) and said not in verdict.notes:
+                verdict.notes.append(said)
     finally:
         if runner is not None:
             runner.stop()

@@ -119,3 +119,8 @@ def where(frame: traceback.FrameSummary) -> str:
     path = Path(frame.filename).resolve()
     shown = path.relative_to(PROJECT_ROOT).as_posix() if path.is_relative_to(PROJECT_ROOT) else path
     return f"{shown}:{frame.lineno}"
+
+
+def relative_to_project(filename: str) -> str:
+    """A file's path relative to the project when inside it, else as given."""
+    return _relative(filename) or filename

@@ -71,7 +71,7 @@ from pathlib import Path
 
 import torch
 
-from course.locate import locate
+from course.locate import locate, relative_to_project
 from course.measure import Measurement, diagnose
 from course.outcome import Outputs
 from minbert.checkpoint import load_trusted
@@ -117,6 +117,7 @@ class Result:
     max_abs_diff: float | None  # None when the check raised
     detail: str = ""  # the tensor that differs, or the exception and where it was raised
     diagnosis: str = ""  # the known mistake the output matches, if one does
+    uncompiled: str = ""  # "SyntaxError in path:line": a file that does not compile, not the check
 
 
 class Context:
@@ -237,14 +238,28 @@ def student_functions(ctx: Context) -> dict[str, list[str]]:
 
 def compute_check(check: Check, ctx: Context) -> dict:
     """Run the check's ``compute`` (the student's code): ``{"outputs": ...}``, or ``{"error":
-    what was raised and where, "not_implemented": bool}``. Never raises."""
+    what was raised and where, "not_implemented": bool, "uncompiled": ...}``. Never raises."""
     try:
         return {"outputs": check.compute(ctx)}
     except Exception as err:  # one broken check must not stop the others
+        if uncompiled := uncompiled_file(err):
+            return {"error": uncompiled, "not_implemented": False, "uncompiled": uncompiled}
         todo = not_implemented_message(err)
         detail = todo if todo is not None else f"{type(err).__name__}: {err}"
         detail += f" ({locate(err, student_functions(ctx))})"
         return {"error": detail, "not_implemented": todo is not None}
+
+
+def uncompiled_file(err: BaseException) -> str:
+    """ "SyntaxError in minbert/sampling.py:75: '(' was never closed" when ``err`` (or what
+    caused it) is a file that does not compile, named first: the check did not run, and its
+    own hint would point elsewhere; else ""."""
+    while err is not None:
+        if isinstance(err, SyntaxError) and err.filename:
+            where = relative_to_project(err.filename)
+            return f"{type(err).__name__} in {where}:{err.lineno}: {err.msg}"
+        err = err.__cause__ or err.__context__
+    return ""
 
 
 def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
@@ -252,7 +267,8 @@ def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
     Never raises: outputs the judge cannot read are a FAIL that says so."""
     if "error" in computed:
         status = NOT_IMPLEMENTED if computed.get("not_implemented") is True else FAIL
-        return Result(check, status, None, str(computed["error"]))
+        uncompiled = str(computed.get("uncompiled") or "")
+        return Result(check, status, None, str(computed["error"]), uncompiled=uncompiled)
     try:
         measurement = check.judge(ctx, computed["outputs"])
     except Exception as err:
@@ -282,6 +298,8 @@ def format_result(result: Result, width: int, shown_hints: set[str] | None = Non
         diff = f">{check.tolerance:.0e}"  # the digests do not say (the detail gives the value)
     line = f"{check.name:<{width}}  max_abs_diff {diff:<9}  tol {check.tolerance:<7.0e}  "
     line += result.status
+    if result.status == FAIL and result.uncompiled:  # the check's hint would point elsewhere
+        return f"{line}\n    {result.uncompiled}; fix it first: no check that needs it can run"
     if result.status == FAIL:
         if result.detail:
             line += f"\n    {result.detail}"

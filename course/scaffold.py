@@ -82,6 +82,7 @@ INSTRUCTOR_ONLY = (
     "tests/test_grade_class.py",  # plants solution files as submissions
     "tests/test_grade_hostile.py",  # plants solution files and attacks as submissions
     "tests/test_autograder.py",  # plants solution files as submissions
+    "tests/test_exercise_isolation.py",  # runs the scaffold
     "scripts/course_references.py",
     "scripts/make_course_references.py",
 )

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minbert.bert import ACTIVATIONS, BertConfig, BertModel
+from minbert.config import ACTIVATIONS, BertConfig
 from minbert.pretrained import (
     fix_up_keys,
     load_pretrained,
@@ -49,6 +50,9 @@ from minbert.pretrained import (
     resolve_checkpoint_dir,
     save_checkpoint_dir,
 )
+
+if TYPE_CHECKING:
+    from minbert.bert import BertModel
 
 log = logging.getLogger(__name__)
 

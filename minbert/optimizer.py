@@ -22,8 +22,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from minbert.bert import BertModel
-
 
 class AdamW(torch.optim.Optimizer):
     """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter 2019).
@@ -143,6 +141,8 @@ def layer_depths(model: nn.Module) -> dict[int, int]:
                  (``Plugin.layer_of``; one that serves several layers counts at the topmost)
     d = L + 1    everything else: the pooler, the task heads (absent from the dict)
     """
+    from minbert.bert import BertModel  # here: AdamW itself needs no part of the model
+
     bert = next((m for m in model.modules() if isinstance(m, BertModel)), None)
     if bert is None:
         return {}

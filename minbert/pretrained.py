@@ -25,11 +25,10 @@ import logging
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minbert.bert import BertConfig, BertModel
 from minbert.checkpoint import (
     UnsafeCheckpointError,
     atomic_write_text,
@@ -37,6 +36,10 @@ from minbert.checkpoint import (
     load_trusted,
     save_tensors,
 )
+from minbert.config import BertConfig
+
+if TYPE_CHECKING:
+    from minbert.bert import BertModel
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +162,8 @@ def fix_up_keys(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Te
 
 def load_pretrained(checkpoint_dir: str | Path | None = None) -> BertModel:
     """Build a ``BertModel`` from a checkpoint directory (default: the packaged MiniLM)."""
+    from minbert.bert import BertModel  # here: the tokenizer reads a checkpoint without the model
+
     directory = resolve_checkpoint_dir(checkpoint_dir)
     model = BertModel(load_config(directory))
     state_dict, dropped = fix_up_keys(read_weights(directory))

@@ -9,13 +9,13 @@ from torch import nn
 
 from minbert.bert import BertConfig, BertModel
 from minbert.plugins import (
-    KINDS,
     add_plugin,
     count_formula,
     format_parameter_report,
     freeze_for_plugins,
     load_plugin_state_dict,
     parameter_report,
+    plugin_class,
     plugin_state_dict,
 )
 from minbert.plugins.lora import TARGETS as LORA_TARGETS
@@ -39,7 +39,7 @@ def test_parameter_counts_match_the_formulas() -> None:
     model = BertModel(config)
 
     def per_task(kind: str, **options) -> int:
-        plugin = KINDS[kind](config, ["sst", "para"], **options)
+        plugin = plugin_class(kind)(config, ["sst", "para"], **options)
         counts = {sum(p.numel() for p in plugin.task_parameters(t)) for t in plugin.tasks}
         assert len(counts) == 1  # every task the same size
         total = sum(p.numel() for p in plugin.parameters())

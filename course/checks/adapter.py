@@ -21,7 +21,7 @@ ADAPTER_OPTIONS = {"size": 4}
 def check_adapter(ctx: Context) -> Outputs:
     """Houlsby adapters at both positions of every layer against the stored
     h + W_up · GELU(W_down · h + b_down) + b_up."""
-    from minbert.bert import BertConfig
+    from minbert.config import BertConfig
     from minbert.plugins.adapter import HoulsbyAdapter
 
     data = ctx.course_data["adapter"]

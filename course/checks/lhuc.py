@@ -20,7 +20,7 @@ from course.registry import PLUGIN_TASKS, Context, check
 )
 def check_lhuc(ctx: Context) -> Outputs:
     """LHUC on every layer's output against the stored h ⊙ 2·σ(r_layer)."""
-    from minbert.bert import BertConfig
+    from minbert.config import BertConfig
     from minbert.plugins.lhuc import LHUC
 
     data = ctx.course_data["lhuc"]

@@ -37,7 +37,7 @@ LORA_MERGE_CONFIG = {"vocab_size": 50}  # BertConfig.tiny overrides of the merge
 def check_lora_linear(ctx: Context) -> Outputs:
     """LoRA's linear site against the stored W x + b + (α/r)·B A dropout(x) on the targets,
     W x + b elsewhere, in eval and training mode."""
-    from minbert.bert import BertConfig
+    from minbert.config import BertConfig
     from minbert.plugins.lora import LoRA, target_shape
 
     data = ctx.course_data["lora"]["linear"]
@@ -84,7 +84,8 @@ def judge_lora_merge(ctx: Context, out: Outputs) -> Measurement:
 def check_lora_merge(ctx: Context) -> Outputs:
     """LoRA.merge(task) against the stored W + (α/r)·B A for every adapted weight; unmerge
     restores W."""
-    from minbert.bert import BertConfig, BertModel
+    from minbert.bert import BertModel
+    from minbert.config import BertConfig
     from minbert.plugins import add_plugin
     from minbert.plugins.lora import target_module
 

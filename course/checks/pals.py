@@ -41,7 +41,7 @@ class StandInProjectedAttention(torch.nn.Module):
 )
 def check_pals(ctx: Context) -> Outputs:
     """The PAL term of every layer against the stored V_D · g_l(V_E · x), eval and training."""
-    from minbert.bert import BertConfig
+    from minbert.config import BertConfig
     from minbert.plugins.pals import PAL
 
     data = ctx.course_data["pals"]

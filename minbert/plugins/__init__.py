@@ -34,87 +34,42 @@ LayerNorms, goes beside one of them (``--train_layernorms``) and is attached fir
 (``--option fusion``) fuses the fixed adapters of a finished adapter run.
 
 Several kinds may be attached at once; each site applies them in the order they were added.
+
+Nothing is imported here until it is asked for (``from minbert.plugins import add_plugin``
+imports ``kinds.py``, which imports a kind's file only when that kind is attached): a plug-in
+file that does not compile fails only what uses it, never the other plug-ins.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Iterable
+import importlib
+from typing import Any
 
-from minbert.bert import BertConfig, BertModel
-from minbert.plugins.adapter import HoulsbyAdapter
-from minbert.plugins.base import Plugin
-from minbert.plugins.freezing import freeze_all_but_task, freeze_for_plugins
-from minbert.plugins.layernorm import TaskLayerNorms
-from minbert.plugins.lhuc import LHUC
-from minbert.plugins.lora import LoRA
-from minbert.plugins.pals import PAL
-from minbert.plugins.report import format_parameter_report, parameter_report
-from minbert.plugins.task_state import load_plugin_state_dict, plugin_state_dict
-
-PLUGINS: dict[str, type[Plugin]] = {
-    "adapter": HoulsbyAdapter,
-    "pals": PAL,
-    "lhuc": LHUC,
-    "lora": LoRA,
+# The public names of the package, by the file of the package that holds each.
+HOMES = {
+    "KINDS": "kinds",
+    "PLUGINS": "kinds",
+    "add_plugin": "kinds",
+    "count_formula": "kinds",
+    "plugin_class": "kinds",
+    "Plugin": "base",
+    "HoulsbyAdapter": "adapter",
+    "PAL": "pals",
+    "LHUC": "lhuc",
+    "LoRA": "lora",
+    "TaskLayerNorms": "layernorm",
+    "freeze_for_plugins": "freezing",
+    "freeze_all_but_task": "freezing",
+    "format_parameter_report": "report",
+    "parameter_report": "report",
+    "load_plugin_state_dict": "task_state",
+    "plugin_state_dict": "task_state",
 }
-KINDS: dict[str, type[Plugin]] = {**PLUGINS, "layernorm": TaskLayerNorms}
-if importlib.util.find_spec("minbert.plugins.fusion"):  # the student tree leaves the lab's out
-    from minbert.plugins.fusion import AdapterFusion
-
-    KINDS["fusion"] = AdapterFusion
+__all__ = sorted(HOMES)
 
 
-def _plugin_class(kind: str) -> type[Plugin]:
-    if kind not in KINDS:
-        raise ValueError(f"unknown plug-in kind {kind!r}; use one of {list(KINDS)}")
-    return KINDS[kind]
-
-
-def add_plugin(model: BertModel, kind: str, tasks: Iterable[str], **options) -> Plugin:
-    """Attach a plug-in of ``kind`` with identity-initialised parameters for each task, on the
-    model's device and dtype and in its train/eval mode, as ``model.plugins[kind]``; returns it.
-    Unknown kinds, options or option values are a ValueError."""
-    cls = _plugin_class(kind)
-    if kind in model.plugins:
-        raise ValueError(f"a {kind!r} plug-in is already attached; add tasks with add_task")
-    plugin = cls(model.config, tasks, **options)
-    reference = next(model.parameters())
-    plugin.to(device=reference.device, dtype=reference.dtype)
-    plugin.train(model.training)  # a plug-in added to a model in eval mode must not drop out
-    model.plugins[kind] = plugin
-    model.plugins.hook(model.encoder.layer)
-    plugin.attach(model)
-    return plugin
-
-
-def count_formula(kind: str, config: BertConfig, **options) -> int:
-    """Parameters per task of plug-in ``kind`` with ``options``, from its documented formula:
-
-    adapter  positions · ⌈L / share⌉ · (2·m·D + D + m)   (positions: 2 houlsby, 1 pfeiffer)
-    pals     2·D·s + D + s + 3·L·(s² + s)
-    lhuc     L · D
-    lora     L · Σ_targets r·(d_in + d_out)
-    layernorm  L · 2 · 2D
-    """
-    return _plugin_class(kind).parameters_per_task(config, **options)
-
-
-__all__ = [
-    "LHUC",
-    "PAL",
-    "PLUGINS",
-    "TaskLayerNorms",
-    "HoulsbyAdapter",
-    "KINDS",
-    "LoRA",
-    "Plugin",
-    "add_plugin",
-    "count_formula",
-    "format_parameter_report",
-    "freeze_all_but_task",
-    "freeze_for_plugins",
-    "load_plugin_state_dict",
-    "parameter_report",
-    "plugin_state_dict",
-]
+def __getattr__(name: str) -> Any:
+    """``minbert.plugins.NAME``: imported from its file on first use (see the docstring)."""
+    if name not in HOMES:
+        raise AttributeError(f"module 'minbert.plugins' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"minbert.plugins.{HOMES[name]}"), name)

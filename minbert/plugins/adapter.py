@@ -53,7 +53,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from minbert.bert import BertConfig, gelu
+from minbert.config import BertConfig, gelu
 from minbert.flags import check_ranges, setting
 from minbert.plugins.base import Plugin
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from minbert.bert import BertConfig
+from minbert.config import BertConfig
 from minbert.sites import SiteHandler
 
 

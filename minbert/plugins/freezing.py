@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from minbert.bert import BertModel
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from minbert.bert import BertModel
 
 
 def freeze_for_plugins(model: BertModel) -> None:

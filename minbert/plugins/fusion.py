@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from minbert.bert import BertConfig
+from minbert.config import BertConfig
 from minbert.flags import setting
 from minbert.plugins.adapter import PLACEMENTS, AdapterSettings, HoulsbyAdapter
 from minbert.plugins.base import Plugin

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minbert.bert import BertConfig
+from minbert.config import BertConfig
 from minbert.plugins.base import Plugin
 
 POSITIONS = ("attention", "feed_forward")

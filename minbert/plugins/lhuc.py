@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from minbert.bert import BertConfig
+from minbert.config import BertConfig
 from minbert.plugins.base import Plugin
 
 

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minbert.bert import BertConfig
+from minbert.config import BertConfig
 from minbert.flags import check_ranges, setting
 from minbert.plugins.base import Plugin
 from minbert.sites import LINEAR_SITES, module_at

@@ -51,7 +51,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from minbert.bert import BertConfig, BertSelfAttention, gelu
+from minbert.bert import BertSelfAttention
+from minbert.config import BertConfig, gelu
 from minbert.flags import check_ranges, setting
 from minbert.plugins.base import Plugin
 

@@ -6,11 +6,12 @@ fractions are of the base, as papers on parameter-efficient methods report them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from minbert.bert import BertModel
+if TYPE_CHECKING:
+    from minbert.bert import BertModel
 
 
 def _count(parameters) -> int:

@@ -7,9 +7,12 @@ add its head's tensors under their own prefix and write one safetensors file.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from minbert.bert import BertModel
+if TYPE_CHECKING:
+    from minbert.bert import BertModel
 
 
 def _task_prefix(kind: str, task: str) -> str:
