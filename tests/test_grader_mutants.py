@@ -1477,6 +1477,26 @@ def mutated(mutant: Mutant, monkeypatch) -> Iterator[types.ModuleType]:
     assert sys.modules[name] is original
 
 
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.id)
+def test_every_mistake_fails_the_student_trees_tests(
+    mutant: Mutant, ctx: Context, monkeypatch
+) -> None:
+    """The student tree's tests/test_checks.py (the grader's checks as tests) fails on every
+    mistake of the corpus: the student's tests and the grader cannot disagree."""
+    import test_checks  # the student tree's
+
+    failed = []
+    with mutated(mutant, monkeypatch):
+        for check in test_checks.GRADED:
+            if mutant.exercise not in check.exercises:
+                continue
+            try:
+                test_checks.test_check(check, ctx)
+            except AssertionError:
+                failed.append(check.name)
+    assert failed, f"{mutant.id} passes the student tree's tests of {mutant.exercise}"
+
+
 def run_own_checks(mutant: Mutant, ctx: Context, monkeypatch) -> dict:
     """Run the exercise's own checks with the mutated module in place of the real one."""
     with mutated(mutant, monkeypatch):

@@ -174,7 +174,7 @@ def test_adapter_after_layernorm_acts_on_the_normalised_output() -> None:
     seen = {}
     norm = layer.attention.output.LayerNorm
     norm.register_forward_hook(lambda m, i, o: seen.update(norm=o), prepend=True)
-    layer.attention.register_forward_hook(lambda m, i, o: seen.update(block=o))
+    layer.attention.output.register_forward_hook(lambda m, i, o: seen.update(block=o))
     outputs(model, "sst")
     adapter = model.plugins["adapter"].by_task["sst"]["attention"][1]
     with torch.no_grad():
