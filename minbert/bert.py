@@ -22,7 +22,9 @@ nothing attached no hook exists, so the plain model is exactly BERT. Its hyperpa
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -133,20 +135,45 @@ class BertSelfAttention(nn.Module):
         (B, nh, T, T): row i is how much token i attends to each token j, after the mask and the
         softmax, before dropout (none is applied).
 
-        Recomputed from the layer input x through the same ``self.query`` and ``self.key`` as
-        ``forward``, so LoRA on the query or key (a hook on them) is included. P comes from the
-        written-out ``scaled_dot_product_attention`` with the identity as the values: P · I = P,
-        exactly, so the equation is written once (in the course's student tree, P is the student's
-        own). In training mode a plug-in's dropout on these projections (LoRA's) draws masks of its
-        own here; read attention in eval mode.
+        This module's own ``forward`` runs on the written-out path while ``recorded_attention``
+        records P (so the equation and the head split are written once, in the course by the
+        student); LoRA on the query or key (a hook on them) is included. In training mode a
+        plug-in's dropout on these projections (LoRA's) draws masks of its own here; read
+        attention in eval mode.
         """
-        B, T, D = x.shape
-        nh, hs = self.num_heads, D // self.num_heads
-        q = self.query(x).view(B, T, nh, hs)  # (B, T, D) -> (B, T, nh, hs)
-        k = self.key(x).view(B, T, nh, hs)
-        identity = torch.eye(T, dtype=q.dtype, device=q.device).expand(B, nh, T, T)
-        # (B, nh, T, hs) queries and keys, the identity as values: P · I = P, (B, nh, T, T)
-        return scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), identity, mask)
+        fast, self.use_fast_path = self.use_fast_path, False
+        try:
+            with recorded_attention() as found:
+                self.forward(x, mask)
+        finally:
+            self.use_fast_path = fast
+        return found[-1]
+
+
+@contextlib.contextmanager
+def recorded_attention() -> Iterator[list[torch.Tensor]]:
+    """While inside, every call of the written-out ``scaled_dot_product_attention`` (looked up in
+    this module, as ``forward`` does) also records its probabilities P, (B, nh, T, S), in the
+    list it yields: the same function with the identity as the values, P · I = P, exactly."""
+    written = globals()["scaled_dot_product_attention"]
+    found: list[torch.Tensor] = []
+
+    def attend(q, k, v, mask=None, dropout_p=0.0):
+        S = k.shape[-2]
+        identity = torch.eye(S, dtype=q.dtype, device=q.device).expand(*q.shape[:-2], S, S)
+        found.append(written(q, k, identity, mask))  # (B, nh, T, S)
+        return written(q, k, v, mask, dropout_p)
+
+    globals()["scaled_dot_product_attention"] = attend
+    try:
+        yield found
+    finally:
+        globals()["scaled_dot_product_attention"] = written
+    if not found:
+        raise RuntimeError(
+            "no attention was recorded: with use_fast_path False, attention must call the "
+            "written-out scaled_dot_product_attention of minbert/bert.py"
+        )
 
 
 class BertSelfOutput(nn.Module):

@@ -51,7 +51,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from minbert.bert import BertSelfAttention
+from minbert.bert import BertSelfAttention, recorded_attention
 from minbert.config import BertConfig, gelu
 from minbert.flags import check_ranges, setting
 from minbert.plugins.base import Plugin
@@ -203,12 +203,17 @@ class PAL(Plugin):
     def attentions(
         self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        """{"pals": P}: g_l's attention probabilities in the projected space, from V_E · x,
-        (B, T, D) -> (B, nh, T, T) with this PAL's heads (see ``BertSelfAttention.probabilities``).
-        ``BertModel.forward(..., output_attentions=True)`` returns them, one per layer, as
-        ``plugin_attentions["pals"]``."""
-        projected = self.by_task[task].encoder(x)  # (B, T, D) -> (B, T, s)
-        return {"pals": self.by_task[task].layers[layer].probabilities(projected, mask)}
+        """{"pals": P}: g_l's attention probabilities in the projected space, (B, T, D) ->
+        (B, nh, T, T) with this PAL's heads, recorded while this PAL's own ``parallel`` runs on
+        the written-out path (``recorded_attention``). ``BertModel.forward(...,
+        output_attentions=True)`` returns them, one per layer, as ``plugin_attentions["pals"]``."""
+        fast, self.use_fast_path = self.use_fast_path, False
+        try:
+            with recorded_attention() as found:
+                self.parallel(layer, task, x, mask)
+        finally:
+            self.use_fast_path = fast
+        return {"pals": found[-1]}
 
     def extra_repr(self) -> str:
         return (
