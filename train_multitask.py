@@ -342,7 +342,13 @@ def take_step(run: Run, names: list[str]) -> None:
         batches.append((run.model.tasks[name], batch))
     try:
         losses = train_step(
-            run.step_module, batches, run.optimizer, run.update, run.scheduler, run.autocast
+            run.step_module,
+            batches,
+            run.optimizer,
+            run.update,
+            run.scheduler,
+            run.autocast,
+            run.cfg.max_grad_norm,
         )
     except NonFiniteLoss as err:
         raise RunStopped(nonfinite_message(run, run.clock.step, err.task, err), 3) from None

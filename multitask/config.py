@@ -152,6 +152,11 @@ class TrainConfig:
         "of tensors (for a GPU, where a step waits on its launches; multitask/fused_adamw.py)",
     )
     weight_decay: float = setting(0.01, "AdamW decoupled weight decay", within="[0, inf)")
+    max_grad_norm: float = setting(
+        0.0,
+        "clip the gradients' total L2 norm to this before each update (0: off)",
+        within="[0, inf)",
+    )
     dropout: float = setting(0.1, "dropout in the encoder and heads", within="[0, 1)")
     layer_decay: float = setting(
         1.0,

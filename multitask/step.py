@@ -115,6 +115,10 @@ class HostChecked:
     def after_backward(self, optimizer: torch.optim.Optimizer) -> None:
         """After one batch's backward (several batches' gradients add up by default)."""
 
+    def combine(self, optimizer: torch.optim.Optimizer, finite: bool) -> None:
+        """The step's gradients in the parameters' ``.grad``, once every backward is done
+        (they already are: the tasks' gradients add)."""
+
     def apply(
         self, optimizer: torch.optim.Optimizer, losses: list[torch.Tensor], finite: bool
     ) -> bool:
@@ -138,15 +142,13 @@ class PCGrad(HostChecked):
         self.per_task.append([p.grad for p in parameters(optimizer)])  # kept apart from the next
         optimizer.zero_grad(set_to_none=True)
 
-    def apply(
-        self, optimizer: torch.optim.Optimizer, losses: list[torch.Tensor], finite: bool
-    ) -> bool:
+    def combine(self, optimizer: torch.optim.Optimizer, finite: bool) -> None:
+        """The tasks' gradients, projected apart where they conflict, summed into ``.grad``."""
         per_task, self.per_task = self.per_task, []
         if finite:
             generator = torch.Generator().manual_seed(self.seed())
             for p, grad in zip(parameters(optimizer), self.surgery(per_task, generator)):
                 p.grad = grad
-        return super().apply(optimizer, losses, finite)
 
 
 class DeviceFlagged:
@@ -164,6 +166,9 @@ class DeviceFlagged:
         return True  # decided on the device, in apply
 
     def after_backward(self, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+    def combine(self, optimizer: torch.optim.Optimizer, finite: bool) -> None:
         pass
 
     def apply(self, optimizer, losses: list[torch.Tensor], finite: bool) -> bool:
@@ -189,12 +194,15 @@ def train_step(
     update: HostChecked | DeviceFlagged,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     autocast: contextlib.AbstractContextManager | None = None,
+    max_grad_norm: float = 0.0,
 ) -> list[torch.Tensor] | None:
     """One update from a batch of each task in ``batches`` (one, unless --step_gradient combines
-    every task's): each loss (its forward under ``autocast``, e.g. bf16) and backward, then the
-    update as ``update`` makes it, the schedule's step, and the objective's ``after_update``
-    (SMART's teacher) when the step counts. Returns the detached losses, or None for a step
-    ``update`` skipped (the module docstring states the non-finite contract)."""
+    every task's): each loss (its forward under ``autocast``, e.g. bf16) and backward, the
+    gradients combined as ``update`` does (PCGrad projects them) and, with ``max_grad_norm``,
+    scaled so that their total L2 norm is at most that (``clip_grad_norm_``, read on the
+    device), then the update as ``update`` makes it, the schedule's step, and the objective's
+    ``after_update`` (SMART's teacher) when the step counts. Returns the detached losses, or None
+    for a step ``update`` skipped (the module docstring states the non-finite contract)."""
     optimizer.zero_grad(set_to_none=True)
     losses, finite = [], True
     for task, batch in batches:
@@ -204,6 +212,9 @@ def train_step(
         loss.backward()  # a skipped batch too: keeps every process's gradient exchange in step
         losses.append(loss.detach())
         update.after_backward(optimizer)
+    update.combine(optimizer, finite)
+    if max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(parameters(optimizer), max_grad_norm)
     counts = update.apply(optimizer, losses, finite)
     optimizer.zero_grad(set_to_none=True)
     if scheduler is not None:

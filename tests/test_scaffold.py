@@ -204,9 +204,9 @@ def test_a_flag_of_the_labs_extras_is_one_line_in_the_student_tree(
 # The student tree as the manifest makes it, with room for small edits (86 files and 12,807 lines
 # of Python when written: the grader's runner and its wire format, the grader's checks as the
 # student's tests, and the model's config and the plug-in kinds in files of their own so that
-# one exercise file that does not compile fails only what needs it; 80 and 12,237 before; 92 and 14,404 with the lab's
-# extras; 281 and 28,219 when it was the whole project; the aim is 80 and 9,000, out of reach
-# for a tree with a driver:
+# one exercise file that does not compile fails only what needs it; 80 and 12,237 before; 92
+# and 14,404 with the lab's extras; 281 and 28,219 when it was the whole project; the aim is 80
+# and 9,000, out of reach for a tree with a driver:
 # benchmarks/student_tree_size.py, RESULTS.md "How small can the student tree be?").
 STUDENT_TREE_FILES, STUDENT_TREE_PYTHON_LINES = 86, 12_900
 
