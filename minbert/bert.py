@@ -93,7 +93,7 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     The exact (erf) form, which BERT uses. ``F.gelu`` (approximate="none") computes this same
     formula in one fused operator forward and one backward, instead of five that each keep a
     (B, T, F) tensor for the backward: ~10% faster steps and ~20% less memory when fine-tuning
-    (benchmarks/results/throughput.md, memory.md)."""
+    (measured in the lab's throughput and memory benchmarks)."""
     return F.gelu(x)
 
 

@@ -27,17 +27,19 @@ A plug-in lives in ``model.plugins[kind]`` and keeps each task's parameters in
     lhuc       after_layer                            lhuc.py     (Swietojanski & Renals 2014)
     lora       linear                                 lora.py     (Hu et al. 2021)
     layernorm  norm                                   layernorm.py (Houlsby et al. 2019)
-    fusion     the adapter's sites                    fusion.py   (Pfeiffer et al. 2021)
+    fusion     the adapter's sites                    the lab's   (Pfeiffer et al. 2021)
 
 The first four are the driver's ``--option`` choices (``PLUGINS``); ``layernorm``, per-task
 LayerNorms, goes beside one of them (``--train_layernorms``) and is attached first; ``fusion``
-(``--option fusion``) fuses the fixed adapters of a finished adapter run.
+(``--option fusion``) fuses the fixed adapters of a finished adapter run: a lab extra, which the
+student tree leaves out (there the kind is unknown).
 
 Several kinds may be attached at once; each site applies them in the order they were added.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from collections.abc import Iterable
 
@@ -59,10 +61,12 @@ PLUGINS: dict[str, type[Plugin]] = {
     "lora": LoRA,
 }
 KINDS: dict[str, type[Plugin]] = {**PLUGINS, "layernorm": TaskLayerNorms}
-if importlib.util.find_spec("minbert.plugins.fusion"):  # the student tree leaves the lab's out
-    from minbert.plugins.fusion import AdapterFusion
-
-    KINDS["fusion"] = AdapterFusion
+# The lab's kinds (module, class), imported by name where the tree has the module: the student
+# tree leaves them out, and there they are unknown kinds.
+LAB_KINDS = {"fusion": ("minbert.plugins.fusion", "AdapterFusion")}
+for _kind, (_module, _name) in LAB_KINDS.items():
+    if importlib.util.find_spec(_module):
+        KINDS[_kind] = getattr(importlib.import_module(_module), _name)
 
 
 def _plugin_class(kind: str) -> type[Plugin]:
