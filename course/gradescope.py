@@ -1,7 +1,7 @@
 """The checks' results as Gradescope's ``results.json`` (``python sanity_check.py --results-json
 FILE``), with points per exercise from a course file the instructor edits (``points.json``
 beside this file, or ``--points FILE``). In the instructor's tree, ``python -m course.gradescope
-OUT.zip`` writes the autograder to upload (``course/autograder.py``).
+OUT.zip`` writes the autograder to upload (from a module the student tree leaves out).
 
 Gradescope's autograder reads one JSON object: ``score`` (the total), and ``tests``, one entry
 per check with its ``name``, ``score``, ``max_score``, ``status`` and ``output`` (the lines
@@ -9,7 +9,7 @@ per check with its ``name``, ``score``, ``max_score``, ``status`` and ``output``
 
 Points. An exercise's points are shared equally by the checks that grade that exercise alone
 (``check.exercises == (exercise,)``); a check of several exercises (the whole-model ``bert``
-checks) or of none (the tokenizer, the schedule) is listed with ``max_score`` 0: it says where
+checks) or of none (the tokenizer) is listed with ``max_score`` 0: it says where
 to look but does not grade a second time what the exercises' own checks grade. A check scores
 its ``max_score`` when it passes, else 0.
 """
@@ -85,7 +85,7 @@ def results_json(results: Sequence[tuple[Result, str]], points: dict[str, float]
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m course.gradescope OUT.zip``: the autograder, built from the instructor's tree
-    (``course/autograder.py`` is not in the student tree)."""
+    (the module that builds it is not in the student tree)."""
     try:
         from course import autograder
     except ModuleNotFoundError:

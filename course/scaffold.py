@@ -77,6 +77,7 @@ INSTRUCTOR_ONLY = (
     "minbert/optimizer_foreach.py",  # the AdamW exercise in multi-tensor form
     "tests/test_optimizer_foreach.py",
     "tests/test_scaffold.py",
+    "tests/test_student_tree_names.py",  # what the student tree names, against the full project
     "tests/test_grader_mutants.py",
     "tests/test_grader_store.py",  # plants cheats through the mutant harness
     "tests/test_grade_class.py",  # plants solution files as submissions

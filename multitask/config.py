@@ -147,9 +147,10 @@ class TrainConfig:
     warmup: float = setting(0.1, "warm-up steps, as a fraction of all steps", within="[0, 1)")
     optimizer: Literal["foreach", "fused"] = setting(
         "foreach",
-        "foreach: the hand-written AdamW in multi-tensor operations (minbert/optimizer_foreach.py);"
-        " fused: torch's fused AdamW, the same update up to float rounding in one kernel a chunk "
-        "of tensors (for a GPU, where a step waits on its launches; multitask/fused_adamw.py)",
+        "foreach: the hand-written AdamW in multi-tensor operations (the student tree's own "
+        "loop where it lacks them); fused: torch's fused AdamW, the same update up to float "
+        "rounding in one kernel a chunk of tensors (for a GPU, where a step waits on its "
+        "launches; a lab extra)",
     )
     weight_decay: float = setting(0.01, "AdamW decoupled weight decay", within="[0, inf)")
     max_grad_norm: float = setting(
@@ -206,7 +207,7 @@ class TrainConfig:
         help=(
             "TASK=RUN_DIR,...: finished runs of this driver (a task alone or several, any "
             "option) whose head outputs teach the named tasks: each trains towards "
-            "λ·gold + (1 − λ)·teacher (Clark et al. 2019, BAM!; multitask/distillation.py); "
+            "λ·gold + (1 − λ)·teacher (Clark et al. 2019, BAM!; a lab extra); "
             "given twice, the lists are merged (a task taught by two runs is an error)"
         ),
         factory=list,
@@ -264,8 +265,8 @@ class TrainConfig:
     init_lora: list[str] = setting(
         help=(
             "TASK=DIR,...: start each named task's LoRA (--option lora) from a PEFT adapter "
-            "folder of the same base checkpoint, rank, α and targets (multitask/peft_format.py; "
-            "python -m multitask.export RUN OUT --format peft writes such folders)"
+            "folder of the same base checkpoint, rank, α and targets (a lab extra, as is the "
+            "export of a LoRA run in that format)"
         ),
         factory=list,
     )
@@ -274,7 +275,7 @@ class TrainConfig:
     compile: bool = setting(
         False,
         (
-            "torch.compile each step's forward and loss (multitask/compiled.py); with "
+            "torch.compile each step's forward and loss (a lab extra); with "
             "--pad_multiple the shapes stay few; not with --smart or --teachers"
         ),
     )
@@ -476,7 +477,8 @@ def not_a_checkpoint(checkpoint: str) -> None:
     if folder_kind(Path(checkpoint)) == "a train_multitask.py run folder":
         raise UsageError(
             f"--checkpoint {checkpoint} is a train_multitask.py run folder, not a checkpoint "
-            "folder; give a BERT checkpoint (a pretrain_mlm.py output, or an export of the run)"
+            "folder; give a BERT checkpoint (an MLM pretraining run's output, or an export of "
+            "the run)"
         )
 
 

@@ -28,8 +28,8 @@ class UsageError(Exception):
 
 def lab_part(module: str, flag: str):
     """Import one of the lab's optional parts (distillation, AdapterFusion, PCGrad, the compiled
-    step, ...), which the student tree (course/student_tree.txt) leaves out: there, the flag that
-    needs it ends the command in one line."""
+    step, ...), which the student tree leaves out: there, the flag that needs it ends the command
+    in one line."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as err:

@@ -27,10 +27,10 @@ from tasks.base import Task
 
 
 class Taught:
-    """Distillation from single-task teachers (``multitask/distillation.py``; Clark et al. 2019,
-    BAM!): a taught task trains towards λ·gold + (1 − λ)·teacher, the teacher's outputs on the
-    batch's examples (``Batch.rows``) and λ from ``gold`` (the step's share of the gold label);
-    every other task keeps the model's own loss."""
+    """Distillation from single-task teachers (a lab extra; Clark et al. 2019, BAM!): a taught
+    task trains towards λ·gold + (1 − λ)·teacher, the teacher's outputs on the batch's examples
+    (``Batch.rows``) and λ from ``gold`` (the step's share of the gold label); every other task
+    keeps the model's own loss."""
 
     def __init__(
         self, model: MultitaskModel, teachers: dict[str, torch.Tensor], gold: Callable[[], float]

@@ -79,18 +79,18 @@ DRIVER = Layout(
 )
 
 
-EXPORT_MARK = "export.json"  # what python -m multitask.export writes into every export
+EXPORT_MARK = "export.json"  # what the lab's export command writes into every export
 
 
 def folder_kind(path: Path) -> str | None:
     """What an existing folder is, in words, when it holds something no other command may write
-    over (a run of the driver or of pretrain_mlm.py, an export, a checkpoint), else None."""
+    over (a run of the driver or of MLM pretraining, an export, a checkpoint), else None."""
     if not path.is_dir():
         return None
     if (path / "mlm_config.json").is_file():
-        return "a pretrain_mlm.py run folder"
+        return "an MLM pretraining run folder"
     if (path / EXPORT_MARK).is_file():
-        return "an export (python -m multitask.export)"
+        return "an export of a run"
     if any((path / name).exists() for name in DRIVER.state if name != "config.json"):
         return "a train_multitask.py run folder"
     try:
@@ -233,7 +233,7 @@ class RunFolder:
 
     def read_config(self, flag: str) -> dict[str, Any]:
         """The run's config.json; ``flag`` names the option that pointed here, for messages. A
-        folder of another kind (a checkpoint, a pretrain_mlm.py run) is named as such."""
+        folder of another kind (a checkpoint, an MLM pretraining run) is named as such."""
         kind = folder_kind(self.path)
         if kind and "train_multitask.py" not in kind:
             raise UsageError(f"{flag} {self.path} is {kind}, not a train_multitask.py run folder")

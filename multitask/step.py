@@ -17,7 +17,7 @@ in how several batches' gradients combine and in when the run learns of a non-fi
                              raises ``NonFiniteLoss`` before the update, or with ``skip`` drops
                              the step (train_step returns None); gradients of several tasks add
     PCGrad(seed, skip)       as HostChecked, the tasks' gradients combined by PCGrad's
-                             projection (Yu et al. 2020, ``minbert/pcgrad.py``)
+                             projection (Yu et al. 2020; a lab extra)
     DeviceFlagged(healthy,   nothing read on the host, for a GPU that should never wait for it:
                   skip)      finiteness stays a flag on the device that the multi-tensor AdamW
                              obeys (``step(apply_if=flag)``), and the run learns of a non-finite
@@ -42,6 +42,8 @@ with a message, or the run stops there (``NonFiniteStep``).
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -55,6 +57,10 @@ from multitask.collate import Batch
 from multitask.errors import lab_part
 from multitask.model import MultitaskModel
 from tasks.base import Task
+
+# The hand-written AdamW in multi-tensor operations, imported by name where the tree has it (the
+# student tree does not: there the student's own loop trains).
+LAB_OPTIMIZER = "minbert.optimizer_foreach"
 
 Objective = Callable[[Task, Batch], torch.Tensor]
 
@@ -255,12 +261,12 @@ def optimizer_for(
 ) -> torch.optim.Optimizer:
     """The optimizer the driver trains with: the hand-written AdamW over
     ``param_groups(model, weight_decay, lr, layer_decay)``, through its multi-tensor path
-    (``minbert/optimizer_foreach.py``: the same numbers with far fewer kernel launches) where
-    the tree has it; the student tree leaves that file out, and then the student's own loop
+    (``LAB_OPTIMIZER``: the same numbers with far fewer kernel launches) where the tree has
+    it; the student tree leaves that module out, and then the student's own loop
     (``minbert.optimizer.AdamW``) trains. With ``encoder_lr`` (``--train_encoder``), the
     encoder's own weights (every BERT parameter but the plug-ins') train at ``encoder_lr`` in
     place of ``lr``, times their layer's decay; plug-ins and heads at ``lr``. ``kind`` fused
-    (``--optimizer fused``): torch's fused AdamW instead (multitask/fused_adamw.py)."""
+    (``--optimizer fused``): torch's fused AdamW instead (a lab extra)."""
     groups = param_groups(model, weight_decay, lr, layer_decay)
     if encoder_lr is not None:
         bert = model.bert
@@ -268,11 +274,9 @@ def optimizer_for(
         groups = rescaled(groups, encoder, lr, encoder_lr / lr)
     if kind == "fused":
         return lab_part("multitask.fused_adamw", "--optimizer fused").FusedAdamW(groups, lr=lr)
-    try:
-        from minbert.optimizer_foreach import ForeachAdamW
-    except ImportError:  # the student tree
+    if importlib.util.find_spec(LAB_OPTIMIZER) is None:  # the student tree
         return AdamW(groups, lr=lr)
-    return ForeachAdamW(groups, lr=lr)
+    return importlib.import_module(LAB_OPTIMIZER).ForeachAdamW(groups, lr=lr)
 
 
 def rescaled(groups: list[dict], chosen: set[int], lr: float, factor: float) -> list[dict]:

@@ -18,13 +18,13 @@ on its sentence vector; a pair encoded one sentence at a time gets the Sentence-
 All losses are means over the batch. Adding a task is one file in ``tasks/`` that calls
 ``register(...)`` with one of these; ``tasks/__init__.py`` imports every task file it finds.
 
-Prediction files follow the CS224N default final project's ``multitask_classifier.py`` and
-``classifier.py`` byte for byte: a header line ``id \\t <column> `` and then one row per example,
-``<id> , <prediction> `` (note the spaces around the tab and the comma, and the trailing space).
-The columns are ``Predicted_Sentiment`` (sst and cfimdb), ``Predicted_Is_Paraphrase`` (para) and
-``Predicted_Similiarity`` (sts; the misspelling is the course's and is kept so that files written
-here are interchangeable with the course's). Floats are written with ``repr`` (shortest text that
-reads back to the same float), ints as ints.
+Prediction files follow the CS224N default final project's starter code (its multitask and
+single-task classifier scripts) byte for byte: a header line ``id \\t <column> `` and then one row
+per example, ``<id> , <prediction> `` (note the spaces around the tab and the comma, and the
+trailing space). The columns are ``Predicted_Sentiment`` (sst and cfimdb),
+``Predicted_Is_Paraphrase`` (para) and ``Predicted_Similiarity`` (sts; the misspelling is the
+course's and is kept so that files written here are interchangeable with the course's). Floats are
+written with ``repr`` (shortest text that reads back to the same float), ints as ints.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class Task(ABC):
     @abstractmethod
     def describe(self, outputs: Tensor, probabilities: bool = False) -> list[dict[str, Any]]:
         """What a user reads for each row of (N, C) head outputs, as named fields
-        (``python -m multitask.predict``); ``probabilities`` adds a classifier's class
+        (the lab's prediction tool prints them); ``probabilities`` adds a classifier's class
         probabilities."""
 
     def metric(self, predictions: Sequence[int | float], labels: Sequence[int | float]) -> float:

@@ -1,7 +1,8 @@
 """CFIMDB: binary sentiment of (long) IMDB movie reviews, from the course's counterfactually
 augmented IMDB set (Kaushik et al. 2020). Labels 0 = negative, 1 = positive. Metric: accuracy.
 
-Treated as a 2-class task (two logits, cross-entropy) as in the course's ``classifier.py``."""
+Treated as a 2-class task (two logits, cross-entropy) as in the course's single-task classifier
+script."""
 
 from tasks.base import MultiClassTask, register
 

@@ -1,8 +1,9 @@
 """Quora Question Pairs: are two questions paraphrases of each other? Labels 0 / 1 (written 0.0 /
 1.0 in the files). One logit, BCE loss. Metric: accuracy.
 
-The course's test file ``quora-test-student.csv`` is not part of this environment's data (see
-data/README.md); the driver skips a missing test file with a message."""
+The test file ``quora-test-student.csv`` is optional (``scripts/get_data.py`` fetches it where it
+can; data/README.md says where it comes from); the driver skips a missing test file with a
+message."""
 
 from tasks.base import BinaryTask, register
 

@@ -277,7 +277,7 @@ CASES = [
     Case("p-run-missing", "predict", predict(run="{tmp}/nope"), "nope"),
     Case("p-run-empty", "predict", predict(run=""), "RUN_DIR"),
     Case("p-run-is-checkpoint", "predict", predict(run="{tmp}/ckpt"), "checkpoint folder"),
-    Case("p-run-is-mlm", "predict", predict(run="mlm"), "pretrain_mlm.py"),
+    Case("p-run-is-mlm", "predict", predict(run="mlm"), "MLM pretraining run folder"),
     Case("p-no-tasks", "predict", then(in_config("tasks", remove=True), predict()), "corrupted"),
     Case("p-batch-text", "predict", then(in_config("batch_size", "x"), predict()), "corrupted"),
     Case("p-option-number", "predict", then(in_config("option", 5), predict()), "corrupted"),
@@ -367,7 +367,7 @@ CASES = [
         "e-out-mlm-run",
         "export",
         then(lambda c: c.copy("mlm"), export("run", "{tmp}/mlm", "--overwrite")),
-        "pretrain_mlm.py",
+        "MLM pretraining run folder",
     ),
     Case(
         "e-out-user-files",
@@ -470,7 +470,10 @@ CASES = [
     # -- the driver: --evaluate, --add_to, extreme flags --
     Case("d-evaluate-checkpoint", "driver", driver("--evaluate", "{ckpt}"), "checkpoint folder"),
     Case(
-        "d-evaluate-mlm", "driver", driver("--evaluate", "{mlm}", runs=("mlm",)), "pretrain_mlm.py"
+        "d-evaluate-mlm",
+        "driver",
+        driver("--evaluate", "{mlm}", runs=("mlm",)),
+        "MLM pretraining run folder",
     ),
     Case(
         "d-evaluate-other-data",

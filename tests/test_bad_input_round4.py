@@ -216,7 +216,7 @@ CASES = [
         "a-out-in-mlm-run",
         "attention",
         then(lambda c: c.copy("mlm"), attention("--out", "{tmp}/mlm/fig")),
-        "pretrain_mlm.py",
+        "MLM pretraining run folder",
     ),
     Case("a-out-in-checkpoint", "attention", attention("--out", "{ckpt}/fig"), "--out"),
     Case("a-out-under-checkpoint", "attention", attention("--out", "{ckpt}/a/b/fig"), "--out"),

@@ -1,5 +1,5 @@
 """BertModel on tiny random configs: padding, the two attention paths, dropout, the forward as
-encode of embed (the given structure: tests/test_bert_given.py)."""
+encode of embed (the given structure's tests are the full project's, not the student tree's)."""
 
 from __future__ import annotations
 

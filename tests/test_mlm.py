@@ -1,6 +1,6 @@
 """Masked-language modelling: masking statistics, equivalence with Hugging Face transformers'
-BertForMaskedLM, learning (the tied decoder: tests/test_mlm_given.py; the pretraining command:
-tests/test_pretrain_mlm.py)."""
+BertForMaskedLM, learning (the tied decoder's and the pretraining command's tests are the full
+project's, not the student tree's)."""
 
 from __future__ import annotations
 

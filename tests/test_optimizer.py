@@ -1,5 +1,5 @@
 """The hand-written AdamW against torch.optim.AdamW, and state-dict round trips (resuming a run
-continues exactly); the schedule and the parameter groups: tests/test_optimizer_given.py.
+continues exactly); the schedule's and the parameter groups' tests are the full project's.
 
 Ours against torch runs in float64, as the grader's check does: there every correct formulation
 of AdamW (torch's operations, the paper's Algorithm 2, in place or not) agrees with torch to

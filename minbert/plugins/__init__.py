@@ -27,11 +27,12 @@ A plug-in lives in ``model.plugins[kind]`` and keeps each task's parameters in
     lhuc       after_layer                            lhuc.py     (Swietojanski & Renals 2014)
     lora       linear                                 lora.py     (Hu et al. 2021)
     layernorm  norm                                   layernorm.py (Houlsby et al. 2019)
-    fusion     the adapter's sites                    fusion.py   (Pfeiffer et al. 2021)
+    fusion     the adapter's sites                    the lab's   (Pfeiffer et al. 2021)
 
 The first four are the driver's ``--option`` choices (``PLUGINS``); ``layernorm``, per-task
 LayerNorms, goes beside one of them (``--train_layernorms``) and is attached first; ``fusion``
-(``--option fusion``) fuses the fixed adapters of a finished adapter run.
+(``--option fusion``) fuses the fixed adapters of a finished adapter run: a lab extra, which the
+student tree leaves out (there the kind is unknown).
 
 Several kinds may be attached at once; each site applies them in the order they were added.
 
