@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--checkpoint {args.checkpoint!r}: no such directory")
     if not args.reference.is_file():
         parser.error(
-            f"--reference {args.reference}: no such file; regenerate it with "
-            "scripts/make_reference.py"
+            f"--reference {args.reference}: no such file; the instructor's reference script "
+            "writes it"
         )
 
     ctx = Context(args.checkpoint, args.reference)

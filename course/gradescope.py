@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         from course import autograder
     except ModuleNotFoundError:
         print(
-            "error: the Gradescope autograder is built from the instructor's tree "
-            "(course/autograder.py)",
+            "error: the Gradescope autograder is built from the instructor's tree, not a "
+            "student tree",
             file=sys.stderr,
         )
         return 2

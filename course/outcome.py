@@ -3,7 +3,7 @@
 A check has two halves (``course/registry.py``): ``compute`` runs the student's code and returns
 what it computed, and ``judge`` compares that with the stored references. ``sanity_check.py``
 runs both in one process. Class grading runs ``compute`` in a contained runner per submission
-(``course/runner.py``) and ``judge`` in the grader (``course/judge.py``), the outputs crossing a
+(``course/runner.py``) and ``judge`` in the class grader's judge, the outputs crossing a
 pipe as data only (``course/wire.py``): tensors, numbers, strings, lists and dicts. A runner's
 outputs can be wrong; they cannot be a grade, since the judge decides which stored case they
 are compared with and the stored outputs are sealed (``course/seal.py``).

@@ -3,7 +3,7 @@
 A check is two functions (``course/outcome.py``): ``compute`` (``Context -> outputs``) runs the
 student's code and returns what it computed as plain data, and ``judge`` (``Context, outputs ->
 Measurement``) compares that with the references and runs no student code, so class grading can
-run the two in different processes (``course/judge.py``). ``compute`` is declared with
+run the two in different processes (the class grader's judge). ``compute`` is declared with
 ``@check`` right where it is written, in the checks file of the source file it grades
 (``course/checks/<file>.py``), naming its judge::
 
@@ -34,9 +34,9 @@ The rules a check keeps:
   ``course/reference_data.pt``) to the student's code and compares with the stored
   outputs (``grade``). The file is copied into the student tree, so the outputs are sealed
   (``course/seal.py``: digests and projections, no output in full) and no lookup of the
-  stored data passes (``measure_sealed``; ``tests/test_grader_store.py``); the equations that made
-  them are instructor-only (``scripts/course_references.py``, run by
-  ``scripts/make_course_references.py``), so the student tree holds no solution. The sealed
+  stored data passes (``measure_sealed``, and the instructor's tests of the store); the
+  equations that made them are in the instructor's reference scripts, so the student tree holds
+  no solution. The sealed
   outputs of each exercise's known mistakes let a failing check name the mistake (``diagnose``):
   one declared for some cases only (one path) when those cases match it and the others are right
   (``worst_of``), one that gives NaN or inf when the student's output is NaN or inf in the same
@@ -53,8 +53,8 @@ The rules a check keeps:
   in given code on what a student's function returned names that function;
 * it imports the graded code inside the function, so a module that cannot be imported fails
   only the checks that need it;
-* it names the course exercises it depends on (``exercises``: the ids of ``python -m
-  course.scaffold --list``). In a student tree a check whose exercise is missing raises that
+* it names the course exercises it depends on (``exercises``: the ids GUIDE.md gives each
+  exercise). In a student tree a check whose exercise is missing raises that
   exercise's ``NotImplementedError`` and is reported NOT IMPLEMENTED with its hint. An exception
   in one check (a bug, or a ``NotImplementedError``) never stops the others (``run_check``).
 
@@ -78,7 +78,7 @@ from minbert.checkpoint import load_trusted
 
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
 
-# The stored cases of the component checks, written by scripts/make_course_references.py.
+# The stored cases of the component checks, written by the instructor's reference script.
 COURSE_DATA = Path(__file__).resolve().parent / "reference_data.pt"
 
 # The tasks every plug-in check builds its plug-in for.
@@ -93,7 +93,7 @@ class Check:
     tolerance: the largest absolute difference that passes.
     compute: runs the student's code; returns its outputs as plain data (``course/outcome.py``).
     hint: what to look at when the check fails.
-    exercises: the course exercises (``course.scaffold`` ids) whose code this check runs; with
+    exercises: the course exercises (GUIDE.md's ids) whose code this check runs; with
         any of them missing the check is NOT IMPLEMENTED, with all of them done it can pass.
     judge: measures those outputs against the references; runs no student code.
     """
@@ -133,7 +133,7 @@ class Context:
     def reference(self) -> dict:
         if not self.reference_file.is_file():
             raise FileNotFoundError(
-                f"{self.reference_file} is missing; regenerate it with scripts/make_reference.py"
+                f"{self.reference_file} is missing; the instructor's reference script writes it"
             )
         return load_trusted(self.reference_file)  # plain tensors only
 
@@ -143,8 +143,7 @@ class Context:
         expected outputs and the outputs of known mistakes, sealed (``seal.py``)."""
         if not COURSE_DATA.is_file():
             raise FileNotFoundError(
-                f"{COURSE_DATA} is missing; the instructor regenerates it with "
-                "scripts/make_course_references.py"
+                f"{COURSE_DATA} is missing; the instructor's reference script writes it"
             )
         return load_trusted(COURSE_DATA)  # plain tensors and containers only
 
@@ -160,8 +159,8 @@ class Context:
             raise ValueError(
                 f"the checkpoint has {shape[0]} layers of size {shape[1]} but the reference was "
                 f"made from {meta.get('checkpoint')} ({meta.get('num_hidden_layers')} layers of "
-                f"size {meta.get('hidden_size')}); make one for this checkpoint with "
-                "scripts/make_reference.py --checkpoint DIR --out FILE"
+                f"size {meta.get('hidden_size')}); the instructor's reference script makes one for "
+                "this checkpoint"
             )
         return model
 

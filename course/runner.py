@@ -1,5 +1,5 @@
 """A submission's runner: computes the checks' outputs in its copy of the student tree, for the
-judge (``course/judge.py``), which alone compares them with the references and grades.
+class grader's judge, which alone compares them with the references and grades.
 
     python -I -B course/runner.py ANSWER_FD
 

@@ -1,7 +1,7 @@
 """The grader's own checks as tests: one test per check of ``python sanity_check.py`` that grades
 an exercise, with the same tolerance and the same message, so that this project's tests and the
 grader cannot disagree. A check whose exercise is not written yet fails here with its hint, as
-it is NOT IMPLEMENTED there. The other tests of each exercise (tests/test_<file>.py) check
+it is NOT IMPLEMENTED there. The other tests of each exercise (in this folder, by file) check
 what a reference cannot: statistics over many draws, identities, shapes, gradients."""
 
 from __future__ import annotations

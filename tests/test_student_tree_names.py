@@ -69,24 +69,6 @@ NOT_FILES = {
     "skipped_rows.txt": "what the driver writes into a run folder: the rows it could not read",
 }
 
-# Names in text that this branch may not edit (the grader's code and the docstrings of its
-# registry and checks, which their owner rewords): (file, named thing). Each goes when its text is
-# reworded; the test fails on an entry that no longer matches, so the list only shrinks.
-PENDING = {
-    ("course/checks/bert.py", "scripts/make_course_references.py"),  # docstring, line 6
-    ("course/checks/bert.py", "scripts/make_reference.py"),  # docstrings, lines 12 and 361
-    ("course/registry.py", "course/judge.py"),  # docstring, line 6
-    ("course/registry.py", "tests/test_grader_store.py"),  # docstring, line 37
-    ("course/registry.py", "scripts/course_references.py"),  # docstring, line 38
-    ("course/registry.py", "scripts/make_course_references.py"),  # lines 39, 81, 146
-    ("course/registry.py", "course.scaffold"),  # docstring, lines 56-57
-    ("course/registry.py", "scripts/make_reference.py"),  # error messages, lines 135 and 163
-    ("course/outcome.py", "course/judge.py"),  # docstring, line 6
-    ("course/runner.py", "course/judge.py"),  # docstring, line 2
-    ("course/gradescope.py", "course/autograder.py"),  # error message, line 94
-    ("sanity_check.py", "scripts/make_reference.py"),  # error message, line 141
-}
-
 
 def text_files(tree: Path) -> Iterator[tuple[str, str]]:
     """(path relative to the tree, text) for every text file of the tree."""
@@ -144,11 +126,8 @@ def student_tree(tmp_path_factory) -> Path:
 
 
 def test_every_path_module_and_command_the_student_tree_names_is_in_it(student_tree) -> None:
-    missing = missing_names(student_tree)
-    unexpected = sorted(m for m in missing if (m[0], m[2]) not in PENDING)
-    assert unexpected == [], "\n".join(f"{f}: {kind} {name}" for f, kind, name in unexpected)
-    stale = PENDING - {(f, name) for f, _, name in missing}
-    assert not stale, f"reworded: remove these lines from PENDING: {sorted(stale)}"
+    missing = sorted(missing_names(student_tree))
+    assert missing == [], "\n".join(f"{f}: {kind} {name}" for f, kind, name in missing)
 
 
 RULES_SAMPLE = """See `python -m multitask.attention` and python3 pretrain_mlm.py --help, or

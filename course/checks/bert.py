@@ -2,14 +2,14 @@
 on the project's tiny config, then the whole model against Hugging Face.
 
 * component checks load fixed weights and inputs from the stored cases
-  (``course/reference_data.pt``, written by the instructor's
-  ``scripts/make_course_references.py``), run the student's module on them in eval mode and in
-  training mode under recorded dropout (``course/dropout.py``), and compare with the
+  (``course/reference_data.pt``, written by the instructor's reference script), run the
+  student's module on them in eval mode and in training mode under recorded dropout
+  (``course/dropout.py``), and compare with the
   stored outputs; a failure is compared with the stored outputs of known mistakes to name the
   one made. The layer check swaps in a stand-in self-attention (not attention: a fixed map of x
   and the mask), so it does not need the attention exercise;
 * whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
-  attention, float32, eval mode), whose outputs ``scripts/make_reference.py`` saved in
+  attention, float32, eval mode), whose outputs the instructor's reference script saved in
   ``sanity_check_reference.pt`` (so transformers is not needed here), sealed
   (``course/seal.py``): last_hidden_state on the real (non-padding) tokens and
   pooler_output, for a padded batch of single sentences and a batch
@@ -358,9 +358,9 @@ BERT_TOLERANCE = 1e-5
 
 
 def whole_model(name: str, got: torch.Tensor, expected, axes: tuple[str, ...]) -> Measurement:
-    """A whole-model output against the reference file's: sealed (``scripts/make_reference.py``
-    stores digests and projections, so the file is no answer key), or a tensor in a reference
-    made by an older script."""
+    """A whole-model output against the reference file's: sealed (the reference script stores
+    digests and projections, so the file is no answer key), or a tensor in a reference made by
+    an older script."""
     if isinstance(expected, torch.Tensor):
         return compare(name, got, expected, axes=axes)
     return measure_sealed(name, Observed(name, got, expected), expected, axes)

@@ -22,7 +22,7 @@ KIND_CLASSES = {
     "lhuc": ("minbert.plugins.lhuc", "LHUC"),
     "lora": ("minbert.plugins.lora", "LoRA"),
     "layernorm": ("minbert.plugins.layernorm", "TaskLayerNorms"),
-    "fusion": ("minbert.plugins.fusion", "AdapterFusion"),  # the lab's: not in the student tree
+    "fusion": ("minbert.plugins.fusion", "AdapterFusion"),  # the lab's: the student tree lacks it
 }
 PLUGINS = ("adapter", "pals", "lhuc", "lora")
 KINDS: dict[str, type[Plugin]] = {}  # the kinds imported so far (a test may put its own in)
