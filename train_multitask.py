@@ -46,6 +46,7 @@ from multitask.evaluation import calibrate_similarity_heads, evaluate, write_pre
 from multitask.model import MultitaskModel, build_model
 from multitask.objectives import Smart, objective_for
 from multitask.run import RunFolder
+from multitask.state import TrainingState
 from multitask.step import (
     DeviceFlagged,
     HostChecked,
@@ -94,17 +95,9 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
 
 
 @dataclass
-class Clock:
-    """The step the loop is at: what distillation's λ, PCGrad's seed and the message of a run
-    stopped mid-step read."""
-
-    step: int = 0
-
-
-@dataclass
 class Run:
-    """What the training loop works with, built by ``set_up``; ``extra`` is the driver's part of
-    last.pt (running losses, examples seen, seconds trained, the training files' fingerprints)."""
+    """What the training loop works with, built by ``set_up``; ``state`` is where the run is
+    (multitask/state.py), which last.pt saves with the ``parts``."""
 
     cfg: TrainConfig
     folder: RunFolder
@@ -113,7 +106,7 @@ class Run:
     data: Data
     tokenizer: Tokenizer
     model: MultitaskModel
-    clock: Clock
+    state: TrainingState
     step_module: torch.nn.Module  # the objective's loss as a module (multitask/objectives.py)
     autocast: AbstractContextManager  # every step's forward under it (bf16 with --bf16)
     update: HostChecked | DeviceFlagged  # how gradients become an update (multitask/step.py)
@@ -125,7 +118,6 @@ class Run:
     dev: dict[str, EncodedSplit]  # each task's dev split, tokenized once, on the device
     smart: Smart | None  # its momentum teacher is saved in last.pt
     steps_per_epoch: int
-    extra: dict[str, Any]
     log: LossLog  # the losses since the last read and line (multitask/step.py)
 
     def parts(self) -> dict[str, Any]:
@@ -185,10 +177,10 @@ def set_up(cfg: TrainConfig) -> Run:
         model, cfg.lr, cfg.weight_decay, cfg.layer_decay, cfg.encoder_lr, cfg.optimizer
     )
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
-    clock = Clock()
+    state = fresh_state(cfg, data)
 
     def gold() -> float:  # distillation's λ at the step the loop is at
-        return distill.gold_weight(clock.step, total_steps, cfg.teacher_weight)
+        return distill.gold_weight(state.step, total_steps, cfg.teacher_weight)
 
     objective = objective_for(model, taught, gold, cfg.smart_settings if cfg.smart else None)
     group = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
@@ -196,7 +188,6 @@ def set_up(cfg: TrainConfig) -> Run:
         n: BatchStream(n, t.full_lengths, cfg.batch_size, cfg.seed, group, dist.rank, dist.world)
         for n, t in tables["train"].items()
     }
-    extra = fresh_extra(cfg, data)
     return Run(
         cfg=cfg,
         folder=folder,
@@ -205,10 +196,10 @@ def set_up(cfg: TrainConfig) -> Run:
         data=data,
         tokenizer=tokenizer,
         model=model,
-        clock=clock,
+        state=state,
         step_module=make_step(cfg, model, objective, dist, device),
         autocast=autocast(cfg.bf16, device),
-        update=update_for(cfg, device, optimizer, clock),
+        update=update_for(cfg, device, optimizer, state),
         optimizer=optimizer,
         scheduler=scheduler,
         sampler=TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed),
@@ -217,16 +208,14 @@ def set_up(cfg: TrainConfig) -> Run:
         dev=on_device(tables["dev"], device),
         smart=objective if isinstance(objective, Smart) else None,
         steps_per_epoch=steps_per_epoch,
-        extra=extra,
-        log=LossLog(extra, dist.means, cfg.nonfinite == "stop", skipped),
+        log=LossLog(state, dist.means, cfg.nonfinite == "stop", skipped),
     )
 
 
-def fresh_extra(cfg: TrainConfig, data: Data) -> dict[str, Any]:
-    """The driver's part of last.pt when a run starts (``Run.extra``)."""
+def fresh_state(cfg: TrainConfig, data: Data) -> TrainingState:
+    """Where a run is when it starts: at step 0, with the training files' fingerprints."""
     files = fingerprints([cfg.data_path(get_task(n), "train") for n in cfg.tasks])
-    running = {n: [] for n in data}
-    return dict(running=running, examples=0, seconds=0.0, train_files=files, eval_seconds=0.0)
+    return TrainingState(running={n: [] for n in data}, train_files=files)
 
 
 def make_step(
@@ -249,14 +238,14 @@ def make_step(
 
 
 def update_for(
-    cfg: TrainConfig, device: torch.device, optimizer, clock: Clock
+    cfg: TrainConfig, device: torch.device, optimizer, state: TrainingState
 ) -> HostChecked | DeviceFlagged:
     """How a step updates (multitask/step.py): PCGrad's projection with --step_gradient
     pcgrad; on a GPU (``--nonfinite_check device``, the default there) no read of the host,
     where the multi-tensor AdamW can gate its update on a device flag; else the host check."""
     skip = cfg.nonfinite == "skip"
     if cfg.step_gradient == "pcgrad":
-        return PCGrad(lambda: derived_seed(cfg.seed, clock.step), skip)
+        return PCGrad(lambda: derived_seed(cfg.seed, state.step), skip)
     if device_checked(cfg, device, optimizer):
         return DeviceFlagged(torch.ones((), dtype=torch.bool, device=device), skip)
     return HostChecked(skip)
@@ -281,22 +270,23 @@ def nonfinite_message(run: Run, step: int, task: str, what: object) -> str:
 def train(cfg: TrainConfig) -> dict[str, Any]:
     try:
         run = set_up(cfg)
-        step, best = run.folder.resume(run.parts(), run.extra) if cfg.resume else (0, -math.inf)
+        if cfg.resume:
+            run.state.continue_from(run.folder.resume(run.parts(), run.state.train_files))
     except KeyboardInterrupt as err:  # nothing of this command's training is on disk yet
         (what, code), on_disk = stop_reason(err), RunFolder(cfg.out_dir).on_disk()
         raise RunStopped(f"{what} while setting up the run; {on_disk}", code) from None
     try:
-        step, best = train_epochs(run, step, best)
+        train_epochs(run)
     except KeyboardInterrupt as err:
         what, code = stop_reason(err)
-        raise RunStopped(f"{what} at step {run.clock.step}; {run.folder.on_disk()}", code) from None
+        raise RunStopped(f"{what} at step {run.state.step}; {run.folder.on_disk()}", code) from None
     except OSError as err:  # a full disk, a folder that went away
         raise RunStopped(
             f"{err.strerror or err} while writing to {run.folder.path} at step "
-            f"{run.clock.step}; {run.folder.on_disk()}",
+            f"{run.state.step}; {run.folder.on_disk()}",
             1,
         ) from None
-    return finish(run, step, best)
+    return finish(run)
 
 
 def steps_per_task(run: Run, schedule: list[str]) -> dict[str, int]:
@@ -305,32 +295,30 @@ def steps_per_task(run: Run, schedule: list[str]) -> dict[str, int]:
     return {task: counts[task] for task in run.data}
 
 
-def train_epochs(run: Run, step: int, best: float) -> tuple[int, float]:
+def train_epochs(run: Run) -> None:
     """The loop: draw the task, take its batch, step, log; evaluate and save on their steps."""
-    cfg, spe = run.cfg, run.steps_per_epoch
+    cfg, spe, state = run.cfg, run.steps_per_epoch, run.state
     one_task = cfg.step_gradient == "one-task"  # else every task's batch in every step
-    total, start = spe * cfg.epochs, time.time() - run.extra["seconds"]
-    run.clock.step = step
-    while step < total:
-        epoch = step // spe + 1
+    total, start = spe * cfg.epochs, time.time() - state.seconds
+    while state.step < total:
+        epoch = state.step // spe + 1
         schedule = run.sampler.schedule(epoch, spe)
-        if step % spe == 0 and one_task:
+        if state.step % spe == 0 and one_task:
             print(f"epoch {epoch}/{cfg.epochs}: steps per task {shares(run, schedule)}")
         run.model.train()
-        with progress_bar(run, epoch, step % spe) as bar:
-            while step < epoch * spe:
-                names = [schedule[step % spe]] if one_task else list(run.data)
-                step = run.clock.step = step + 1
+        with progress_bar(run, epoch, state.step % spe) as bar:
+            while state.step < epoch * spe:
+                names = [schedule[state.step % spe]] if one_task else list(run.data)
+                state.step += 1
                 take_step(run, names)
                 bar.update(1)
-                if step % cfg.log_every == 0 or step == total:
-                    log_line(run, step, epoch, bar)
-                run.extra["seconds"] = time.time() - start
-                if step % spe == 0 or (cfg.eval_every and step % cfg.eval_every == 0):
-                    best = evaluate_and_save(run, step, epoch, best)
-                elif cfg.save_every and step % cfg.save_every == 0:
-                    save_last(run, step, best)
-    return step, best
+                if state.step % cfg.log_every == 0 or state.step == total:
+                    log_line(run, epoch, bar)
+                state.seconds = time.time() - start
+                if state.step % spe == 0 or (cfg.eval_every and state.step % cfg.eval_every == 0):
+                    evaluate_and_save(run, epoch)
+                elif cfg.save_every and state.step % cfg.save_every == 0:
+                    save_last(run)
 
 
 def take_step(run: Run, names: list[str]) -> None:
@@ -351,18 +339,18 @@ def take_step(run: Run, names: list[str]) -> None:
             run.cfg.max_grad_norm,
         )
     except NonFiniteLoss as err:
-        raise RunStopped(nonfinite_message(run, run.clock.step, err.task, err), 3) from None
+        raise RunStopped(nonfinite_message(run, run.state.step, err.task, err), 3) from None
     if losses is None:
-        skipped(run.clock.step, names)
+        skipped(run.state.step, names)
     else:
-        run.log.add(run.clock.step, names, losses, sum(len(b.labels) for _, b in batches))
+        run.log.add(run.state.step, names, losses, sum(len(b.labels) for _, b in batches))
 
 
-def log_line(run: Run, step: int, epoch: int, bar: tqdm) -> None:
+def log_line(run: Run, epoch: int, bar: tqdm) -> None:
     """The mean loss of each task since the last line, into train_log.jsonl and the bar."""
     read_losses(run)  # the losses come to the host here: a CPU-GPU sync point
     logged = run.log.line()
-    run.folder.log_training(step, epoch, logged)
+    run.folder.log_training(run.state.step, epoch, logged)
     bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in logged.items()), refresh=False)
 
 
@@ -373,7 +361,7 @@ def read_losses(run: Run) -> None:
         run.log.read()
     except NonFiniteStep as err:
         message = nonfinite_message(run, err.step, err.task, f"non-finite loss ({err.value})")
-        raise RunStopped(f"{message} (found at step {run.clock.step})", 3) from None
+        raise RunStopped(f"{message} (found at step {run.state.step})", 3) from None
 
 
 def skipped(step: int, names: list[str]) -> None:
@@ -400,30 +388,28 @@ def progress_bar(run: Run, epoch: int, done: int) -> tqdm:
     )
 
 
-def save_last(run: Run, step: int, best: float) -> None:
+def save_last(run: Run) -> None:
     """last.pt, with every loss read from the device first so that a resume logs as the
     uninterrupted run does."""
     read_losses(run)
-    run.folder.save_last(step, best, run.parts(), run.extra)
+    run.folder.save_last(run.state, run.parts())
 
 
-def evaluate_and_save(run: Run, step: int, epoch: int, best: float) -> float:
-    """Evaluate on the dev sets, log, keep the best checkpoint, write last.pt; the new best."""
+def evaluate_and_save(run: Run, epoch: int) -> None:
+    """Evaluate on the dev sets, log, keep the best checkpoint (``state.best``), write last.pt."""
+    state = run.state
     read_losses(run)  # a run stopped by a non-finite loss stops before its evaluation
-    run.folder.check_finite(run.model, step)  # no evaluation of a broken model
+    run.folder.check_finite(run.model, state.step)  # no evaluation of a broken model
     started = time.time()
     metrics = dev_metrics(run.model, run.data, run.tokenizer, run.cfg, run.device, run.dev)
-    run.extra["eval_seconds"] = run.extra.get("eval_seconds", 0.0) + time.time() - started
-    run.folder.log_metrics(step, epoch, metrics)
-    tqdm.write(
-        f"step {step} epoch {epoch}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
-        file=sys.stdout,
-    )
-    if metrics["overall"] > best:
-        best = metrics["overall"]
-        run.folder.save_best(run.model, step)
-    save_last(run, step, best)
-    return best
+    state.eval_seconds += time.time() - started
+    run.folder.log_metrics(state.step, epoch, metrics)
+    scores = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+    tqdm.write(f"step {state.step} epoch {epoch}: {scores}", file=sys.stdout)
+    if metrics["overall"] > state.best:
+        state.best = metrics["overall"]
+        run.folder.save_best(run.model, state.step)
+    save_last(run)
 
 
 def dev_metrics(
@@ -436,22 +422,22 @@ def dev_metrics(
     return evaluate(model, dev, tokenizer, cfg.eval_batch_size, device, bf16, encoded)
 
 
-def finish(run: Run, step: int, best: float) -> dict[str, Any]:
+def finish(run: Run) -> dict[str, Any]:
     """Reload the best checkpoint, write predictions, task files, summary and plots."""
-    cfg, folder, seconds = run.cfg, run.folder, run.extra["seconds"]
-    examples = round(run.dist.mean(torch.tensor(float(run.extra["examples"]))) * run.dist.world)
+    cfg, folder, state, seconds = run.cfg, run.folder, run.state, run.state.seconds
+    examples = round(run.dist.mean(torch.tensor(float(state.examples))) * run.dist.world)
     if run.dist.world > 1:
         torch.distributed.barrier()  # rank 0's best checkpoint is on disk before anyone reads it
     folder.load_best(run.model)
     summary = {
-        "best_overall": best,
+        "best_overall": state.best,
         "wall_clock_s": round(seconds, 1),
         "train_examples_per_s": round(examples / max(seconds, 1e-9), 2),
-        "steps": step,
+        "steps": state.step,
         "train_examples": examples,
         "processes": run.dist.world,
         # seconds in dev evaluations (wall_clock_s holds all but the last, which follows it)
-        "eval_s": round(run.extra.get("eval_seconds", 0.0), 1),
+        "eval_s": round(state.eval_seconds, 1),
     }
     if cfg.compile:
         summary |= lab_part("multitask.compiled", "--compile").summary()

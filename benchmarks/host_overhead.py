@@ -85,10 +85,11 @@ def driver_run(args: argparse.Namespace, work: Path):
 
     def steps() -> None:  # the loop's body: the step, and the log line every --log_every
         for _ in range(args.steps):
-            step = run.clock.step = run.clock.step + 1
+            run.state.step += 1
+            step = run.state.step
             train_multitask.take_step(run, [schedule[(step - 1) % len(schedule)]])
             if step % run.cfg.log_every == 0:
-                train_multitask.log_line(run, step, 1, bar)
+                train_multitask.log_line(run, 1, bar)
 
     return run, schedule, steps
 

@@ -42,7 +42,7 @@ def take_steps(run, names: list[str], states: dict) -> None:
     for name, stream in run.streams.items():
         stream.load_state_dict(states[name])
     for i, name in enumerate(names):
-        run.clock.step = i + 1
+        run.state.step = i + 1
         train_multitask.take_step(run, [name])
     run.log.pending.clear()
 

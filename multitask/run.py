@@ -42,6 +42,7 @@ from minbert.checkpoint import (
 from minbert.flags import unflatten
 from multitask.errors import HELD, RunStopped, UsageError
 from multitask.model import MultitaskModel
+from multitask.state import TrainingState
 
 
 @dataclass(frozen=True)
@@ -326,28 +327,26 @@ class RunFolder:
 
     saved_step: int | None = None  # the step of last.pt on disk, once known
 
-    def save_last(self, step: int, best: float, parts: dict[str, Any], extra: dict) -> None:
-        """last.pt: everything that resuming at ``step`` needs: the trained tensors, the
+    def save_last(self, state: TrainingState, parts: dict[str, Any]) -> None:
+        """last.pt: everything that resuming at ``state.step`` needs: the trained tensors, the
         optimizer and schedule, each batch stream's position, the random state (CPU and CUDA),
-        SMART's teacher, the best overall score so far, and the driver's ``extra`` (running
-        losses, counters, the training files' fingerprints). ``parts`` as ``resume`` takes them."""
-        self.check_finite(parts["model"], step)
+        SMART's teacher, and the training state (``multitask/state.py``). ``parts`` as
+        ``resume`` takes them."""
+        self.check_finite(parts["model"], state.step)
         if not self.writes:
             return
-        state = {
+        saved = {
             "model": parts["model"].trainable_state_dict(),
             "optimizer": parts["optimizer"].state_dict(),
             "scheduler": parts["scheduler"].state_dict(),
             "streams": {name: s.state_dict() for name, s in parts["streams"].items()},
             "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "step": step,
-            "best": best,
-            "extra": extra,
+            **state.saved(),
         }
         if parts["teacher"] is not None:
-            state["teacher"] = parts["teacher"].state_dict()
-        self.save_state(state, step)
+            saved["teacher"] = parts["teacher"].state_dict()
+        self.save_state(saved, state.step)
 
     def save_state(self, state: dict[str, Any], step: int) -> None:
         """last.pt, written atomically: what a resume at ``step`` continues from."""
@@ -359,42 +358,41 @@ class RunFolder:
         """last.pt as ``save_state`` wrote it (through the one safe loader)."""
         return load_trusted(self.file("last.pt"))
 
-    def resume(self, parts: dict[str, Any], extra: dict[str, Any]) -> tuple[int, float]:
-        """Put last.pt back into the parts built as at the start, and its ``extra`` into the
-        given one (whose ``train_files`` fingerprints must match the saved ones: a training file
-        that changed would make the resumed run another run); returns (step, best)."""
+    def resume(self, parts: dict[str, Any], train_files: dict[str, str]) -> TrainingState:
+        """Put last.pt back into the parts built as at the start; the training state it holds,
+        whose training files' fingerprints must equal ``train_files`` (the files now: one that
+        changed would make the resumed run another run)."""
         path = self.file("last.pt")
-        state = self.load_state()
+        saved = self.load_state()
         try:
-            parts["model"].load_state_dict(state["model"], strict=False)
-            parts["optimizer"].load_state_dict(state["optimizer"])
-            parts["scheduler"].load_state_dict(state["scheduler"])
-            for name, stream_state in state["streams"].items():
+            parts["model"].load_state_dict(saved["model"], strict=False)
+            parts["optimizer"].load_state_dict(saved["optimizer"])
+            parts["scheduler"].load_state_dict(saved["scheduler"])
+            for name, stream_state in saved["streams"].items():
                 parts["streams"][name].load_state_dict(stream_state)
             if parts["teacher"] is not None:
-                parts["teacher"].load_state_dict(state["teacher"])
-            torch.set_rng_state(state["rng"])
-            step, best = int(state["step"]), float(state["best"])
+                parts["teacher"].load_state_dict(saved["teacher"])
+            torch.set_rng_state(saved["rng"])
+            state = TrainingState.from_saved(saved)
         except (KeyError, ValueError, RuntimeError, TypeError, AttributeError) as err:
             message = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise UsageError(
                 f"{path} does not belong to the run configured in {self.file('config.json')} "
                 f"(it was saved by another run or another version: {message})"
             ) from None
-        if state.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])  # dropout on the GPU draws from these
-        saved = state.get("extra", {})
-        for path, digest in saved.get("train_files", {}).items():
-            if extra.get("train_files", {}).get(path) != digest:
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])  # dropout on the GPU draws from these
+        for file, digest in state.train_files.items():
+            if train_files.get(file) != digest:
                 raise UsageError(
-                    f"{path} changed since the run started (its sha256 differs): resuming would "
+                    f"{file} changed since the run started (its sha256 differs): resuming would "
                     "not continue the same run; restore the file, or start a new run"
                 )
-        extra |= {k: v for k, v in saved.items() if k != "train_files"}
-        self.saved_step = step
-        self.truncate_logs(step)
-        print(f"resumed {self.path} at step {step}")
-        return step, best
+        state.train_files = dict(train_files)
+        self.saved_step = state.step
+        self.truncate_logs(state.step)
+        print(f"resumed {self.path} at step {state.step}")
+        return state
 
     finite_at: int | None = None  # the step whose weights check_finite last found finite
 

@@ -27,16 +27,16 @@ The loss log keeps the training losses between two log lines on the device as th
 them, reads them on the host only at --log_every (and before a save or an evaluation), then logs
 a mean per task:
 
-    log = LossLog(extra, means=dist.means, stop_on_nonfinite=True, skipped=report)
+    log = LossLog(state, means=dist.means, stop_on_nonfinite=True, skipped=report)
     log.add(step, ["sst"], losses, examples=32)     # every step: no read of the device
     log.read()                                       # a CPU-GPU sync point: the host waits here
     folder.log_training(step, epoch, log.line())     # the mean loss per task since the last line
 
-Its state lives in ``extra`` (the driver's part of last.pt: ``running``, the losses read since
-the last line, and ``examples``, the examples of the steps read), so a resumed run logs as the
-uninterrupted one. Reading is where a step whose loss was not finite is found when the steps
-do not check their losses on the host (``DeviceFlagged``): it took no update, and it is skipped
-with a message, or the run stops there (``NonFiniteStep``).
+What it has read lives in the run's ``TrainingState`` (``running``, the losses read since the
+last line, and ``examples``, the examples of the steps read), which last.pt saves, so a resumed
+run logs as the uninterrupted one. Reading is where a step whose loss was not finite is found
+when the steps do not check their losses on the host (``DeviceFlagged``): it took no update, and
+it is skipped with a message, or the run stops there (``NonFiniteStep``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ import importlib
 import importlib.util
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 from torch import nn
@@ -56,6 +55,7 @@ from minbert.optimizer import AdamW, param_groups
 from multitask.collate import Batch
 from multitask.errors import lab_part
 from multitask.model import MultitaskModel
+from multitask.state import TrainingState
 from tasks.base import Task
 
 # The hand-written AdamW in multi-tensor operations, imported by name where the tree has it (the
@@ -351,16 +351,16 @@ class NonFiniteStep(Exception):
 
 class LossLog:
     """The steps since the last read (step, task names, their losses on the device, examples)
-    and, in ``extra``, the losses read since the last log line."""
+    and, in the run's ``state``, the losses read since the last log line."""
 
     def __init__(
         self,
-        extra: dict[str, Any],
+        state: TrainingState,
         means: Callable[[list[torch.Tensor]], list[float]],
         stop_on_nonfinite: bool,
         skipped: Callable[[int, list[str]], None],
     ) -> None:
-        self.extra, self.means = extra, means
+        self.state, self.means = state, means
         self.stop_on_nonfinite, self.skipped = stop_on_nonfinite, skipped
         self.pending: list[tuple[int, list[str], list[torch.Tensor], int]] = []
 
@@ -384,12 +384,12 @@ class LossLog:
                 self.skipped(step, names)
                 continue
             for name, value in zip(names, means):
-                self.extra["running"][name].append(value)
-            self.extra["examples"] += examples
+                self.state.running[name].append(value)
+            self.state.examples += examples
 
     def line(self) -> dict[str, float]:
         """Task -> its mean loss since the last line (tasks with a loss only); starts anew."""
-        running = self.extra["running"]
+        running = self.state.running
         means = {name: sum(v) / len(v) for name, v in running.items() if v}
         for losses in running.values():
             losses.clear()
