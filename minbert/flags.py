@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import math
 import re
 import sys
@@ -52,13 +53,18 @@ def setting(
     group: str | None = None,
     flag: str | None = None,
     metavar: str | None = None,
+    needs: str | dict[str, str] | None = None,
 ) -> Any:
     """A settings field that is a flag: ``default`` (or ``factory`` for a list), its ``help``,
     its range ``within`` (an interval, see the module docstring), the ``--help`` group it opens,
-    a flag name other than the field's, and the value's name in ``--help``."""
+    a flag name other than the field's, the value's name in ``--help``, and the module its code
+    is in when that is an optional part (``needs``: a tree without that module, such as the
+    student tree, parses the flag but does not offer it in ``--help``; a dict: choice -> the
+    module that choice needs, and a tree without it does not offer that choice)."""
     if within is not None:
         Interval.parse(within)  # a malformed range fails where it is declared
     metadata = {"help": help, "within": within, "group": group, "flag": flag, "metavar": metavar}
+    metadata["needs"] = needs
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -217,8 +223,24 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def offered(flag: Flag) -> bool:
+    """Whether this tree has the code of ``flag`` (its ``needs`` module, if it names one)."""
+    needs = flag.field.metadata.get("needs")
+    return not isinstance(needs, str) or importlib.util.find_spec(needs) is not None
+
+
+def offered_choices(flag: Flag) -> tuple | None:
+    """The flag's choices whose code this tree has (``needs`` as a dict), or None."""
+    choices, needs = _choices(flag.type), flag.field.metadata.get("needs")
+    if choices is None or not isinstance(needs, dict):
+        return choices
+    return tuple(c for c in choices if c not in needs or importlib.util.find_spec(needs[c]))
+
+
 def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add every flag of ``cls`` to ``parser``, in its ``--help`` groups."""
+    """Add every flag of ``cls`` to ``parser``, in its ``--help`` groups; one whose code this
+    tree lacks (``offered``) still parses, so that its use ends in the one line naming what it
+    needs, but ``--help`` does not list it."""
     groups: dict[str, Any] = {}
     for flag in flags_of(cls):
         if flag.group not in groups:
@@ -226,9 +248,10 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         group = groups[flag.group]
         kind = _scalar_type(flag.type)
         default = _default(flag.field)
+        shown = flag.help if offered(flag) else argparse.SUPPRESS
         if kind is bool:  # a switch; one whose default is decided later (None) also has --no-
             action = argparse.BooleanOptionalAction if default is None else "store_true"
-            group.add_argument(f"--{flag.name}", action=action, help=flag.help)
+            group.add_argument(f"--{flag.name}", action=action, help=shown)
             continue
         if typing.get_origin(kind) is list:
             kind, default = _comma_list, ",".join(default)
@@ -236,9 +259,9 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
             f"--{flag.name}",
             type=kind,
             default=default,
-            choices=_choices(flag.type),
+            choices=offered_choices(flag),
             metavar=flag.field.metadata.get("metavar"),
-            help=flag.help,
+            help=shown,
         )
 
 

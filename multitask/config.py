@@ -36,6 +36,8 @@ from tasks import TASKS, get_task
 from tasks.base import SPLITS, RegressionTask, Task
 from tasks.metrics import OVERALL_TASKS
 
+# The lab's optional parts whose flags the student tree parses but does not offer (``needs``).
+DISTILLATION, COMPILED = "multitask.distillation", "multitask.compiled"
 SEEDS = "[0, 4294967295]"  # 2^32 - 1: seed·1,000,003 + step stays far inside a 64-bit generator
 PATH_FLAGS = (
     "data_dir",
@@ -74,6 +76,7 @@ class TrainConfig:
             "gradients added (no sampling; an epoch has 1/K the steps); pcgrad: the same, "
             "conflicting gradients projected (Yu et al. 2020)"
         ),
+        needs={"pcgrad": "minbert.pcgrad"},
     )
     tasks: list[str] = setting(
         help="comma-separated subset of the registered tasks (tasks/: cfimdb, para, sst, sts)",
@@ -151,6 +154,7 @@ class TrainConfig:
         "loop where it lacks them); fused: torch's fused AdamW, the same update up to float "
         "rounding in one kernel a chunk of tensors (for a GPU, where a step waits on its "
         "launches; a lab extra)",
+        needs="minbert.optimizer_foreach",
     )
     weight_decay: float = setting(0.01, "AdamW decoupled weight decay", within="[0, inf)")
     max_grad_norm: float = setting(
@@ -212,15 +216,18 @@ class TrainConfig:
         ),
         factory=list,
         group="distillation from teachers",
+        needs=DISTILLATION,
     )
     teacher_annealing: bool = setting(
         False,
         "λ rises linearly from 0 at the first step to 1 at the last (the default with --teachers)",
+        needs=DISTILLATION,
     )
     teacher_weight: float | None = setting(
         None,
         "a constant mix instead of annealing: λ = 1 − w, the teacher's share w",
         within="[0, 1]",
+        needs=DISTILLATION,
     )
     smart: bool = setting(
         False,
@@ -269,6 +276,7 @@ class TrainConfig:
             "export of a LoRA run in that format)"
         ),
         factory=list,
+        needs="multitask.peft_format",
     )
     device: str = setting("auto", "auto (CUDA when present), cpu, cuda or cuda:N")
     bf16: bool = setting(False, "bfloat16 autocast (CUDA only)")
@@ -278,6 +286,7 @@ class TrainConfig:
             "torch.compile each step's forward and loss (a lab extra); with "
             "--pad_multiple the shapes stay few; not with --smart or --teachers"
         ),
+        needs=COMPILED,
     )
     compile_mode: Literal["auto", "default", "reduce-overhead", "aot_eager"] = setting(
         "auto",
@@ -286,6 +295,7 @@ class TrainConfig:
             "is one launch per graph, not one per kernel) on a GPU, default elsewhere; aot_eager "
             "captures the graphs without generating code (a quick check that a step compiles)"
         ),
+        needs=COMPILED,
     )
     threads: int | None = setting(
         None,

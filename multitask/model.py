@@ -70,6 +70,7 @@ class ModelSettings:
             "fusion: per task, fusion layers over the fixed adapters of --adapters_from"
         ),
         group="what to train",
+        needs={"fusion": "multitask.fusion"},
     )
     checkpoint: str = setting(
         "default",
@@ -137,6 +138,7 @@ class ModelSettings:
             "representation, pair encoding, --max_length and --adapter_* settings are the run's"
         ),
         metavar="RUN_DIR",
+        needs="multitask.fusion",
     )
     adapter: AdapterSettings = section(AdapterSettings, "adapter_")
     pals: PALSettings = section(PALSettings, "pal_")
