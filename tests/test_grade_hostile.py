@@ -306,3 +306,29 @@ def test_entries_that_are_not_submissions_get_their_rows(tmp_path, monkeypatch):
     results = tmp_path / "g-results"
     assert json.loads((results / "notes.txt.json").read_text())["score"] == 0
     assert json.loads((results / "b\\xe9a.json").read_text())["score"] == 5
+
+
+def test_a_full_disk_under_out_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    """--out on a real full file system (a 64 KiB tmpfs, filled): exit 1, one line naming the
+    file it could not write, and no half-written file."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)])
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    monkeypatch.setattr(sandbox, "containment", lambda: None)
+    subs = tmp_path / "subs"
+    submit(subs / "alice", {SAMPLING: solution(SAMPLING)})
+    try:
+        (disk / "filler").write_bytes(b"x" * 60_000)
+        with pytest.raises(OSError):  # really full
+            (disk / "more").write_bytes(b"y" * 8192)
+        (disk / "more").unlink(missing_ok=True)
+        argv = [str(subs), "--out", str(disk / "g.csv"), "--only", "sampler", "--trusted"]
+        assert grade.main(argv) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("error: ") and str(disk) in err[-1] and "Traceback" not in err
+        written = [p.name for p in disk.rglob("*") if p.is_file()]
+        assert not [name for name in written if name.startswith(".")]  # no temporary left
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
