@@ -7,8 +7,9 @@ when the grader is not root):
 
 1. every path to hide (the instructor's tree, the submissions, the results, /tmp, ...) is
    covered by an empty tmpfs; what must stay readable below them (Python, its packages) is bound
-   back read-only, and the submission's copy of the tree is bound read-write at ``TREE`` (in
-   /tmp, which is now its own);
+   back read-only, and the submission's tree is copied into a file system of its own at
+   ``TREE`` (at most ``TREE_BYTES``, gone with the namespace), so what the runner writes
+   fills neither the grader's disk nor its memory;
 2. with a ``uid`` (the grader is root): supplementary groups dropped, group and user set to it;
    every capability dropped from the bounding set, so that even a user namespace's root has
    none after exec (it cannot unmount what hides the grader's files); no new privileges (no
@@ -24,10 +25,12 @@ import ctypes
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
 
 TREE = "/tmp/submission"  # where the runner sees its copy of the tree
+TREE_BYTES = 512 * 2**20  # the copy's file system: what the runner writes there is bounded
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 
@@ -59,7 +62,16 @@ def hide_and_expose(hide: list[str], expose: list[str], tree: str) -> None:
             mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
             mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
     os.makedirs(TREE, exist_ok=True)
-    mount(f"/proc/self/fd/{tree_fd}", TREE, None, MS_BIND)
+    mount("tmpfs", TREE, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={TREE_BYTES}")
+    shutil.copytree(f"/proc/self/fd/{tree_fd}", TREE, symlinks=True, dirs_exist_ok=True)
+
+
+def give(tree: str, uid: int) -> None:
+    """The runner's copy of the tree to its user: it writes there and nowhere else."""
+    for folder, _, files in os.walk(tree):
+        os.chown(folder, uid, uid)
+        for name in files:
+            os.lchown(os.path.join(folder, name), uid, uid)
 
 
 def give_up_root(uid: int) -> None:
@@ -76,6 +88,7 @@ def main() -> None:
         libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
     limits = {resource.RLIMIT_AS: settings["memory"], resource.RLIMIT_FSIZE: settings["file_size"]}
     if settings["uid"] is not None:
+        give(TREE, settings["uid"])
         give_up_root(settings["uid"])
         limits[resource.RLIMIT_NPROC] = settings["processes"]  # counted per user: its own
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)

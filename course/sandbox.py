@@ -36,7 +36,7 @@ from course.jail import TREE
 
 JAIL = Path(__file__).resolve().with_name("jail.py")
 RUNNER_UID = 61_000  # the runner's user where the grader is root: no account has it
-FILE_SIZE = 256 * 2**20  # bytes: the largest file a runner may write (its log included)
+FILE_SIZE = 64 * 2**20  # bytes: the largest file a runner may write (its log included)
 PROCESSES = 256  # the runner user's processes, where it has a user of its own
 SYSTEM = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/dev", "/sys")
 # Hidden from every runner, beside the instructor's own paths (``course/judge.py``).
@@ -175,8 +175,6 @@ def start(tree: Path, private: list[Path], level: str | None, memory_gb: float, 
         user = ["--user", "--map-root-user"] if level == USER_NAMESPACE else []
         jail = [python, "-I", "-B", str(JAIL), json.dumps(settings)]
         command, setup = [*UNSHARE, *user, "--mount-proc", "--", *jail], None
-        if level == ROOT:
-            _give(tree, RUNNER_UID)
     try:
         process = subprocess.Popen(
             command,
@@ -203,11 +201,3 @@ def _plain_limits(memory: int):
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE, FILE_SIZE))
 
     return apply
-
-
-def _give(tree: Path, uid: int) -> None:
-    """The tree to the runner's user, so that its code can write there and nowhere else."""
-    for folder, _, files in os.walk(tree):
-        os.chown(folder, uid, uid)
-        for name in files:
-            os.chown(os.path.join(folder, name), uid, uid)
