@@ -26,21 +26,23 @@ from torch import nn
 from minbert.bert import BertModel
 from minbert.flags import section, setting
 from minbert.plugins import (
-    PLUGINS,
     add_plugin,
     freeze_all_but_task,
     freeze_for_plugins,
+    option_kinds,
+    plugin_class,
     plugin_state_dict,
 )
-from minbert.plugins.adapter import AdapterSettings
-from minbert.plugins.lora import LoRASettings
-from minbert.plugins.pals import PALSettings
 from minbert.pretrained import load_config, load_pretrained, resolve_checkpoint_dir
 from multitask.collate import Batch
 from multitask.errors import lab_part
 from tasks.base import Task, get_task
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 
+# The plug-in kinds that are an --option of their own, and those with flags (a section of
+# ModelSettings each, ``--<flag_prefix><option>``): both read from the kinds' own files.
+PLUGINS = tuple(option_kinds())
+SECTIONS = tuple(kind for kind in PLUGINS if plugin_class(kind).flag_prefix)
 OPTIONS = ("pretrain", "finetune", *PLUGINS, "fusion")
 # Options whose pairs are encoded apart unless --pair_encoding says otherwise: with these few
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
@@ -57,18 +59,25 @@ LAYERNORMS_BY_DEFAULT = ("lhuc",)
 WIDEST_FACTOR = 16
 
 
+def option_help() -> str:
+    """--option's help, each plug-in kind in its own words (``Plugin.summary``)."""
+    kinds = "; ".join(f"{kind}: {plugin_class(kind).summary} per task" for kind in PLUGINS)
+    return (
+        "pretrain: frozen encoder, only the task heads train; finetune: every weight trains; "
+        f"{kinds} (frozen encoder); fusion: per task, fusion layers over the fixed adapters of "
+        "--adapters_from"
+    )
+
+
 @dataclass
-class ModelSettings:
+class CoreModelSettings:
     """Everything that decides the model's shape besides its task list: ``--evaluate`` and
-    ``--add_to`` take these from the run they read, so the model is rebuilt as it was trained."""
+    ``--add_to`` take these from the run they read, so the model is rebuilt as it was trained.
+    ``ModelSettings`` adds a section per plug-in kind with flags (``SECTIONS``)."""
 
     option: Literal[OPTIONS] = setting(
         "finetune",
-        (
-            "pretrain: frozen encoder, only the task heads train; finetune: every weight trains; "
-            "adapter/pals/lhuc/lora: frozen encoder plus one parameter-efficient plug-in per task; "
-            "fusion: per task, fusion layers over the fixed adapters of --adapters_from"
-        ),
+        option_help(),
         group="what to train",
         needs={"fusion": "multitask.fusion"},
     )
@@ -140,9 +149,6 @@ class ModelSettings:
         metavar="RUN_DIR",
         needs="multitask.fusion",
     )
-    adapter: AdapterSettings = section(AdapterSettings, "adapter_")
-    pals: PALSettings = section(PALSettings, "pal_")
-    lora: LoRASettings = section(LoRASettings, "lora_")
 
     def resolved(self) -> ModelSettings:
         """The option-dependent defaults filled in (the one place they are decided)."""
@@ -192,13 +198,11 @@ class ModelSettings:
         """A plug-in or head wider than WIDEST_FACTOR × the hidden size D is a typo, not a
         bottleneck (10**9 would ask for terabytes): a ValueError naming the flag."""
         widest = WIDEST_FACTOR * hidden
-        widths = {
-            "adapter_size": self.adapter.size,
-            "pal_size": self.pals.size,
-            "pal_heads": self.pals.heads,
-            "lora_rank": self.lora.rank,
-            "head_hidden": self.head_hidden,
-        }
+        widths = {"head_hidden": self.head_hidden}
+        for kind in SECTIONS:
+            kind_class = plugin_class(kind)
+            for name in kind_class.widths:
+                widths[f"{kind_class.flag_prefix}{name}"] = getattr(getattr(self, kind), name)
         for flag, width in widths.items():
             if width is not None and width > widest:
                 raise ValueError(
@@ -238,6 +242,22 @@ class ModelSettings:
         adapters it fuses; ``build_model`` adds their tasks)."""
         settings = self.adapter if kind == "fusion" else getattr(self, kind, None)
         return {} if settings is None else dataclasses.asdict(settings)
+
+
+def with_plugin_sections(core: type) -> type:
+    """``core`` with a section per plug-in kind in ``SECTIONS``: field ``<kind>``, its flags
+    ``--<flag_prefix><option>`` (``Plugin.Settings``, ``Plugin.flag_prefix``)."""
+    fields = []
+    for kind in SECTIONS:
+        kind_class = plugin_class(kind)
+        settings = section(kind_class.Settings, kind_class.flag_prefix)
+        fields.append((kind, kind_class.Settings, settings))
+    made = dataclasses.make_dataclass("ModelSettings", fields, bases=(core,))
+    made.__module__ = __name__  # its type hints resolve here (Python 3.11 has no module=)
+    return made
+
+
+ModelSettings = with_plugin_sections(CoreModelSettings)
 
 
 class MultitaskModel(nn.Module):

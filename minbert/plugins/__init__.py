@@ -29,7 +29,7 @@ A plug-in lives in ``model.plugins[kind]`` and keeps each task's parameters in
     layernorm  norm                                   layernorm.py (Houlsby et al. 2019)
     fusion     the adapter's sites                    the lab's   (Pfeiffer et al. 2021)
 
-The first four are the driver's ``--option`` choices (``PLUGINS``); ``layernorm``, per-task
+The first four are the driver's ``--option`` choices (``option_kinds()``); ``layernorm``, per-task
 LayerNorms, goes beside one of them (``--train_layernorms``) and is attached first; ``fusion``
 (``--option fusion``) fuses the fixed adapters of a finished adapter run: a lab extra, which the
 student tree leaves out (there the kind is unknown).
@@ -49,10 +49,11 @@ from typing import Any
 # The public names of the package, by the file of the package that holds each.
 HOMES = {
     "KINDS": "kinds",
-    "PLUGINS": "kinds",
     "add_plugin": "kinds",
     "count_formula": "kinds",
     "plugin_class": "kinds",
+    "option_kinds": "kinds",
+    "available": "kinds",
     "Plugin": "base",
     "HoulsbyAdapter": "adapter",
     "PAL": "pals",

@@ -144,6 +144,9 @@ class HoulsbyAdapter(Plugin):
 
     kind = "adapter"
     Settings = AdapterSettings
+    flag_prefix = "adapter_"
+    widths = ("size",)
+    summary = "Houlsby bottleneck adapters"
 
     def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
         super().__init__(config, **options)

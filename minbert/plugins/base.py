@@ -33,8 +33,11 @@ class Plugin(nn.Module, SiteHandler, ABC):
     ``self.by_task[task]`` (an ``nn.ModuleDict`` keyed by task name), so the state-dict keys read
     ``plugins.<kind>.by_task.<task>....`` and one task's tensors are one sub-tree.
 
-    A subclass sets ``kind``, its options as a ``Settings`` dataclass (whose defaults and help
-    are the only ones: the driver's flags are generated from it), builds one task's modules in
+    A subclass sets ``kind`` (the name of its file in this package: a kind is found by its
+    file), its options as a ``Settings`` dataclass (whose defaults and help are the only ones:
+    the driver's flags ``--<flag_prefix><option>`` are generated from it, ``widths`` naming the
+    options that are sizes, which the driver bounds), whether it is a driver ``--option`` of its
+    own with the one line ``summary`` its help gives, builds one task's modules in
     ``build_task``, overrides the sites it acts at, says in ``layer_of`` which layer each of its
     parameters acts in (for layer-wise learning rates), and gives its parameter count per task in
     ``parameters_per_task`` (the documented formula, which the tests compare with the real
@@ -44,6 +47,10 @@ class Plugin(nn.Module, SiteHandler, ABC):
 
     kind: ClassVar[str] = ""
     Settings: ClassVar[type] = NoSettings
+    flag_prefix: ClassVar[str] = ""  # the driver's flags of ``Settings``; "": none
+    widths: ClassVar[tuple[str, ...]] = ()  # the options of ``Settings`` that are sizes
+    option: ClassVar[bool] = True  # a driver --option of its own
+    summary: ClassVar[str] = ""  # what it is, in --option's help
 
     def __init__(self, config: BertConfig, **options: Any) -> None:
         super().__init__()

@@ -82,6 +82,7 @@ class AdapterFusion(Plugin):
 
     kind = "fusion"
     Settings = FusionSettings
+    option = False  # --option fusion with --adapters_from: its own stage and flags
 
     def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
         super().__init__(config, **options)

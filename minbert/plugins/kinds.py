@@ -1,46 +1,55 @@
-"""The plug-in kinds by name: which file holds each, attaching one to a model, and its
-parameter count. A kind's file is imported when that kind is first used, so a file that does
-not compile fails only the kind it holds."""
+"""The plug-in kinds by name: a kind is a file of this package (``minbert/plugins/<kind>.py``
+holding a ``Plugin`` subclass whose ``kind`` is that name), found by its file and imported when
+first used, so adding a kind is adding one file, and a file that does not compile fails only the
+kind it holds. Also: attaching a kind to a model, and its parameter count."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import pkgutil
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import minbert.plugins
 from minbert.config import BertConfig
 
 if TYPE_CHECKING:
     from minbert.bert import BertModel
     from minbert.plugins.base import Plugin
 
-# kind -> (module, class). The first four are the driver's --option choices (``PLUGINS``).
-KIND_CLASSES = {
-    "adapter": ("minbert.plugins.adapter", "HoulsbyAdapter"),
-    "pals": ("minbert.plugins.pals", "PAL"),
-    "lhuc": ("minbert.plugins.lhuc", "LHUC"),
-    "lora": ("minbert.plugins.lora", "LoRA"),
-    "layernorm": ("minbert.plugins.layernorm", "TaskLayerNorms"),
-    "fusion": ("minbert.plugins.fusion", "AdapterFusion"),  # the lab's: the student tree lacks it
-}
-PLUGINS = ("adapter", "pals", "lhuc", "lora")
+# The package's files that hold no kind.
+HELPERS = frozenset({"base", "freezing", "kinds", "report", "task_state"})
 KINDS: dict[str, type[Plugin]] = {}  # the kinds imported so far (a test may put its own in)
 
 
 def available() -> list[str]:
-    """The kinds whose file this tree has."""
-    return [kind for kind, (module, _) in KIND_CLASSES.items() if importlib.util.find_spec(module)]
+    """The kinds this tree has, by their files (nothing imported)."""
+    found = pkgutil.iter_modules(minbert.plugins.__path__)
+    return sorted(m.name for m in found if m.name not in HELPERS and not m.name.startswith("_"))
 
 
 def plugin_class(kind: str) -> type[Plugin]:
     """The class of ``kind``, its file imported on first use; a ValueError for an unknown kind."""
     if kind not in KINDS:
-        if kind not in KIND_CLASSES or kind not in available():
+        if kind not in available():
             raise ValueError(f"unknown plug-in kind {kind!r}; use one of {available()}")
-        module, name = KIND_CLASSES[kind]
-        KINDS[kind] = getattr(importlib.import_module(module), name)
+        from minbert.plugins.base import Plugin
+
+        module = importlib.import_module(f"minbert.plugins.{kind}")
+        found = [
+            cls
+            for cls in vars(module).values()
+            if isinstance(cls, type) and issubclass(cls, Plugin) and cls.kind == kind
+        ]
+        if len(found) != 1:
+            raise ValueError(f"minbert/plugins/{kind}.py: no Plugin subclass of kind {kind!r}")
+        KINDS[kind] = found[0]
     return KINDS[kind]
+
+
+def option_kinds() -> list[str]:
+    """The kinds that are a driver --option of their own (``Plugin.option``), by name."""
+    return [kind for kind in available() if plugin_class(kind).option]
 
 
 def add_plugin(model: BertModel, kind: str, tasks: Iterable[str], **options) -> Plugin:

@@ -41,6 +41,7 @@ class TaskLayerNorms(Plugin):
     when the plug-in is attached (and for tasks added after that)."""
 
     kind = "layernorm"
+    option = False  # beside another kind: --train_layernorms
 
     def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
         super().__init__(config, **options)

@@ -38,6 +38,7 @@ class LHUC(Plugin):
     """Per task, a learnt amplitude 2·σ(r) on every unit of every layer's output."""
 
     kind = "lhuc"
+    summary = "a learned scale of every hidden unit"
 
     def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
         super().__init__(config, **options)

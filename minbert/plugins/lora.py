@@ -120,6 +120,9 @@ class LoRA(Plugin):
 
     kind = "lora"
     Settings = LoRASettings
+    flag_prefix = "lora_"
+    widths = ("rank",)
+    summary = "low-rank updates of chosen linear maps"
 
     def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
         super().__init__(config, **options)

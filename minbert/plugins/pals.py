@@ -154,6 +154,9 @@ class PAL(Plugin):
 
     kind = "pals"
     Settings = PALSettings
+    flag_prefix = "pal_"
+    widths = ("size", "heads")
+    summary = "projected attention layers beside each layer"
 
     def __init__(self, config: BertConfig, tasks: Iterable[str], **options: Any) -> None:
         super().__init__(config, **options)
