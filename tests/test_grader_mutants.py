@@ -31,6 +31,7 @@ from course import scaffold, seal
 from course.checks import CHECKS
 from course.measure import Observed
 from course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
+from minbert.plugins.kinds import KIND_CLASSES, plugin_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -1465,6 +1466,10 @@ def mutated(mutant: Mutant, monkeypatch) -> Iterator[types.ModuleType]:
     module = types.ModuleType(name)
     module.__file__ = str(ROOT / mutant.path)
     module.__package__ = name.rpartition(".")[0]
+    module.__spec__ = original.__spec__  # add_plugin looks the kind's file up by its spec
+    for kind, (module_name, _) in KIND_CLASSES.items():  # in KINDS now, so patched below
+        if module_name == name:
+            plugin_class(kind)
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, name, module)
         parent, _, leaf = name.rpartition(".")
@@ -1486,15 +1491,25 @@ def test_every_mistake_fails_the_student_trees_tests(
     import test_checks  # the student tree's
 
     failed = []
-    with mutated(mutant, monkeypatch):
-        for check in test_checks.GRADED:
-            if mutant.exercise not in check.exercises:
-                continue
-            try:
-                test_checks.test_check(check, ctx)
-            except AssertionError:
-                failed.append(check.name)
+    try:
+        with mutated(mutant, monkeypatch):
+            for check in test_checks.GRADED:
+                if mutant.exercise not in check.exercises:
+                    continue
+                try:
+                    test_checks.test_check(check, ctx)
+                except AssertionError:
+                    failed.append(check.name)
+    finally:  # the whole-model checks built the model from the mutated module: forget it
+        forget_the_model(ctx)
     assert failed, f"{mutant.id} passes the student tree's tests of {mutant.exercise}"
+
+
+def forget_the_model(ctx: Context) -> None:
+    """Drop the context's model and its outputs (cached on first use), so that a model built
+    while a mutant was in place does not grade the tests that come after."""
+    ctx.__dict__.pop("model", None)
+    ctx._outputs.clear()
 
 
 def run_own_checks(mutant: Mutant, ctx: Context, monkeypatch) -> dict:
