@@ -14,7 +14,9 @@ same context, so they see the same masks exactly when they call dropout in the s
 the same order, on the same units: a dropout that is missing, misplaced or applied twice changes
 the output and is graded.
 
-``calls`` records (shape, p) of each active call, for the messages (``describe_calls``).
+``calls`` records (shape, p) of each active call, for the messages (``describe_calls``). A check
+may add (shape, p, ``FUSED``) for a call of torch's fused attention with dropout_p > 0, whose masks
+no recorder sees: in eval mode any such call is the mistake, and ``eval_mode_mistakes`` names it.
 """
 
 from __future__ import annotations
@@ -62,11 +64,23 @@ class DropoutRecorder:
         return input * keep / (1.0 - p)
 
 
+# The op named in a call recorded as (shape, p, FUSED): torch's fused attention, its dropout_p.
+FUSED = "F.scaled_dot_product_attention"
+# What a failing check's diagnosis says when dropout acts in eval mode: one mistake wherever it
+# acts (F.dropout, an nn.Dropout, the fused op), so that a check whose cases each call dropout in
+# their own way names it (``measure.worst_of`` keeps a mistake only if every case agrees).
+EVAL_DROPOUT = (
+    "dropout still acts in eval mode: after model.eval() it must be off (F.dropout with "
+    "training=self.training, or the module's nn.Dropout; F.scaled_dot_product_attention with "
+    "dropout_p=0.0)"
+)
+
+
 def units(calls: list) -> list[tuple[tuple[int, ...], float]]:
     """The (unit shape, p) of every unit the calls draw, in order: calls with the same units
     draw the same masks."""
     found = []
-    for shape, p in calls:
+    for shape, p, *_ in calls:
         shape = tuple(shape)
         if len(shape) >= 4:
             found += [((shape[0], *shape[2:]), float(p))] * shape[1]
@@ -86,10 +100,14 @@ def explain_calls(hint: str, calls: list | None, case: dict) -> str:
     if expected is None:
         if not calls:
             return hint
+        advice = (
+            "pass dropout_p=0.0 to F.scaled_dot_product_attention unless self.training"
+            if _fused(calls)
+            else "pass training=self.training to F.dropout, or call the module's nn.Dropout"
+        )
         return (
             f"{hint}; in eval mode your code {describe_calls(calls)}, the reference "
-            "never calls it in eval mode (dropout is off after model.eval(): pass "
-            "training=self.training to F.dropout, or call the module's nn.Dropout)"
+            f"never drops out in eval mode (dropout is off after model.eval(): {advice})"
         )
     if units(calls) == units(expected):
         return hint
@@ -99,12 +117,23 @@ def explain_calls(hint: str, calls: list | None, case: dict) -> str:
     )
 
 
-def describe_calls(calls: list[tuple[tuple[int, ...], float]]) -> str:
+def eval_mode_mistakes(calls: list | None, case: dict) -> dict[str, float]:
+    """The known mistake that active dropout calls in eval mode are (``EVAL_DROPOUT``, at
+    distance 0: the calls show it, whatever the output), or none: in training mode (the case
+    stores the reference's calls), or without calls."""
+    if calls is None or case.get("dropout calls") is not None or not calls:
+        return {}
+    return {EVAL_DROPOUT: 0.0}
+
+
+def describe_calls(calls: list) -> str:
     """ "called dropout 4 times on (3, 1, 6, 6) with p 0.1", "called dropout once on
-    (3, 4, 6, 6) with p 0.1, then ...", or "never called dropout". Runs of the same call are
-    counted."""
+    (3, 4, 6, 6) with p 0.1, then ...", "called F.scaled_dot_product_attention once on
+    (3, 4, 6, 6) with dropout_p 0.1" (a call recorded with ``FUSED``), or "never called
+    dropout". Runs of the same call are counted."""
     runs: list[list] = []
-    for call in calls:
+    for shape, p, *op in calls:
+        call = (tuple(shape), float(p), op[0] if op else "dropout")
         if runs and runs[-1][0] == call:
             runs[-1][1] += 1
         else:
@@ -112,9 +141,16 @@ def describe_calls(calls: list[tuple[tuple[int, ...], float]]) -> str:
     if not runs:
         return "never called dropout"
     times = {1: "once", 2: "twice"}
-    return "called dropout " + ", then ".join(
-        f"{times.get(n, f'{n} times')} on {tuple(shape)} with p {p:g}" for (shape, p), n in runs
-    )
+    said = []
+    for (shape, p, op), n in runs:
+        rate = "dropout_p" if op == FUSED else "p"
+        said.append(f"{op} {times.get(n, f'{n} times')} on {shape} with {rate} {p:g}")
+    return "called " + ", then ".join(said)
+
+
+def _fused(calls: list) -> bool:
+    """Whether any of the recorded calls is torch's fused attention (``FUSED``)."""
+    return any(len(call) > 2 and call[2] == FUSED for call in calls)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from course import seal
-from course.dropout import explain_calls
+from course.dropout import eval_mode_mistakes, explain_calls
 
 
 @dataclass
@@ -60,6 +60,21 @@ def worst_of(measurements: list[Measurement]) -> Measurement:
 def _as_distance(d: float) -> float:
     """A difference as a distance: NaN (a broken comparison) is infinitely far."""
     return math.inf if math.isnan(d) else d
+
+
+def shortest(x: float, dtype: torch.dtype = torch.float64, resolution: float = 0.0) -> str:
+    """x with the fewest significant digits that read back as the same ``dtype`` value (0.6, not
+    0.59999999999999998 in float64 or 0.600000024 in float32), or that are within
+    ``resolution`` of it: digits below what the check resolves say nothing."""
+    if not math.isfinite(x):
+        return repr(x)
+    same = torch.tensor(x, dtype=dtype).item()
+    for digits in range(1, 18):
+        text = f"{x:.{digits}g}"
+        read = float(text)
+        if torch.tensor(read, dtype=dtype).item() == same or abs(read - x) < resolution:
+            return text
+    return repr(x)
 
 
 def distinct(got: float, expected: float) -> tuple[str, str]:
@@ -130,6 +145,7 @@ def grade(
     label: str = "",
     axes: tuple[str, ...] = (),
     calls: list | None = None,
+    names: dict[str, str] | None = None,
 ) -> Measurement:
     """What the student's code computed (``got``: name -> tensor) against a stored case:
     ``case["expected"]`` (name -> the sealed output, ``course/seal.py``) and
@@ -140,18 +156,26 @@ def grade(
     in the same sealed form, which ``run_check`` uses to name the mistake when the check fails
     (``diagnose``). ``calls``: the dropout calls of the recorder the student's code ran under
     (``DropoutRecorder.calls``); where they drew other masks than the reference's, the message
-    says how they differ (``explain_calls``)."""
+    says how they differ (``explain_calls``), and active calls in eval mode name that mistake
+    (``eval_mode_mistakes``). An output is called ``label`` + its name in the messages, or
+    ``names[name]`` (the student's words for it, where its stored name would not be)."""
     expected: dict[str, dict] = case["expected"]
+    names = names or {}
     seen = {name: Observed(name, got.get(name), sealed) for name, sealed in expected.items()}
     found = [
-        measure_sealed(f"{label}{name}", seen[name], sealed, axes or ("sentence", "token", "dim"))
+        measure_sealed(
+            names.get(name, f"{label}{name}"),
+            seen[name],
+            sealed,
+            axes or ("sentence", "token", "dim"),
+        )
         for name, sealed in expected.items()
     ]
     worst = worst_of(found)
     worst.mistakes = {
         mistake: max(seen[name].distance(outputs.get(name, expected[name])) for name in expected)
         for mistake, outputs in case.get("mistakes", {}).items()
-    }
+    } | eval_mode_mistakes(calls, case)
     worst.hint = explain_calls(worst.hint, calls, case)
     return worst
 
@@ -234,12 +258,14 @@ def measure_sealed(
     offsets = seen.offsets(sealed)
     outside = offsets.index(None) if None in offsets else None
     values = seen.got.detach().double().reshape(-1)
+    dt, resolution = seen.got.dtype, sealed["q"] / 100  # far below the tolerance
     names = _axis_names(axes, len(shape))
     if outside is not None:
         at = tuple(int(j) for j in torch.unravel_index(torch.tensor(outside), shape))
         first = (
             f"{name}{' at ' + _position(at, names) if shape else ''} is "
-            f"{values[outside].item():.9g}, more than the tolerance from the expected value"
+            f"{shortest(values[outside].item(), dt, resolution)}, more than the tolerance "
+            "from the expected value"
         )
     if seen.kind == "rounded":
         if outside is None:
@@ -252,7 +278,7 @@ def measure_sealed(
         worst, where = diff.max().item(), torch.unravel_index(diff.argmax(), diff.shape)
     where = tuple(int(i) for i in where)
     at = f" at {_position(where, names[: len(where)])}" if where else ""
-    most = f"{name} differs most{at}: by at least {worst:.3g} (fixed random projections there)"
+    most = f"{name} differs most{at}: by at least {worst:.3g}"
     if outside is None:
         return Measurement(worst, most)
     tolerance = seal.WINDOW * sealed["q"]
@@ -266,9 +292,8 @@ def measure_sealed(
     if inside:
         i = inside[0]
         at = tuple(int(j) for j in torch.unravel_index(torch.tensor(i), shape))
-        return Measurement(
-            worst, f"{most}; at {_position(at, names)} you have {values[i].item():.9g}"
-        )
+        have = shortest(values[i].item(), dt, resolution)
+        return Measurement(worst, f"{most}; at {_position(at, names)} you have {have}")
     return Measurement(worst, f"{most}; {first}")
 
 

@@ -10,7 +10,10 @@ are compared with and the stored outputs are sealed (``course/seal.py``).
 
 Most checks grade stored cases. ``compute`` returns ``outputs(...)``: one ``graded(...)`` entry
 per case, in the order the check declares its cases (``stored_cases``), or ``problem(...)`` when
-the outputs cannot be graded (the backward pass fails, an argument was changed in place).
+the outputs cannot be graded (the backward pass fails, an argument was changed in place). A
+problem that shows a known mistake by itself (an exception only that mistake raises) carries the
+mistake's key; the judge names it in its own words (``observed``), so a runner's outputs can
+name only a mistake the check knows.
 """
 
 from __future__ import annotations
@@ -23,10 +26,17 @@ from course.measure import Measurement, grade, worst_of
 Outputs = dict  # what ``compute`` returns: plain data (see the module docstring)
 
 
-def graded(got: dict, label: str = "", axes: Sequence[str] = (), calls: list | None = None) -> dict:
+def graded(
+    got: dict,
+    label: str = "",
+    axes: Sequence[str] = (),
+    calls: list | None = None,
+    names: dict[str, str] | None = None,
+) -> dict:
     """One case's outputs: ``got`` (name -> what the student's code returned), the ``label`` and
-    ``axes`` its messages use, and the dropout ``calls`` it made (``DropoutRecorder.calls``)."""
-    return {"got": got, "label": label, "axes": list(axes), "calls": calls}
+    ``axes`` its messages use, the dropout ``calls`` it made (``DropoutRecorder.calls``), and
+    ``names``: what the messages call an output whose stored name is not the student's word."""
+    return {"got": got, "label": label, "axes": list(axes), "calls": calls, "names": names}
 
 
 def outputs(*cases: dict) -> Outputs:
@@ -34,9 +44,18 @@ def outputs(*cases: dict) -> Outputs:
     return {"cases": list(cases)}
 
 
-def problem(message: str) -> Outputs:
-    """Outputs that fail whatever they hold, for ``message``."""
-    return {"problem": message}
+def problem(message: str, mistake: str = "") -> Outputs:
+    """Outputs that fail whatever they hold, for ``message``; ``mistake``: the key of the known
+    mistake the problem shows (``observed``), or ""."""
+    return {"problem": message, "mistake": mistake}
+
+
+def observed(out: Outputs, known: dict[str, str] | None = None) -> Measurement:
+    """The failing measurement of a ``problem``: its message, and the mistake it shows named in
+    the check's words (``known``: key -> what the diagnosis says) at distance 0, so that
+    ``diagnose`` names it; a key the check does not know names nothing."""
+    said = (known or {}).get(str(out.get("mistake") or ""))
+    return Measurement(math.inf, str(out["problem"]), {said: 0.0} if said else {})
 
 
 def stored(data: dict, path: Sequence[str]) -> dict:
@@ -46,23 +65,23 @@ def stored(data: dict, path: Sequence[str]) -> dict:
     return data
 
 
-def stored_cases(*paths: tuple[str, ...]) -> Callable:
+def stored_cases(*paths: tuple[str, ...], known: dict[str, str] | None = None) -> Callable:
     """The judgement of a check that grades the stored cases at ``paths``: its problem if it has
-    one, else the worst of its cases (``grade``). The paths are the check's own, never the
-    runner's: outputs cannot choose the case they are compared with."""
+    one (naming the mistake it shows, one of ``known``: ``observed``), else the worst of its
+    cases (``grade``). The paths are the check's own, never the runner's: outputs cannot choose
+    the case they are compared with."""
 
     def judge(ctx, out: Outputs) -> Measurement:
         if out.get("problem") is not None:
-            return Measurement(math.inf, str(out["problem"]))
+            return observed(out, known)
         cases = out["cases"]
         if len(cases) != len(paths):
             raise ValueError(f"{len(cases)} cases computed, {len(paths)} expected")
         found = []
         for path, case in zip(paths, cases):
             expected = stored(ctx.course_data, path)
-            found.append(
-                grade(expected, case["got"], case["label"], tuple(case["axes"]), case["calls"])
-            )
+            label, axes, calls = case["label"], tuple(case["axes"]), case["calls"]
+            found.append(grade(expected, case["got"], label, axes, calls, case.get("names")))
         return worst_of(found)
 
     return judge

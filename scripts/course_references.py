@@ -121,7 +121,9 @@ def multi_head(x, mask, query, key, value, heads, dropout_p, training, mistake=N
     if mistake == "query_key_swapped":
         q, k = k, q
     p = 0.0 if mistake == "no_dropout" else dropout_p
-    y = attention(q, k, v, mask, p, training, "no_mask" if mistake == "fused_no_mask" else None)
+    # mistakes of the fused call (declared for its path only), as the equation makes them
+    made = {"fused_no_mask": "no_mask", "fused_scale_one": "no_scale"}.get(mistake)
+    y = attention(q, k, v, mask, p, training, made)
     if mistake == "merge_without_transpose":
         return y.reshape(B, T, D)
     return y.permute(0, 2, 1, 3).reshape(B, T, D)
@@ -259,9 +261,10 @@ def bias_corrected(m, v, beta1_t, beta2_t, mistake=None):
 
 
 def annealed_alpha(epoch: int, epochs: int, mistake=None) -> float:
-    """α(e) = 1 − 0.8·(e − 1)/(E − 1), 1 when E = 1."""
+    """α(e) = 1 − 0.8·(e − 1)/(E − 1), 1 when E = 1 (where a division by E − 1 raises
+    ZeroDivisionError: the check grades it as the NaN of x/0)."""
     if epochs == 1:
-        return 1.0
+        return math.nan if mistake == "no_single_epoch" else 1.0
     if mistake == "epoch_off_by_one":
         return 1.0 - 0.8 * epoch / (epochs - 1)
     if mistake == "divided_by_epochs":
@@ -307,8 +310,11 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
-def lhuc(h, r, mistake=None):
-    """h ⊙ 2·σ(r)."""
+def lhuc(h, rows, layer, mistake=None):
+    """h ⊙ 2·σ(r), r = rows[layer]: this layer's row of the task's (L, D) parameter."""
+    r = rows[0 if mistake == "first_row" else layer]
+    if mistake == "two_exp":
+        return h * (2.0 * torch.exp(r))
     if mistake == "no_factor_2":
         return h * torch.sigmoid(r)
     if mistake == "no_sigmoid":
@@ -345,17 +351,28 @@ def lora_merged(weight, update, scale, mistake=None):
         delta = delta.T if delta.shape[0] == delta.shape[1] else delta
     if mistake == "no_scale":
         return weight + delta
+    if mistake == "scaled_twice":  # delta_weight scales by the default α/r, merge scales again
+        return weight + scale * (default_scale() * delta)
     return weight + scale * delta
 
 
-def pal(x, mask, encoder, stand_in, decoder, dropout_p, training, mistake=None):
-    """V_D · g(V_E · x): ``stand_in`` plays the layer's projected attention g."""
+def default_scale() -> float:
+    """α/r of LoRA's default settings (16 / 8): what a delta_weight that scales ΔW itself,
+    without the plug-in's α and r, multiplies by."""
+    from minbert.plugins.lora import LoRASettings
+
+    settings = LoRASettings()
+    return settings.alpha / settings.rank
+
+
+def pal(x, mask, encoder, layers, layer, decoder, dropout_p, training, mistake=None):
+    """V_D · g_l(V_E · x): ``layers[layer]`` (a stand-in) plays layer l's projected attention."""
     z = linear(x, encoder)
     if mistake == "no_mask":
         mask = torch.zeros_like(mask)
     p = dropout_p if training and mistake != "no_dropout" else 0.0
-    z = stand_in(z, mask, p, True)
-    return decoder(z)
+    z = layers[0 if mistake == "layer_0_attention" else layer](z, mask, p, True)
+    return x + decoder(z) if mistake == "adds_x" else decoder(z)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -502,6 +519,9 @@ def mask_tokens(
 
 def mlm_loss(logits, labels, mistake=None):
     """−(1/|M|) Σ_{i∈M} log softmax(logits_i)[label_i], M the positions whose label is not −100."""
+    if mistake == "mean_of_sentence_means" and labels.dim() > 1:  # each sentence's mean, averaged
+        means = [mlm_loss(s, y) for s, y in zip(logits, labels) if (y != -100).any()]
+        return torch.stack(means).mean()
     logits, labels = logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1)
     chosen = labels != -100
     log_probs = logits - logits.logsumexp(-1, keepdim=True)

@@ -86,6 +86,11 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
             "the mask is not passed to F.scaled_dot_product_attention (fused path only)",
             ("fused",),
         ),
+        "fused_scale_one": (
+            "scale=1.0 is passed to F.scaled_dot_product_attention, so QKᵀ is not divided by "
+            "√d_k (fused path only): leave scale out, its default is 1/√d_k",
+            ("fused",),
+        ),
     },
     "layer": {
         "norm_before_residual": "the LayerNorm is applied before the residual is added "
@@ -131,6 +136,7 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "divided_by_epochs": "α divides by E instead of E − 1",
         "ends_at_zero": "α goes from 1 to 0 instead of from 1 to 0.2",
         "rising": "α rises from 0.2 to 1 instead of falling from 1 to 0.2",
+        "no_single_epoch": "α divides by E − 1, which is 0 when E = 1: return 1.0 there",
     },
     "sampler_probabilities": {
         "not_normalised": "the weights N_i^α are not divided by their sum",
@@ -151,6 +157,9 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "sigmoid_of_2r": "the scale is σ(2r) instead of 2·σ(r)",
         "added": "the scale 2·σ(r) is added to h instead of multiplying it",
         "exp": "the scale is exp(r) instead of 2·σ(r)",
+        "two_exp": "the scale is 2·exp(r) instead of 2·σ(r): exp where the sigmoid belongs",
+        "first_row": "every layer is scaled with layer 0's r (r[0]): each layer has its own "
+        "row, r[layer]",
     },
     "lora_linear": {
         "no_scale": "the update is not scaled by α/r",
@@ -162,11 +171,17 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
     },
     "lora_merge": {
         "no_scale": "the merged update is not scaled by α/r",
-        "delta_transposed": "ΔW is transposed (A B or (B A)ᵀ instead of B A)",
+        "delta_transposed": "ΔW is transposed ((B A)ᵀ instead of B A)",
+        "scaled_twice": "ΔW is scaled twice: delta_weight scales B A by α/r (LoRA's default, "
+        "16/8 = 2) and merge scales it by α/r again; delta_weight returns B A alone",
     },
     "pals": {
         "no_mask": "the attention mask is not passed to the PAL's attention",
         "no_dropout": "the attention dropout is not passed to the PAL's attention in training",
+        "layer_0_attention": "every layer uses layer 0's projected attention (pal.layers[0]): "
+        "layer l uses its own, pal.layers[layer]",
+        "adds_x": "the PAL term is returned added to x (x + V_D·g(V_E·x)): return the term "
+        "alone; the layer adds it",
     },
     "symmetric_kl": {
         "one_sided": "the KL is one-sided (KL(P‖Q) only), not symmetric",
@@ -211,6 +226,9 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "no_log_softmax": "the logits are used as log-probabilities (no log-softmax)",
         "softmax_first": "cross_entropy is given probabilities (a softmax before cross_entropy, "
         "which applies its own log-softmax)",
+        "mean_of_sentence_means": "the loss is a mean of per-sentence means: average over all "
+        "the masked positions of the batch at once, so that a sentence with more of them "
+        "counts more",
     },
 }
 
@@ -370,7 +388,7 @@ def attention_function_data() -> dict:
 
 
 def self_attention_data() -> dict:
-    from course.checks.bert import ATTENTION_CONFIG, PATHS, ScalingSites
+    from course.checks.bert import ATTENTION_CONFIG, PATHS, site_variants
     from minbert.bert import BertConfig, BertSelfAttention
 
     g = torch.Generator().manual_seed(3)
@@ -382,7 +400,7 @@ def self_attention_data() -> dict:
 
     def compute(mode, mistake):
         out = {}
-        for label, sites in (("no sites", None), ("sites", ScalingSites())):
+        for label, sites in site_variants():
 
             def projection(name, sites=sites):
                 lin = getattr(module, name)
@@ -557,7 +575,7 @@ def lhuc_data() -> dict:
         out = {}
         for key, h in inputs.items():
             task, _, layer = key.split()
-            out[key] = ref.lhuc(h, plugin.by_task[task].r[int(layer)], mistake)
+            out[key] = ref.lhuc(h, plugin.by_task[task].r, int(layer), mistake)
         return out
 
     return {"state": state(plugin), "h": inputs} | case("lhuc", compute, modes=("eval",))
@@ -670,7 +688,8 @@ def pals_data() -> dict:
                     x,
                     mask,
                     pal.encoder,
-                    pal.layers[layer],
+                    pal.layers,
+                    layer,
                     pal.decoder,
                     plugin.dropout_p,
                     mode == "train",

@@ -31,6 +31,7 @@ from course import scaffold, seal
 from course.checks import CHECKS
 from course.measure import Observed
 from course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
+from minbert.plugins.kinds import KIND_CLASSES, plugin_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +206,13 @@ MUTANTS = [
         (TRAIN_P, "dropout_p = 0.0"),
         named="not passed on in training",
     ),
-    m("heads-dropout-in-eval", "attention", BERT, (TRAIN_P, "dropout_p = self.dropout_p")),
+    m(
+        "heads-dropout-in-eval",
+        "attention",
+        BERT,
+        (TRAIN_P, "dropout_p = self.dropout_p"),
+        named="dropout still acts in eval mode",
+    ),
     m(  # right numbers without plug-ins, but LoRA's hook on self.value never runs
         "heads-value-module-bypassed",
         "attention",
@@ -378,7 +385,13 @@ MUTANTS = [
         (ALPHA, "return 1.0 - (epoch - 1) / (epochs - 1)"),
         named="from 1 to 0 instead",
     ),
-    m("alpha-single-epoch", "sampler", SAMPLING, ("    if epochs == 1:\n        return 1.0\n", "")),
+    m(  # a ZeroDivisionError at E = 1: graded as NaN, named by the NaN it gives
+        "alpha-single-epoch",
+        "sampler",
+        SAMPLING,
+        ("    if epochs == 1:\n        return 1.0\n", ""),
+        named="α divides by E − 1, which is 0 when E = 1: return 1.0 there",
+    ),
     m(
         "probs-not-normalised",
         "sampler",
@@ -436,7 +449,7 @@ MUTANTS = [
         ("h * (2.0 * torch.sigmoid(r))", "h * (2.0 * r)"),
         named="sigmoid of r is missing",
     ),
-    m("lhuc-first-layer", "lhuc", LHUC, ("r[layer]", "r[0]")),
+    m("lhuc-first-layer", "lhuc", LHUC, ("r[layer]", "r[0]"), named="layer 0's r (r[0])"),
     m(
         "lora-no-scale",
         "lora",
@@ -458,13 +471,20 @@ MUTANTS = [
         (LORA_ADD, "return y + self.scale * update(x)"),
         named="dropout on the update's input",
     ),
-    m(
+    m(  # the intermediate map is not square: named before the given merge code raises
         "lora-delta-transposed",
         "lora",
         LORA,
         ("return self.B @ self.A", "return (self.B @ self.A).T"),
+        named="ΔW is transposed",
     ),
-    m("lora-delta-scaled", "lora", LORA, ("return self.B @ self.A", "return 2 * self.B @ self.A")),
+    m(  # LoRA's default α/r (16/8 = 2) baked into delta_weight, then merge scales by α/r
+        "lora-delta-scaled",
+        "lora",
+        LORA,
+        ("return self.B @ self.A", "return 2 * self.B @ self.A"),
+        named="ΔW is scaled twice",
+    ),
     m(
         "pals-no-mask",
         "pals",
@@ -476,7 +496,13 @@ MUTANTS = [
         named="mask is not passed",
     ),
     m("pals-no-dropout", "pals", PALS, (TRAIN_P, "dropout_p = 0.0"), named="dropout is not passed"),
-    m("pals-dropout-in-eval", "pals", PALS, (TRAIN_P, "dropout_p = self.dropout_p")),
+    m(
+        "pals-dropout-in-eval",
+        "pals",
+        PALS,
+        (TRAIN_P, "dropout_p = self.dropout_p"),
+        named="dropout still acts in eval mode",
+    ),
     m("pals-no-encoder", "pals", PALS, ("z = pal.encoder(x)", "z = x")),
     # SMART
     m(
@@ -566,6 +592,20 @@ MUTANTS += [
         ("return self.dropout(self.LayerNorm(x))", "return self.dropout(x)"),
         named="word embeddings alone",
     ),
+    m(  # a shape error (T tokens, all max_position_embeddings positions), named by its sizes
+        "emb-positions-uncut",
+        "embeddings",
+        BERT,
+        ("self.position_ids[:, :T]", "self.position_ids"),
+        named="not cut to the sentence length T",
+    ),
+    m(  # as above, the whole table of position embeddings
+        "emb-position-table",
+        "embeddings",
+        BERT,
+        ("self.position_embeddings(positions)", "self.position_embeddings.weight"),
+        named="not cut to the sentence length T",
+    ),
     m(  # a partial mistake: right for the single sentence of the batch, wrong for the pairs
         "emb-types-ignored",
         "embeddings",
@@ -645,6 +685,20 @@ MUTANTS += [
         BERT,
         ("v = split_heads(self.value(x))", "v = split_heads(self.key(x))"),
         named="projected with the key",
+    ),
+    m(  # eval mode: the fused op's own dropout, which no recorder sees, is traced by its call
+        "heads-fused-dropout-in-eval",
+        "attention",
+        BERT,
+        ("attn_mask=mask, dropout_p=dropout_p", "attn_mask=mask, dropout_p=self.dropout_p"),
+        named="dropout still acts in eval mode",
+    ),
+    m(  # a partial mistake: the fused path only
+        "heads-fused-scale-one",
+        "attention",
+        BERT,
+        ("attn_mask=mask, dropout_p=dropout_p", "attn_mask=mask, dropout_p=dropout_p, scale=1.0"),
+        named="scale=1.0 is passed to F.scaled_dot_product_attention",
     ),
     m(
         "heads-merge-view",
@@ -820,6 +874,7 @@ MUTANTS += [
     m("lhuc-sigmoid-2r", "lhuc", LHUC, (LHUC_SCALE, "h * torch.sigmoid(2.0 * r)"), named="σ(2r)"),
     m("lhuc-added", "lhuc", LHUC, (LHUC_SCALE, "h + 2.0 * torch.sigmoid(r)"), named="added to h"),
     m("lhuc-exp-scale", "lhuc", LHUC, (LHUC_SCALE, "h * torch.exp(r)"), named="exp(r)"),
+    m("lhuc-2-exp", "lhuc", LHUC, (LHUC_SCALE, "h * (2.0 * torch.exp(r))"), named="2·exp(r)"),
     m(
         "lora-dropout-on-update",
         "lora",
@@ -833,6 +888,21 @@ MUTANTS += [
         LORA,
         (LORA_ADD, "return y + update(self.dropout(x)) / self.rank"),
         named="1/r instead",
+    ),
+    # PALs
+    m(
+        "pals-first-layer",
+        "pals",
+        PALS,
+        ("pal.layers[layer]", "pal.layers[0]"),
+        named="layer 0's projected attention",
+    ),
+    m(
+        "pals-adds-x",
+        "pals",
+        PALS,
+        ("return pal.decoder(z)", "return x + pal.decoder(z)"),
+        named="returned added to x",
     ),
     # SMART
     m(
@@ -1091,6 +1161,19 @@ MLM_MUTANTS = [
             'ignore_index=IGNORE, reduction="sum") / labels.numel()',
         ),
         named="averaged over all positions",
+    ),
+    m(  # each sentence's mean, averaged: a sentence with few masked positions counts as much
+        "loss-mean-of-sentence-means",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "losses = F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), "
+            'ignore_index=IGNORE, reduction="none").view(labels.shape)\n'
+            "    chosen = (labels != IGNORE).float()\n"
+            "    return (losses.sum(-1) / chosen.sum(-1)).mean()",
+        ),
+        named="mean of per-sentence means",
     ),
 ]
 MUTANTS += MLM_MUTANTS
@@ -1465,6 +1548,10 @@ def mutated(mutant: Mutant, monkeypatch) -> Iterator[types.ModuleType]:
     module = types.ModuleType(name)
     module.__file__ = str(ROOT / mutant.path)
     module.__package__ = name.rpartition(".")[0]
+    module.__spec__ = original.__spec__  # add_plugin looks the kind's file up by its spec
+    for kind, (module_name, _) in KIND_CLASSES.items():  # in KINDS now, so patched below
+        if module_name == name:
+            plugin_class(kind)
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, name, module)
         parent, _, leaf = name.rpartition(".")
@@ -1486,15 +1573,25 @@ def test_every_mistake_fails_the_student_trees_tests(
     import test_checks  # the student tree's
 
     failed = []
-    with mutated(mutant, monkeypatch):
-        for check in test_checks.GRADED:
-            if mutant.exercise not in check.exercises:
-                continue
-            try:
-                test_checks.test_check(check, ctx)
-            except AssertionError:
-                failed.append(check.name)
+    try:
+        with mutated(mutant, monkeypatch):
+            for check in test_checks.GRADED:
+                if mutant.exercise not in check.exercises:
+                    continue
+                try:
+                    test_checks.test_check(check, ctx)
+                except AssertionError:
+                    failed.append(check.name)
+    finally:  # the whole-model checks built the model from the mutated module: forget it
+        forget_the_model(ctx)
     assert failed, f"{mutant.id} passes the student tree's tests of {mutant.exercise}"
+
+
+def forget_the_model(ctx: Context) -> None:
+    """Drop the context's model and its outputs (cached on first use), so that a model built
+    while a mutant was in place does not grade the tests that come after."""
+    ctx.__dict__.pop("model", None)
+    ctx._outputs.clear()
 
 
 def run_own_checks(mutant: Mutant, ctx: Context, monkeypatch) -> dict:
@@ -1585,11 +1682,9 @@ def test_the_corpus_is_large_enough() -> None:
     assert len({m.id for m in MUTANTS + CORRECT}) == len(MUTANTS + CORRECT)
 
 
-# Known mistakes no mutant can make the grader name, and why.
-UNPLANTABLE = {
-    ("lora_merge", "delta_transposed"): "a transposed ΔW of a non-square target (the "
-    "intermediate layer) raises in the given merge code before there is an output to compare",
-}
+# Known mistakes no mutant can make the grader name, and why (none now: a transposed ΔW, which
+# would raise in the given merge code, is named before merging).
+UNPLANTABLE: dict[tuple[str, str], str] = {}
 
 
 def test_every_known_mistake_is_named_by_a_mutant() -> None:
@@ -1874,13 +1969,49 @@ def test_a_masking_that_differs_says_where(mutant: Mutant, ctx: Context, monkeyp
     assert MASKING_SAID[mutant.id] in said, said
 
 
-EVAL_DROPOUT = [m for m in MUTANTS if m.id in ("heads-dropout-in-eval", "pals-dropout-in-eval")]
+EVAL_DROPOUT = {
+    "heads-dropout-in-eval": "in eval mode your code called dropout twice on (3, 4, 6, 6) "
+    "with p 0.1",
+    "pals-dropout-in-eval": "in eval mode your code called dropout 4 times on (3, 6, 8) with p 0.1",
+    "heads-fused-dropout-in-eval": "in eval mode your code called F.scaled_dot_product_attention "
+    "twice on (3, 4, 6, 6) with dropout_p 0.1",
+}
 
 
-@pytest.mark.parametrize("mutant", EVAL_DROPOUT, ids=lambda m: m.id)
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.id in EVAL_DROPOUT], ids=lambda m: m.id)
 def test_dropout_left_on_in_eval_mode_is_named(mutant: Mutant, ctx: Context, monkeypatch) -> None:
-    """Dropout that still acts after model.eval() is said in those words, with the calls."""
+    """Dropout that still acts after model.eval() is said in those words, with the calls: the
+    fused op's too, whose masks no recorder sees (its call is recorded in eval mode)."""
     failed = [r for r in run_own_checks(mutant, ctx, monkeypatch).values() if r.status == FAIL]
     said = " ".join(r.detail for r in failed)
-    assert "in eval mode your code called dropout" in said, said
-    assert "the reference never calls it in eval mode" in said
+    assert EVAL_DROPOUT[mutant.id] in said, said
+    assert "the reference never drops out in eval mode" in said
+
+
+# What a failed check says, in the student's words: the outputs by what they are (never the
+# grader's plug-in sites or its projections), numbers with the digits that matter (0.6, not
+# 0.59999999999999998), an exception a known mistake raises with where it was raised.
+SAID = {
+    "heads-fused-dropout-in-eval": "the attention output (fused path, eval mode, with plug-ins "
+    "acting) differs most at",
+    "heads-merge-view": "the attention output (written-out path, eval mode, with plug-ins "
+    "acting) differs most at",
+    "layer-no-attention-residual": "the layer output (eval mode) differs most at",
+    "alpha-over-epochs": "α at epoch 2 of 2: got 0.6, not within the tolerance",
+    "alpha-off-by-one": "α at epoch 1 of 2: got 0.2, not within the tolerance",
+    "alpha-single-epoch": "ZeroDivisionError: float division by zero at epoch 1 of 1 "
+    "(minbert/sampling.py:",
+    "emb-positions-uncut": "must match the size of tensor b (128) at non-singleton dimension 1 "
+    "(minbert/bert.py:",
+    "lora-delta-transposed": "delta_weight (sst layer 0 intermediate) returned a (32, 64) matrix, "
+    "the base weight is (64, 32) (d_out, d_in)",
+}
+
+
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.id in SAID], ids=lambda m: m.id)
+def test_a_failure_is_said_in_the_students_words(mutant: Mutant, ctx: Context, monkeypatch):
+    failed = [r for r in run_own_checks(mutant, ctx, monkeypatch).values() if r.status == FAIL]
+    said = " ".join(r.detail for r in failed)
+    assert SAID[mutant.id] in said, said
+    for internal in ("sites", "projection", "0.59999", "0.19999"):
+        assert internal not in said, said

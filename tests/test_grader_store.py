@@ -343,13 +343,14 @@ def line_of(planted, text: str) -> int:
 
 
 def test_an_error_in_given_code_is_located_at_the_students_function(ctx, monkeypatch) -> None:
-    """delta_weight returning (d_in, d_out): LoRA.merge (given code) fails adding it to the
-    (d_out, d_in) weight, and the report names the student's delta_weight and its line."""
+    """delta_weight returning (d_out, d_in − 1): LoRA.merge (given code) fails adding it to the
+    (d_out, d_in) weight, and the report names the student's delta_weight and its line. (A
+    transposed ΔW is named before merging: ``test_grader_mutants``, lora-delta-transposed.)"""
     planted = m(
         "lora-delta-wrong-shape",
         "lora",
         LORA,
-        ("return self.B @ self.A", "return self.A.T @ self.B.T"),
+        ("return self.B @ self.A", "return self.B @ self.A[:, 1:]"),
     )
     result = run_own_checks(planted, ctx, monkeypatch)["lora: merge vs W + (α/r)·B A"]
     assert result.status == FAIL and result.max_abs_diff is None

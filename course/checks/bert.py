@@ -25,10 +25,11 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from course.dropout import MODES, mode, recorded_dropout
+from course.dropout import FUSED, MODES, DropoutRecorder, mode, recorded_dropout
+from course.locate import locate
 from course.measure import Measurement, Observed, compare, measure_sealed
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
-from course.registry import Context, check
+from course.registry import Context, check, student_functions
 
 # BertConfig.tiny overrides of each component check (a small vocabulary keeps the stored
 # embedding table small).
@@ -43,10 +44,18 @@ PATHS = ("fused", "written-out")
 # Embeddings, attention and the layer, each on its own
 
 
+# The mistakes the embeddings check sees by themselves (``course/outcome.py``: ``observed``).
+EMBEDDINGS_SEEN = {
+    "positions not cut": "the position ids are not cut to the sentence length T: the whole "
+    "position_ids buffer (all max_position_embeddings positions) is added to T tokens; take "
+    "its first T, position_ids[:, :T]",
+}
+
+
 @check(
     "embeddings: BertEmbeddings vs written-out equation",
     tolerance=1e-5,
-    judge=stored_cases(*[("embeddings", name) for name in MODES]),
+    judge=stored_cases(*[("embeddings", name) for name in MODES], known=EMBEDDINGS_SEEN),
     hint="the sum of the word, position (0..T−1) and token type embeddings, then LayerNorm, then "
     "dropout (checked in eval and training mode)",
     exercises=("embeddings",),
@@ -57,14 +66,30 @@ def check_embeddings(ctx: Context) -> Outputs:
     from minbert.bert import BertConfig, BertEmbeddings
 
     data = ctx.course_data["embeddings"]
-    embeddings = BertEmbeddings(BertConfig.tiny(**EMBEDDINGS_CONFIG))
+    config = BertConfig.tiny(**EMBEDDINGS_CONFIG)
+    embeddings = BertEmbeddings(config)
     embeddings.load_state_dict(data["state"])
     found = []
     for name in MODES:
-        with mode(embeddings, name, ctx.course_data["seed"]) as recorder:
-            got = embeddings(data["input_ids"], data["token_type_ids"])
-        found.append(graded({"embeddings": got}, f"({name} mode) ", calls=recorder.calls))
+        try:
+            with mode(embeddings, name, ctx.course_data["seed"]) as recorder:
+                got = embeddings(data["input_ids"], data["token_type_ids"])
+        except RuntimeError as err:
+            if not positions_not_cut(err, config.max_position_embeddings):
+                raise
+            said = f"{type(err).__name__}: {err} ({locate(err, student_functions(ctx))})"
+            return problem(said, "positions not cut")
+        shown = {"embeddings": f"the embeddings ({name} mode)"}
+        found.append(graded({"embeddings": got}, calls=recorder.calls, names=shown))
     return outputs(*found)
+
+
+def positions_not_cut(err: RuntimeError, positions: int) -> bool:
+    """Whether ``err`` is the shape error of adding all ``positions`` position embeddings (the
+    uncut position_ids buffer, or the whole table) to a sentence of fewer tokens: torch names
+    both sizes, and the table's is ``positions``."""
+    said = str(err)
+    return "must match the size of tensor" in said and f"({positions})" in said
 
 
 @check(
@@ -95,7 +120,8 @@ def check_attention_function(ctx: Context) -> Outputs:
         if name == "train" and (said := backward_problem(got, qkv)):
             return problem(said)
         calls = recorder.calls if recorder is not None else None
-        found.append(graded({"attention output": got}, f"(dropout_p {p}) ", axes, calls))
+        shown = {"attention output": f"the attention output (dropout_p {p})"}
+        found.append(graded({"attention output": got}, "", axes, calls, shown))
     return outputs(*found)
 
 
@@ -155,8 +181,15 @@ class ScalingSites:
 
 
 def site_variants() -> list[tuple[str, ScalingSites | None]]:
-    """(name, sites): no plug-ins, and every site changing what it sees."""
-    return [("no sites", None), ("sites", ScalingSites())]
+    """(name, sites): no plug-ins, and every site changing what it sees, as plug-ins acting in
+    every place they can; the name is the stored output's, and the student's words (``shown``)."""
+    return [("no plug-ins", None), ("plug-ins acting", ScalingSites())]
+
+
+def shown(output: str, where: str, sites: ScalingSites | None) -> str:
+    """What a message calls an output graded with or without plug-ins acting: "the attention
+    output (fused path, eval mode, with plug-ins acting)"."""
+    return f"{output} ({where}{', with plug-ins acting' if sites is not None else ''})"
 
 
 @contextlib.contextmanager
@@ -198,6 +231,31 @@ def no_fused_attention() -> Iterator[None]:
 
     def fused(*args, **kwargs):
         raise RuntimeError(WRITTEN_OUT_CALLS_FUSED)
+
+    F.scaled_dot_product_attention = fused
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = saved
+
+
+@contextlib.contextmanager
+def fused_recorded(recorder: DropoutRecorder, seed: int) -> Iterator[None]:
+    """In eval mode, torch's fused attention called with dropout_p > 0 drops out, with masks
+    no recorder sees: each such call is recorded in ``recorder.calls`` as (the probabilities'
+    shape, dropout_p, ``FUSED``), so the message names it (``explain_calls``,
+    ``eval_mode_mistakes``), and runs under a seeded generator, so the message's numbers are
+    the same from run to run."""
+    saved = F.scaled_dot_product_attention
+
+    def fused(query, key, value, attn_mask=None, dropout_p=0.0, *args, **kwargs):
+        if not float(dropout_p) > 0.0:
+            return saved(query, key, value, attn_mask, dropout_p, *args, **kwargs)
+        shape = (*query.shape[:-1], key.shape[-2])
+        recorder.calls.append((tuple(shape), float(dropout_p), FUSED))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return saved(query, key, value, attn_mask, dropout_p, *args, **kwargs)
 
     F.scaled_dot_product_attention = fused
     try:
@@ -260,24 +318,28 @@ def fused_through_written_out() -> Iterator[None]:
 )
 def check_self_attention(ctx: Context) -> Outputs:
     """BertSelfAttention on stored weights, fused and written-out paths, without and with plug-in
-    sites, in eval and training mode, against stored multi-head attention."""
+    sites, in eval and training mode, against stored multi-head attention. In training mode the
+    fused op runs through the written-out equation under recorded dropout; in eval mode a fused
+    call with dropout_p > 0 is recorded (``fused_recorded``)."""
     from minbert.bert import BertConfig, BertSelfAttention
 
-    data = ctx.course_data["self_attention"]
+    data, seed = ctx.course_data["self_attention"], ctx.course_data["seed"]
     attention = BertSelfAttention(BertConfig.tiny(**ATTENTION_CONFIG))
     attention.load_state_dict(data["state"])
     found = []
     for path in PATHS:
         attention.use_fast_path = path == "fused"
         for name in MODES:
-            got = {}
-            context = fused_through_written_out() if name == "train" else contextlib.nullcontext()
-            with context, mode(attention, name, ctx.course_data["seed"]) as recorder:
+            got, names = {}, {}
+            with (
+                mode(attention, name, seed) as recorder,
+                fused_through_written_out() if name == "train" else fused_recorded(recorder, seed),
+            ):
                 for label, sites in site_variants():  # one mask sequence, in this order
                     with sites_hooked(attention, sites):
                         got[label] = attention(data["x"], data["mask"])
-            label = f"heads ({path} path, {name} mode) "
-            found.append(graded(got, label, calls=recorder.calls))
+                    names[label] = shown("the attention output", f"{path} path, {name} mode", sites)
+            found.append(graded(got, calls=recorder.calls, names=names))
     attention.use_fast_path = True
     return outputs(*found)
 
@@ -311,7 +373,7 @@ def layer_check(with_sites: bool) -> Callable[[Context], Outputs]:
         layer = BertLayer(config)
         layer.attention.self = StandInSelfAttention(config.hidden_size)
         layer.load_state_dict(data["state"])
-        label, sites = site_variants()[1 if with_sites else 0]
+        sites = site_variants()[1 if with_sites else 0][1]
         found = []
         for name in MODES:
             x = data["x"].clone().requires_grad_(name == "train")
@@ -323,9 +385,8 @@ def layer_check(with_sites: bool) -> Callable[[Context], Outputs]:
                 got = layer(x, data["mask"])
             if name == "train" and (said := backward_problem(got, [x])):
                 return problem(said)
-            found.append(
-                graded({"layer output": got}, f"({label}, {name} mode) ", (), recorder.calls)
-            )
+            names = {"layer output": shown("the layer output", f"{name} mode", sites)}
+            found.append(graded({"layer output": got}, calls=recorder.calls, names=names))
         return outputs(*found)
 
     return run

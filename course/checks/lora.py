@@ -13,7 +13,7 @@ import torch
 
 from course.dropout import MODES, mode
 from course.measure import Measurement, compare, worst_of
-from course.outcome import Outputs, graded, outputs, stored_cases
+from course.outcome import Outputs, graded, observed, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
 
 LORA_OPTIONS = {
@@ -62,9 +62,18 @@ def check_lora_linear(ctx: Context) -> Outputs:
     return outputs(*found)
 
 
+# The mistakes the merge check sees by themselves (``course/outcome.py``: ``observed``).
+LORA_MERGE_SEEN = {
+    "delta transposed": "ΔW is transposed: delta_weight returns a (d_in, d_out) matrix, "
+    "(B A)ᵀ, where the base weight is (d_out, d_in): return B A",
+}
+
+
 def judge_lora_merge(ctx: Context, out: Outputs) -> Measurement:
     """The merged weights against the stored ones, and each weight after unmerging against the
-    weight before merging."""
+    weight before merging; a ΔW of the wrong shape named (``LORA_MERGE_SEEN``)."""
+    if out.get("problem") is not None:
+        return observed(out, LORA_MERGE_SEEN)
     found = [
         compare(f"unmerged {name} weight", after, before, axes=("out", "in"))
         for name, (after, before) in out["unmerged"].items()
@@ -95,6 +104,8 @@ def check_lora_merge(ctx: Context) -> Outputs:
     plugin = add_plugin(model, "lora", PLUGIN_TASKS, **LORA_OPTIONS).double()
     plugin.load_state_dict(data["plugin"])
     layers = list(model.encoder.layer)
+    if said := transposed_delta_problem(plugin, layers):
+        return said
     before = {
         (i, n): target_module(layer, n).weight.detach().clone()
         for i, layer in enumerate(layers)
@@ -112,3 +123,28 @@ def check_lora_merge(ctx: Context) -> Outputs:
             after = target_module(layers[i], name).weight.detach().clone()
             unmerged[f"{task} layer {i} {name}"] = [after, weight]
     return outputs(graded(got, axes=("out", "in"))) | {"unmerged": unmerged}
+
+
+def transposed_delta_problem(plugin, layers: list) -> Outputs | None:
+    """A problem when some delta_weight has its base weight's shape transposed, (d_in, d_out):
+    the given merge code would raise on it, far from the mistake, so it is named here, before
+    merging (``LORA_MERGE_SEEN``), with where delta_weight is; None otherwise (another wrong
+    shape is left to the merge, whose error names delta_weight too)."""
+    from course.locate import relative_to_project
+    from minbert.plugins.lora import target_module
+
+    for task in PLUGIN_TASKS:
+        for i, layer in enumerate(layers):
+            for name in LORA_OPTIONS["targets"]:
+                shape = tuple(target_module(layer, name).weight.shape)
+                update = plugin.by_task[task][i][name]
+                got = tuple(getattr(update.delta_weight(), "shape", ()))
+                if got != shape and got == shape[::-1]:
+                    code = type(update).delta_weight.__code__
+                    where = f"{relative_to_project(code.co_filename)}:{code.co_firstlineno}"
+                    return problem(
+                        f"delta_weight ({task} layer {i} {name}) returned a {got} matrix, the "
+                        f"base weight is {shape} (d_out, d_in) (your delta_weight: {where})",
+                        "delta transposed",
+                    )
+    return None

@@ -62,7 +62,7 @@ def judge_adamw(ctx: Context, out: Outputs) -> Measurement:
             hint += f": {parameter(adamw_groups(adamw_model()), i)} is "
             hint += f"{got[step, i].item():.10g}, more than the tolerance from the expected value"
         else:
-            hint += f", by at least {projected[step].item():.3g} (fixed random projections)"
+            hint += f", by at least {projected[step].item():.3g}"
     return Measurement(measurement.max_abs_diff, hint, mistakes)
 
 

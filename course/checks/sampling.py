@@ -7,9 +7,10 @@ import math
 
 import torch
 
-from course.measure import Measurement, Observed, grade
+from course.locate import locate
+from course.measure import Measurement, Observed, grade, shortest
 from course.outcome import Outputs, problem
-from course.registry import Context, check
+from course.registry import Context, check, student_functions
 
 # The inputs: every epoch e of E epochs, and example training-set sizes with exponents (the
 # grading needs numbers; the sampler itself never has any).
@@ -20,6 +21,7 @@ ALPHAS = (1.0, 0.6, 0.2, 0.0)
 # weights N_i^α left undivided) reach 141,506, where a float64 ulp is 2.9e-11: 1e-9 names them
 # when another CPU rounds them a few ulps otherwise, and still tells every mistake apart.
 SAMPLER_TOLERANCE = 1e-9
+RESOLUTION = SAMPLER_TOLERANCE / 100  # digits a message prints: 0.2, not 0.19999999999999996
 
 
 ALPHA_PAIRS = [(e, E) for E in EPOCHS for e in range(1, E + 1)]
@@ -32,15 +34,18 @@ PROBABILITY_LABELS = [
 
 
 def judge_alpha(ctx: Context, out: Outputs) -> Measurement:
-    """α against the stored values; the first epoch outside the tolerance named."""
+    """α against the stored values; the first epoch outside the tolerance named, or the first
+    ZeroDivisionError (graded as NaN: a known mistake gives it, and is named by it)."""
     case, got = ctx.course_data["sampler"]["alpha"], out["α"]
     measurement = grade(case, {"α": got})
     i = first_outside(got, case, "α")
-    if i is not None:
+    if errors := out.get("errors"):
+        measurement.hint = f"{errors[0]}{f' ({len(errors)} cases)' if len(errors) > 1 else ''}"
+    elif i is not None:
         e, E = ALPHA_PAIRS[i]
+        value = shortest(got[i].item(), resolution=RESOLUTION)
         measurement.hint = (
-            f"α at epoch {e} of {E}: got {got[i].item():.17g}, not within the tolerance of the "
-            "expected value"
+            f"α at epoch {e} of {E}: got {value}, not within the tolerance of the expected value"
         )
     return measurement
 
@@ -54,11 +59,20 @@ def judge_alpha(ctx: Context, out: Outputs) -> Measurement:
     exercises=("sampler",),
 )
 def check_annealed_alpha(ctx: Context) -> Outputs:
-    """annealed_alpha(e, E) for every epoch of several E (``ALPHA_PAIRS``)."""
+    """annealed_alpha(e, E) for every epoch of several E (``ALPHA_PAIRS``). A ZeroDivisionError
+    (E − 1 = 0 when E = 1) is graded as the NaN of x/0, with where it was raised, so the known
+    mistake that gives it is named rather than the exception alone."""
     from minbert.sampling import annealed_alpha
 
-    values = [float(annealed_alpha(e, E)) for e, E in ALPHA_PAIRS]
-    return {"α": torch.tensor(values, dtype=torch.float64)}
+    values, errors = [], []
+    for e, E in ALPHA_PAIRS:
+        try:
+            values.append(float(annealed_alpha(e, E)))
+        except ZeroDivisionError as err:
+            where = locate(err, student_functions(ctx))
+            errors.append(f"ZeroDivisionError: {err} at epoch {e} of {E} ({where})")
+            values.append(math.nan)
+    return {"α": torch.tensor(values, dtype=torch.float64), "errors": errors}
 
 
 def first_outside(got: torch.Tensor, case: dict, name: str) -> int | None:
@@ -80,9 +94,9 @@ def judge_probabilities(ctx: Context, out: Outputs) -> Measurement:
     measurement = grade(case, {"p": got})
     i = first_outside(got, case, "p")
     if i is not None:
+        value = shortest(got[i].item(), resolution=RESOLUTION)
         measurement.hint = (
-            f"{PROBABILITY_LABELS[i]}: got {got[i].item():.17g}, not within the tolerance of the "
-            "expected value"
+            f"{PROBABILITY_LABELS[i]}: got {value}, not within the tolerance of the expected value"
         )
     if errors := out["errors"]:
         measurement.hint = f"{errors[0]} ({len(errors)} cases); {measurement.hint}"
