@@ -536,3 +536,72 @@ def mlm_loss(logits, labels, mistake=None):
     if mistake == "all_positions":
         return -picked.sum() / len(labels)
     return -picked.mean()
+
+
+# ----------------------------------------------------------------------------------------------
+# tasks/heads.py and tasks/base.py: the multitask heads and each task kind's loss
+
+
+def mean_pooling(hidden, attention_mask, mistake=None):
+    """r_b = Σ_t m_bt h_bt / Σ_t m_bt: (B, T, D) hidden states, (B, T) mask -> (B, D)."""
+    m = attention_mask.to(hidden.dtype)
+    if mistake == "padding_averaged":
+        m = torch.ones_like(m)
+    total = torch.einsum("btd,bt->bd", hidden, m)
+    if mistake == "not_divided":
+        return total
+    if mistake == "divided_by_length":
+        return total / hidden.shape[1]
+    return total / m.sum(1, keepdim=True)
+
+
+def pair_head(u, v, head, p, training, mistake=None):
+    """W · dropout([u; v; |u − v|; u ⊙ v]) + b, or with the head's hidden layer
+    W · dropout(tanh(W_h · dropout(features) + b_h)) + b (``LinearHead``): (B, D) x 2 -> (B, C)."""
+    difference = u - v if mistake == "no_abs" else torch.sqrt((u - v) ** 2)
+    parts = [u, v, difference, u * v]
+    if mistake == "difference_and_product_swapped":
+        parts = [u, v, u * v, difference]
+    x = dropout(torch.cat(parts, dim=-1), p, training)
+    if head.hidden is not None:
+        x = dropout(torch.tanh(linear(x, head.hidden)), p, training)
+    return linear(x, head.linear)
+
+
+def cosine_head(u, v, scale, shift, mistake=None):
+    """ŷ_b = a · (u_b · v_b) / (‖u_b‖ ‖v_b‖) + b: (B, D) x 2 -> (B, 1)."""
+    axis = 0 if mistake == "wrong_axis" else -1
+    dot = (u * v).sum(axis)
+    cosine = dot if mistake == "dot_product" else dot / (u.norm(dim=axis) * v.norm(dim=axis))
+    y = cosine if mistake == "no_affine" else scale * cosine + shift
+    return y[:, None]
+
+
+def cross_entropy(logits, labels, mistake=None):
+    """−(1/B) Σ_b log softmax(o_b)[y_b], in float32."""
+    o = logits.float()
+    if mistake == "softmax_first":  # cross_entropy given probabilities: a second log-softmax
+        o = o.softmax(-1)
+    log_p = o if mistake == "no_log_softmax" else o - o.logsumexp(-1, keepdim=True)
+    return -log_p[torch.arange(len(labels)), labels].mean()
+
+
+def binary_cross_entropy(logits, labels, mistake=None):
+    """−(1/B) Σ_b [y_b log σ(z_b) + (1 − y_b) log(1 − σ(z_b))], z = logits[:, 0], with
+    log σ(z) = −softplus(−z) and log(1 − σ(z)) = −softplus(z); in float32."""
+    z = logits[:, 0].float()
+    if mistake == "sigmoid_first":  # the logits loss given σ(z): a second sigmoid
+        z = torch.sigmoid(z)
+    y = labels.float()
+    softplus = torch.nn.functional.softplus
+    return (y * softplus(-z) + (1 - y) * softplus(z)).mean()
+
+
+def squared_error(scores, labels, mistake=None):
+    """(1/B) Σ_b (ŷ_b − y_b)², ŷ = scores[:, 0]; in float32."""
+    y = labels.float()
+    if mistake == "labels_truncated":  # labels.long(): 3.8 becomes 3
+        y = torch.trunc(y)
+    if mistake == "broadcast":  # (B, 1) − (B,): every score against every label, (B, B)
+        return (scores.float() - y[None, :]).square().mean()
+    return (scores[:, 0].float() - y).square().mean()

@@ -230,6 +230,37 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "the masked positions of the batch at once, so that a sentence with more of them "
         "counts more",
     },
+    # -- the multitask heads and losses (tasks/heads.py, tasks/base.py) -------------------------
+    "pooling": {
+        "padding_averaged": "the padding is averaged in: the mean runs over all T positions "
+        "instead of the real tokens (attention mask 1) only",
+        "divided_by_length": "the masked sum is divided by T (the padded length) instead of each "
+        "sentence's number of real tokens Σ_t m_t",
+        "not_divided": "the masked sum Σ_t m_t h_t is not divided by the number of real tokens",
+    },
+    "pair_features": {
+        "no_abs": "|u − v| is written without the absolute value (u − v)",
+        "difference_and_product_swapped": "the features are in another order: [u; v; u ⊙ v; "
+        "|u − v|] instead of [u; v; |u − v|; u ⊙ v]",
+    },
+    "cosine_head": {
+        "wrong_axis": "the cosine runs over the wrong dimension (dim 0, the pairs of the batch) "
+        "instead of the hidden dimension (dim −1)",
+        "dot_product": "u · v is not divided by ‖u‖ ‖v‖ (a dot product, not the cosine)",
+        "no_affine": "the cosine is returned as it is, without a·cos + b (self.scale, self.shift)",
+    },
+    "task_losses": {
+        "softmax_first": "MultiClassTask: cross_entropy is given probabilities (a softmax before "
+        "cross_entropy, which applies its own log-softmax)",
+        "no_log_softmax": "MultiClassTask: the logits are used as log-probabilities (no "
+        "log-softmax: nll_loss of the logits)",
+        "sigmoid_first": "BinaryTask: a sigmoid before binary_cross_entropy_with_logits, which "
+        "applies its own (it expects logits, not probabilities)",
+        "labels_truncated": "RegressionTask: the labels are cast to an integer type (long), "
+        "which truncates the scores (3.8 becomes 3)",
+        "broadcast": "RegressionTask: the (B, 1) outputs are compared with the (B,) labels "
+        "without taking column 0, so the squared error broadcasts to (B, B)",
+    },
 }
 
 SEED = 1234  # of the recorded dropout masks
@@ -281,6 +312,11 @@ GRADED_BY = {
     "lora_merge": "lora: merge",
     "pals": "pals:",
     "smart": "smart: adversarial",
+    # the multitask heads and losses
+    "pooling": "pooling:",
+    "pair_features": "pair-features:",
+    "cosine_head": "cosine-head:",
+    "task_losses": "task-losses:",
 }
 
 
@@ -800,6 +836,111 @@ def mlm_data() -> dict:
     }
 
 
+# ----------------------------------------------------------------------------------------------
+# The multitask heads and losses (tasks/heads.py, tasks/base.py): stored inputs, the outputs of
+# course_references' equations, and those of the known mistakes (MISTAKES: pooling,
+# pair_features, cosine_head, task_losses).
+
+
+def heads_data() -> dict:
+    """The stored cases of course/checks/heads.py, one per exercise."""
+    return {
+        "pooling": pooling_data(),
+        "pair_features": pair_features_data(),
+        "cosine": cosine_data(),
+        "losses": losses_data(),
+    }
+
+
+def pooling_data() -> dict:
+    from course.checks.heads import POOLING_LENGTHS, POOLING_SHAPE
+
+    g = torch.Generator().manual_seed(31)
+    B, T, _ = POOLING_SHAPE
+    hidden = normal(*POOLING_SHAPE, generator=g) + 0.5  # the padding's states are not zero
+    lengths = torch.tensor(POOLING_LENGTHS)
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).long()
+
+    def compute(mode, mistake):
+        return {"mean pooling r": ref.mean_pooling(hidden, mask, mistake)}
+
+    data = {"hidden": hidden, "attention_mask": mask}
+    return data | case("pooling", compute, modes=("eval",))
+
+
+def pair_features_data() -> dict:
+    from course.checks.heads import PAIR_HEAD, pair_heads
+
+    g = torch.Generator().manual_seed(32)
+    heads = pair_heads()
+    randomize(heads, g)
+    u = normal(6, PAIR_HEAD["hidden"], generator=g).double()
+    v = normal(6, PAIR_HEAD["hidden"], generator=g).double()
+
+    def compute(mode, mistake):
+        training = mode == "train"
+        return {
+            f"logits, {label}": ref.pair_head(u, v, head, PAIR_HEAD["dropout"], training, mistake)
+            for label, head in heads.items()
+        }
+
+    return {"state": state(heads), "u": u, "v": v} | case("pair_features", compute)
+
+
+def cosine_data() -> dict:
+    from course.checks.heads import COSINE_PAIRS
+    from tasks.heads import CosineSimilarityHead
+
+    g = torch.Generator().manual_seed(33)
+    head = CosineSimilarityHead()
+    with torch.no_grad():  # a and b as training leaves them, not the 2.5 they start at
+        head.scale.fill_(1.7)
+        head.shift.fill_(0.9)
+    u = normal(COSINE_PAIRS, COSINE_PAIRS, generator=g)
+    v = normal(COSINE_PAIRS, COSINE_PAIRS, generator=g) * 3.0 + 0.5 * u  # other norms, cos ≠ 0
+
+    def compute(mode, mistake):
+        return {"ŷ": ref.cosine_head(u, v, head.scale, head.shift, mistake)}
+
+    data = {"state": state(head), "u": u, "v": v}
+    return data | case("cosine_head", compute, modes=("eval",))
+
+
+def losses_data() -> dict:
+    from course.checks.heads import LOSS_BATCH, LOSS_CLASSES, SCORE_RANGE
+
+    g = torch.Generator().manual_seed(34)
+    B, (low, high) = LOSS_BATCH, SCORE_RANGE
+    inputs = {
+        "cross-entropy": {
+            "outputs": normal(B, LOSS_CLASSES, generator=g) * 2.0,
+            "labels": torch.randint(LOSS_CLASSES, (B,), generator=g),
+        },
+        "binary cross-entropy": {
+            "outputs": normal(B, 1, generator=g) * 2.0,
+            "labels": torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0]),
+        },
+        "squared error": {  # scores between the labels, which are not integers (STS's are not)
+            "outputs": low
+            + (high - low) * torch.rand(B, 1, generator=g, dtype=torch.float64).float(),
+            "labels": torch.tensor([3.8, 1.2, 4.6, 0.4, 2.5, 5.0]),
+        },
+    }
+    equations = {
+        "cross-entropy": ref.cross_entropy,
+        "binary cross-entropy": ref.binary_cross_entropy,
+        "squared error": ref.squared_error,
+    }
+
+    def compute(mode, mistake):
+        return {
+            name: equation(inputs[name]["outputs"], inputs[name]["labels"], mistake)
+            for name, equation in equations.items()
+        }
+
+    return inputs | case("task_losses", compute, modes=("eval",))
+
+
 def exercise_functions() -> dict[str, list[str]]:
     """path -> the qualified names of the functions that hold an exercise: the student tree has
     no markers, and the grader locates an error at the student's function by them."""
@@ -843,6 +984,7 @@ def _make() -> dict:
         "pals": pals_data(),
         "smart": smart_data(),
         "mlm": mlm_data(),
+        "heads": heads_data(),
     }
 
 

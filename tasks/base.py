@@ -225,8 +225,14 @@ class MultiClassTask(Task):
         return torch.tensor(labels, dtype=torch.long)
 
     def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
+        """L = −(1/B) Σ_b log softmax(o_b)[y_b] (the ``task-losses`` exercise): the mean
+        cross-entropy of the (B, C) logits o (not probabilities) and the (B,) long class ids y."""
         self._check_outputs(outputs)
+        # HINT: the mean cross-entropy of the logits (F.cross_entropy applies its own
+        # HINT: log-softmax) against the long class ids, in float32.
+        # BEGIN SOLUTION: task-losses
         return F.cross_entropy(outputs.float(), labels)
+        # END SOLUTION
 
     def _mixed_loss(self, outputs: Tensor, labels: Tensor, teacher: Tensor, gold: float) -> Tensor:
         """Cross-entropy to q = λ·onehot(y) + (1 − λ)·softmax(t): −(1/B) Σ_b Σ_c q_bc·log p_bc
@@ -234,7 +240,7 @@ class MultiClassTask(Task):
         self._check_outputs(outputs)
         onehot = F.one_hot(labels, self.num_classes).float()
         target = gold * onehot + (1 - gold) * teacher.softmax(dim=-1)
-        return F.cross_entropy(outputs.float(), target)
+        return -(target * outputs.float().log_softmax(dim=-1)).sum(-1).mean()
 
     def outputs_to_labels(self, outputs: Tensor) -> list[int]:
         self._check_outputs(outputs)
@@ -268,14 +274,21 @@ class BinaryTask(Task):
         return torch.tensor(labels, dtype=torch.float32)
 
     def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
+        """L = −(1/B) Σ_b [y_b log σ(z_b) + (1 − y_b) log(1 − σ(z_b))] (the ``task-losses``
+        exercise): binary cross-entropy on the logits z = outputs[:, 0] (not σ(z)), the (B,)
+        float labels y; its "with logits" form is the numerically stable one."""
         self._check_outputs(outputs)
+        # HINT: binary cross-entropy on the logits of column 0 (the "with logits" loss applies
+        # HINT: the sigmoid itself) against the float labels, in float32.
+        # BEGIN SOLUTION: task-losses
         return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), labels.float())
+        # END SOLUTION
 
     def _mixed_loss(self, outputs: Tensor, labels: Tensor, teacher: Tensor, gold: float) -> Tensor:
-        """Binary cross-entropy to λ·y + (1 − λ)·σ(t), t the teacher's logit."""
-        self._check_outputs(outputs)
+        """Binary cross-entropy to λ·y + (1 − λ)·σ(t), t the teacher's logit (``loss`` with
+        soft labels)."""
         target = gold * labels.float() + (1 - gold) * torch.sigmoid(teacher[:, 0])
-        return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), target)
+        return self.loss(outputs, target)
 
     def outputs_to_labels(self, outputs: Tensor) -> list[int]:
         self._check_outputs(outputs)
@@ -315,14 +328,20 @@ class RegressionTask(Task):
         return torch.tensor(labels, dtype=torch.float32)
 
     def loss(self, outputs: Tensor, labels: Tensor) -> Tensor:
+        """L = (1/B) Σ_b (ŷ_b − y_b)² (the ``task-losses`` exercise): the mean squared error of
+        the scores ŷ = outputs[:, 0], shape (B,) like the float labels y (scores such as 3.8,
+        kept as they are)."""
         self._check_outputs(outputs)
+        # HINT: the mean squared error of column 0 of the (B, 1) outputs against the (B,) float
+        # HINT: labels (a (B, 1) - (B,) difference broadcasts to (B, B)), in float32.
+        # BEGIN SOLUTION: task-losses
         return F.mse_loss(outputs[:, 0].float(), labels.float())
+        # END SOLUTION
 
     def _mixed_loss(self, outputs: Tensor, labels: Tensor, teacher: Tensor, gold: float) -> Tensor:
-        """Squared error to λ·y + (1 − λ)·ŷ_t, ŷ_t the teacher's score."""
-        self._check_outputs(outputs)
-        target = gold * labels.float() + (1 - gold) * teacher[:, 0]
-        return F.mse_loss(outputs[:, 0].float(), target)
+        """Squared error to λ·y + (1 − λ)·ŷ_t, ŷ_t the teacher's score (``loss`` with the mixed
+        target)."""
+        return self.loss(outputs, gold * labels.float() + (1 - gold) * teacher[:, 0])
 
     def outputs_to_labels(self, outputs: Tensor) -> list[float]:
         self._check_outputs(outputs)

@@ -31,15 +31,24 @@ PAIR_ENCODINGS = ("cross", "separate")
 def sentence_representation(
     outputs: dict[str, torch.Tensor], attention_mask: torch.Tensor, kind: str
 ) -> torch.Tensor:
-    """r(h) for each sequence of the batch: (B, T, D) -> (B, D); see the module docstring."""
+    """r(h) for each sequence of the batch: (B, T, D) -> (B, D); see the module docstring.
+
+    mean (the ``pooling`` exercise):  r_b = Σ_t m_bt h_bt / Σ_t m_bt,  m (B, T) the attention
+    mask, 1 for a real token and 0 for padding: the padding's hidden states (which are not zero)
+    do not count, and each sentence is divided by its own number of real tokens.
+    """
     if kind == "pooler":
         return outputs["pooler_output"]
     hidden = outputs["last_hidden_state"]
     if kind == "cls":
         return hidden[:, 0]
     if kind == "mean":
+        # HINT: weight each hidden state by the mask (as a (B, T, 1) float), sum over the tokens
+        # HINT: and divide by each sentence's number of real tokens, not by T.
+        # BEGIN SOLUTION: pooling
         m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T) -> (B, T, 1)
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
+        # END SOLUTION
     raise ValueError(f"unknown representation {kind!r}; choose one of {REPRESENTATIONS}")
 
 
@@ -72,7 +81,14 @@ class PairFeatureHead(LinearHead):
         super().__init__(4 * hidden, num_outputs, dropout, head_hidden)
 
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        """logit = W [u; v; |u − v|; u ⊙ v] + b: the features of the ``pair-features`` exercise,
+        (B, D) x 2 -> (B, 4D), side by side in that order (|u − v| and u ⊙ v element-wise),
+        through ``LinearHead.forward`` (its dropout and layers) -> (B, C)."""
+        # HINT: concatenate u, v, |u − v| and u ⊙ v along the last axis, in that order, and give
+        # HINT: the (B, 4D) features to LinearHead's forward (super().forward): its dropout too.
+        # BEGIN SOLUTION: pair-features
         return super().forward(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
+        # END SOLUTION
 
 
 class CosineSimilarityHead(nn.Module):
@@ -97,8 +113,15 @@ class CosineSimilarityHead(nn.Module):
         self.shift = nn.Parameter(torch.tensor(2.5))
 
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """ŷ_b = a · cos(u_b, v_b) + b,  cos(u, v) = u · v / (‖u‖ ‖v‖) over the hidden axis D
+        (the ``cosine-head`` exercise): (B, D) x 2 -> (B, 1); a = ``self.scale``,
+        b = ``self.shift``."""
+        # HINT: the cosine of each pair over the hidden axis (the last), then a·cos + b with
+        # HINT: self.scale and self.shift, as a (B, 1) column.
+        # BEGIN SOLUTION: cosine-head
         cosine = F.cosine_similarity(u, v, dim=-1)
         return (self.scale * cosine + self.shift).unsqueeze(-1)  # (B,) -> (B, 1)
+        # END SOLUTION
 
     @torch.no_grad()
     def calibrate(self, cosine: torch.Tensor, target: torch.Tensor) -> bool:

@@ -1178,6 +1178,146 @@ MLM_MUTANTS = [
 ]
 MUTANTS += MLM_MUTANTS
 
+# The multitask heads and each task kind's loss.
+HEADS, BASE = "tasks/heads.py", "tasks/base.py"
+POOL = "return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)"
+FEATURES = "torch.cat([u, v, (u - v).abs(), u * v], dim=-1)"
+COSINE = "cosine = F.cosine_similarity(u, v, dim=-1)"
+AFFINE = "return (self.scale * cosine + self.shift).unsqueeze(-1)"
+CE = "return F.cross_entropy(outputs.float(), labels)"
+BCE = "return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), labels.float())"
+MSE = "return F.mse_loss(outputs[:, 0].float(), labels.float())"
+
+HEADS_MUTANTS = [
+    m(
+        "pooling-padding-averaged",
+        "pooling",
+        HEADS,
+        (POOL, "return hidden.mean(1)"),
+        named="the padding is averaged in",
+    ),
+    m(
+        "pooling-divided-by-length",
+        "pooling",
+        HEADS,
+        (POOL, "return (hidden * m).sum(1) / hidden.shape[1]"),
+        named="divided by T (the padded length)",
+    ),
+    m(
+        "pooling-not-divided",
+        "pooling",
+        HEADS,
+        (POOL, "return (hidden * m).sum(1)"),
+        named="is not divided by the number of real tokens",
+    ),
+    m(  # the mask as given, (B, T): broadcasts against (B, T, D) only when T == D, else raises
+        "pooling-mask-not-unsqueezed",
+        "pooling",
+        HEADS,
+        (
+            "m = attention_mask.unsqueeze(-1).to(hidden.dtype)",
+            "m = attention_mask.to(hidden.dtype)",
+        ),
+    ),
+    m(
+        "pair-no-abs",
+        "pair-features",
+        HEADS,
+        (FEATURES, "torch.cat([u, v, u - v, u * v], dim=-1)"),
+        named="without the absolute value",
+    ),
+    m(
+        "pair-features-reordered",
+        "pair-features",
+        HEADS,
+        (FEATURES, "torch.cat([u, v, u * v, (u - v).abs()], dim=-1)"),
+        named="the features are in another order",
+    ),
+    m(  # the head's own layers bypassed: no dropout in training, no hidden layer at all
+        "pair-linear-only",
+        "pair-features",
+        HEADS,
+        (f"return super().forward({FEATURES})", f"return self.linear({FEATURES})"),
+    ),
+    m(
+        "cosine-wrong-dim",
+        "cosine-head",
+        HEADS,
+        (COSINE, "cosine = F.cosine_similarity(u, v, dim=0)"),
+        named="over the wrong dimension",
+    ),
+    m(
+        "cosine-dot-product",
+        "cosine-head",
+        HEADS,
+        (COSINE, "cosine = (u * v).sum(-1)"),
+        named="a dot product, not the cosine",
+    ),
+    m(
+        "cosine-no-affine",
+        "cosine-head",
+        HEADS,
+        (AFFINE, "return cosine.unsqueeze(-1)"),
+        named="without a·cos + b",
+    ),
+    m("cosine-flat", "cosine-head", HEADS, (AFFINE, "return self.scale * cosine + self.shift")),
+    m(
+        "loss-ce-softmax-first",
+        "task-losses",
+        BASE,
+        (CE, "return F.cross_entropy(outputs.float().softmax(-1), labels)"),
+        named="MultiClassTask: cross_entropy is given probabilities",
+    ),
+    m(
+        "loss-ce-no-log-softmax",
+        "task-losses",
+        BASE,
+        (CE, "return F.nll_loss(outputs.float(), labels)"),
+        named="nll_loss of the logits",
+    ),
+    m(
+        "loss-bce-sigmoid-first",
+        "task-losses",
+        BASE,
+        (
+            BCE,
+            "return F.binary_cross_entropy_with_logits(torch.sigmoid(outputs[:, 0].float()), "
+            "labels.float())",
+        ),
+        named="a sigmoid before binary_cross_entropy_with_logits",
+    ),
+    m(
+        "loss-mse-labels-long",
+        "task-losses",
+        BASE,
+        (MSE, "return F.mse_loss(outputs[:, 0].float(), labels.long())"),
+        named="cast to an integer type (long)",
+    ),
+    m(
+        "loss-mse-broadcast",
+        "task-losses",
+        BASE,
+        (MSE, "return F.mse_loss(outputs.float(), labels.float())"),
+        named="broadcasts to (B, B)",
+    ),
+    m(  # float class ids: cross_entropy raises (it takes long ids, or (B, C) probabilities)
+        "loss-ce-float-labels",
+        "task-losses",
+        BASE,
+        (CE, "return F.cross_entropy(outputs.float(), labels.float())"),
+    ),
+    m(  # long labels: binary_cross_entropy_with_logits raises
+        "loss-bce-long-labels",
+        "task-losses",
+        BASE,
+        (
+            BCE,
+            "return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), labels.long())",
+        ),
+    ),
+]
+MUTANTS += HEADS_MUTANTS
+
 ALGORITHM_2 = """\
                 state["step"] += 1
                 t = float(state["step"])
@@ -1509,6 +1649,65 @@ CORRECT = [
 ]
 
 
+HEADS_CORRECT = [
+    m(
+        "pooling-einsum",
+        "pooling",
+        HEADS,
+        (POOL, 'return torch.einsum("btd,bt->bd", hidden, m[..., 0]) / m.sum(1)'),
+    ),
+    m(
+        "pooling-long-count",
+        "pooling",
+        HEADS,
+        (POOL, "return (hidden * m).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)"),
+    ),
+    m(
+        "pair-torch-functions",
+        "pair-features",
+        HEADS,
+        (FEATURES, "torch.cat((u, v, torch.abs(u - v), torch.mul(u, v)), 1)"),
+    ),
+    m(
+        "cosine-written-out",
+        "cosine-head",
+        HEADS,
+        (COSINE, "cosine = (u * v).sum(-1) / (u.norm(dim=-1) * v.norm(dim=-1))"),
+    ),
+    m(
+        "cosine-normalised",
+        "cosine-head",
+        HEADS,
+        (COSINE, "cosine = (F.normalize(u, dim=-1) * F.normalize(v, dim=-1)).sum(-1)"),
+    ),
+    m(
+        "loss-ce-nll-of-log-softmax",
+        "task-losses",
+        BASE,
+        (CE, "return F.nll_loss(F.log_softmax(outputs.float(), -1), labels)"),
+    ),
+    m(
+        "loss-bce-of-sigmoid",
+        "task-losses",
+        BASE,
+        (BCE, "return F.binary_cross_entropy(torch.sigmoid(outputs[:, 0].float()), labels)"),
+    ),
+    m(
+        "loss-mse-written-out",
+        "task-losses",
+        BASE,
+        (MSE, "return ((outputs[:, 0].float() - labels) ** 2).mean()"),
+    ),
+    m(
+        "loss-mse-squeezed",
+        "task-losses",
+        BASE,
+        (MSE, "return F.mse_loss(outputs.float().squeeze(-1), labels.float())"),
+    ),
+]
+CORRECT += HEADS_CORRECT
+
+
 def mutated_source(mutant: Mutant) -> str:
     """The file with the mutant's edits, each checked to hit one place inside its regions
     ("body" replaces the whole of the exercise's only region in the file)."""
@@ -1760,6 +1959,11 @@ STUDENT_TEST_FILES = {
     **dict.fromkeys(("adapter", "lhuc", "lora", "pals"), "tests/test_plugins.py"),
     "smart": "tests/test_smart.py",
     **dict.fromkeys(("masking", "mlm-loss"), "tests/test_mlm.py"),
+    # the heads have no test file of their own in the student tree: the grader's check is theirs
+    **{
+        e: f"tests/test_checks.py::test_check[{e}]"
+        for e in ("pooling", "pair-features", "cosine-head", "task-losses")
+    },
 }
 
 
@@ -1934,6 +2138,24 @@ SIDE_EFFECTS = [
             (LOG_Q, "log_q = F.log_softmax(q_logits, dim=-1)"),
         ),
         "returned a torch.bfloat16 divergence; compute it in float32",
+    ),
+    (  # the encoder's output weighted in place: the caller's hidden states change
+        m(
+            "pooling-in-place",
+            "pooling",
+            HEADS,
+            (POOL, "hidden *= m\n        return hidden.sum(1) / m.sum(1).clamp(min=1.0)"),
+        ),
+        "sentence_representation changed its argument last_hidden_state in place",
+    ),
+    (  # a number made into a new tensor: right value, but no gradient reaches the head
+        m(
+            "loss-detached",
+            "task-losses",
+            BASE,
+            (MSE, "return torch.tensor(F.mse_loss(outputs[:, 0].float(), labels.float()).item())"),
+        ),
+        "RegressionTask.loss returned a loss detached from the outputs",
     ),
 ]
 

@@ -3,7 +3,8 @@ to its code (see ``course/registry.py``).
 
 The report lists the checks in the order they are registered, so the imports below are in the
 order of GUIDE.md: tokenizer, bert (embeddings, attention, layer, the whole model), optimizer
-(adamw), sampling, then the plug-ins, SMART and the MLM objective (masking, mlm-loss).
+(adamw), sampling, then the plug-ins, SMART, the MLM objective (masking, mlm-loss) and the
+multitask heads and losses (pooling, pair-features, cosine-head, task-losses).
 ``CHECKS`` is that list.
 """
 
@@ -21,6 +22,7 @@ from course.checks import lora
 from course.checks import pals
 from course.checks import smart
 from course.checks import mlm
+from course.checks import heads
 
 # isort: on
 from course.registry import CHECKS
@@ -29,6 +31,7 @@ __all__ = [
     "CHECKS",
     "adapter",
     "bert",
+    "heads",
     "lhuc",
     "lora",
     "mlm",

@@ -1,0 +1,179 @@
+"""Checks of ``tasks/heads.py`` and ``tasks/base.py``: the multitask heads (the ``pooling``,
+``pair-features`` and ``cosine-head`` exercises) and each task kind's loss (``task-losses``), on
+stored inputs handed straight to the student's functions (no encoder: no other exercise runs),
+against stored outputs.
+
+* pooling: ``sentence_representation(..., "mean")`` on hidden states whose padding positions are
+  not zero, so that averaging the padding in shows;
+* pair-features: ``PairFeatureHead`` with one and with two layers, in eval mode and in training
+  mode under recorded dropout (the features must go through the head's own dropout), in float64:
+  the outputs reach 10, where equivalent float32 computations (one matrix on the concatenated
+  features, or one block of W per feature) differ by several steps;
+* cosine-head: ``CosineSimilarityHead`` on as many pairs as dimensions (8 × 8), so that a cosine
+  over the wrong axis has the right shape and is named;
+* task-losses: each kind's ``loss`` on labels as the kind's own ``label_tensor`` makes them (long
+  class ids, float 0/1, float scores such as 3.8); the loss must stay attached to the outputs'
+  graph, or training would not move the head.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from course.dropout import MODES, mode
+from course.measure import unchanged_problem
+from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.registry import Context, check
+
+# The stored inputs: mean pooling of (B, T, D) hidden states with these sentence lengths;
+# pairs of D-vectors for the pair heads.
+POOLING_SHAPE = (4, 7, 8)
+POOLING_LENGTHS = (7, 3, 5, 1)
+PAIR_HEAD = {"hidden": 8, "num_outputs": 3, "dropout": 0.3}
+PAIR_LAYERS = {"one layer": 0, "two layers": 5}  # head_hidden of each graded PairFeatureHead
+COSINE_PAIRS = 8  # pairs of 8-dim vectors: (8, 8), square on purpose (see the docstring)
+LOSS_BATCH, LOSS_CLASSES, SCORE_RANGE = 6, 5, (0.0, 5.0)
+# float32 outputs of size 1-5 (float64 for the pair head): 1e-5 is several float32 steps, far
+# below what any mistake changes.
+HEADS_TOLERANCE = 1e-5
+
+
+@check(
+    "pooling: mean pooling vs Σ m_t h_t / Σ m_t",
+    tolerance=HEADS_TOLERANCE,
+    judge=stored_cases(("heads", "pooling", "eval")),
+    hint="weight each token's hidden state by its mask value (0 for padding), sum over the tokens "
+    "and divide each sentence by its own number of real tokens",
+    exercises=("pooling",),
+)
+def check_pooling(ctx: Context) -> Outputs:
+    """sentence_representation(..., "mean") on stored (B, T, D) hidden states and a padded mask
+    against the stored Σ_t m_t h_t / Σ_t m_t; neither argument may change."""
+    from tasks.heads import sentence_representation
+
+    data = ctx.course_data["heads"]["pooling"]
+    hidden, mask = data["hidden"].clone(), data["attention_mask"].clone()
+    with torch.no_grad():
+        r = sentence_representation({"last_hidden_state": hidden}, mask, "mean")
+    arguments = (
+        ("last_hidden_state", data["hidden"], hidden, ("sentence", "token", "dim")),
+        ("attention_mask", data["attention_mask"], mask, ("sentence", "token")),
+    )
+    for name, before, after, axes in arguments:
+        if changed := unchanged_problem(name, before, after, axes):
+            return problem(f"sentence_representation {changed}")
+    return outputs(graded({"mean pooling r": r}, axes=("sentence", "dim")))
+
+
+def pair_heads(state: dict | None = None) -> torch.nn.ModuleDict:
+    """The graded PairFeatureHeads (``PAIR_LAYERS``), in float64, with ``state`` loaded."""
+    from tasks.heads import PairFeatureHead
+
+    p = PAIR_HEAD
+    heads = torch.nn.ModuleDict(
+        {
+            label: PairFeatureHead(p["hidden"], p["num_outputs"], p["dropout"], hidden)
+            for label, hidden in PAIR_LAYERS.items()
+        }
+    ).double()
+    if state is not None:
+        heads.load_state_dict(state)
+    return heads
+
+
+@check(
+    "pair-features: PairFeatureHead vs W [u; v; |u − v|; u ⊙ v] + b",
+    tolerance=HEADS_TOLERANCE,
+    judge=stored_cases(*[("heads", "pair_features", name) for name in MODES]),
+    hint="concatenate u, v, |u − v| and u ⊙ v along the last axis in that order, and give them "
+    "to LinearHead's forward (its dropout and layers)",
+    exercises=("pair-features",),
+)
+def check_pair_features(ctx: Context) -> Outputs:
+    """PairFeatureHead (one and two layers) on stored (B, D) pairs in float64 against the stored
+    W · dropout([u; v; |u − v|; u ⊙ v]) + b, in eval and training mode."""
+    data = ctx.course_data["heads"]["pair_features"]
+    heads = pair_heads(data["state"])
+    found = []
+    for name in MODES:
+        with mode(heads, name, ctx.course_data["seed"]) as recorder:
+            got = {f"logits, {label}": head(data["u"], data["v"]) for label, head in heads.items()}
+        found.append(graded(got, f"({name} mode) ", ("pair", "output"), recorder.calls))
+    return outputs(*found)
+
+
+@check(
+    "cosine-head: CosineSimilarityHead vs a·cos(u, v) + b",
+    tolerance=HEADS_TOLERANCE,
+    judge=stored_cases(("heads", "cosine", "eval")),
+    hint="the cosine of each pair over the hidden axis (the last), scaled by self.scale and "
+    "shifted by self.shift, as a (B, 1) column",
+    exercises=("cosine-head",),
+)
+def check_cosine_head(ctx: Context) -> Outputs:
+    """CosineSimilarityHead with stored a, b on stored (B, D) pairs against the stored
+    a · cos(u, v) + b."""
+    from tasks.heads import CosineSimilarityHead
+
+    data = ctx.course_data["heads"]["cosine"]
+    head = CosineSimilarityHead()
+    head.load_state_dict(data["state"])
+    with torch.no_grad():
+        got = {"ŷ": head(data["u"], data["v"])}
+    return outputs(graded(got, axes=("pair", "output")))
+
+
+def loss_tasks() -> dict:
+    """One task of each kind (graded output name -> task), built from the classes of
+    tasks/base.py: the check needs no data file and no registered task."""
+    from tasks.base import BinaryTask, MultiClassTask, RegressionTask
+
+    common = {"description": "graded", "files": {}, "label_column": "label"}
+    low, high = SCORE_RANGE
+    return {
+        "cross-entropy": MultiClassTask(
+            name="classes",
+            text_columns=["s"],
+            prediction_header="c",
+            num_classes=LOSS_CLASSES,
+            **common,
+        ),
+        "binary cross-entropy": BinaryTask(
+            name="binary", text_columns=["a", "b"], prediction_header="b", **common
+        ),
+        "squared error": RegressionTask(
+            name="scores",
+            text_columns=["a", "b"],
+            prediction_header="s",
+            low=low,
+            high=high,
+            **common,
+        ),
+    }
+
+
+@check(
+    "task-losses: each kind's loss vs cross-entropy, BCE on logits, squared error",
+    tolerance=HEADS_TOLERANCE,
+    judge=stored_cases(("heads", "losses", "eval")),
+    hint="MultiClassTask: the cross-entropy of the logits; BinaryTask: binary cross-entropy on the "
+    "logit (with logits: no sigmoid first); RegressionTask: the mean of (ŷ − y)² with ŷ the (B,) "
+    "column 0; each a mean over the batch, labels as label_tensor makes them",
+    exercises=("task-losses",),
+)
+def check_task_losses(ctx: Context) -> Outputs:
+    """Each kind's ``loss`` on stored head outputs and labels (``label_tensor``'s dtypes) against
+    the stored mean losses; each loss must reach the outputs through autograd."""
+    data = ctx.course_data["heads"]["losses"]
+    got = {}
+    for name, task in loss_tasks().items():
+        head_outputs = data[name]["outputs"].clone().requires_grad_(True)
+        with torch.enable_grad():
+            loss = task.loss(head_outputs, task.label_tensor(data[name]["labels"].tolist()))
+        if isinstance(loss, torch.Tensor) and not loss.requires_grad:
+            return problem(
+                f"{type(task).__name__}.loss returned a loss detached from the outputs (no "
+                "gradient reaches the head): compute it with torch operations on the outputs"
+            )
+        got[name] = loss.detach() if isinstance(loss, torch.Tensor) else loss
+    return outputs(graded(got))
