@@ -60,7 +60,7 @@ def setting(
     a flag name other than the field's, the value's name in ``--help``, and the module its code
     is in when that is an optional part (``needs``: a tree without that module, such as the
     student tree, parses the flag but does not offer it in ``--help``; a dict: choice -> the
-    module that choice needs, and a tree without it does not offer that choice)."""
+    module that choice needs, and a tree without it does not show that choice)."""
     if within is not None:
         Interval.parse(within)  # a malformed range fails where it is declared
     metadata = {"help": help, "within": within, "group": group, "flag": flag, "metavar": metavar}
@@ -229,12 +229,15 @@ def offered(flag: Flag) -> bool:
     return not isinstance(needs, str) or importlib.util.find_spec(needs) is not None
 
 
-def offered_choices(flag: Flag) -> tuple | None:
-    """The flag's choices whose code this tree has (``needs`` as a dict), or None."""
+def shown_metavar(flag: Flag) -> str | None:
+    """The value's name in ``--help``: the flag's own, or, where this tree lacks the code of
+    some of its choices (``needs`` as a dict), the others: ``{a,b}``. A choice left out still
+    parses, so that its use ends in the one line naming what it needs."""
     choices, needs = _choices(flag.type), flag.field.metadata.get("needs")
     if choices is None or not isinstance(needs, dict):
-        return choices
-    return tuple(c for c in choices if c not in needs or importlib.util.find_spec(needs[c]))
+        return flag.field.metadata.get("metavar")
+    offered = [c for c in choices if c not in needs or importlib.util.find_spec(needs[c])]
+    return "{" + ",".join(map(str, offered)) + "}"
 
 
 def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
@@ -259,8 +262,8 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
             f"--{flag.name}",
             type=kind,
             default=default,
-            choices=offered_choices(flag),
-            metavar=flag.field.metadata.get("metavar"),
+            choices=_choices(flag.type),
+            metavar=shown_metavar(flag),
             help=shown,
         )
 

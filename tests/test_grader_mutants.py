@@ -31,7 +31,7 @@ from course import scaffold, seal
 from course.checks import CHECKS
 from course.measure import Observed
 from course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
-from minbert.plugins.kinds import KIND_CLASSES, plugin_class
+from minbert.plugins.kinds import available, plugin_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -1748,9 +1748,9 @@ def mutated(mutant: Mutant, monkeypatch) -> Iterator[types.ModuleType]:
     module.__file__ = str(ROOT / mutant.path)
     module.__package__ = name.rpartition(".")[0]
     module.__spec__ = original.__spec__  # add_plugin looks the kind's file up by its spec
-    for kind, (module_name, _) in KIND_CLASSES.items():  # in KINDS now, so patched below
-        if module_name == name:
-            plugin_class(kind)
+    kind = name.rpartition(".")[2]  # a kind is its file's name
+    if name.startswith("minbert.plugins.") and kind in available():
+        plugin_class(kind)  # in KINDS now, so patched below
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, name, module)
         parent, _, leaf = name.rpartition(".")

@@ -551,7 +551,8 @@ def test_the_student_tree_with_the_solutions_in_place_passes_its_own_tests(tmp_p
 
 def test_the_student_trees_help_offers_only_what_it_can_run(student_tree: Path) -> None:
     """A flag or choice whose code is a lab extra (``needs``) is in the full project's --help
-    and not in the student tree's, where using it is one line naming what it needs."""
+    and not in the student tree's, where using it is one line naming what it needs (the test
+    above)."""
     from minbert.flags import flags_of
     from multitask.config import TrainConfig
 
@@ -570,7 +571,7 @@ def test_the_student_trees_help_offers_only_what_it_can_run(student_tree: Path) 
     for name, needs in lab.items():
         if isinstance(needs, str):
             assert listed(name, full) and not listed(name, student), name
-    assert "lora,fusion}" in full and "lora}" in student  # --option's choices
+    assert "pals,fusion}" in full and "pals}" in student  # --option's choices
     assert "summed,pcgrad}" in full and "summed}" in student  # --step_gradient's
     used = run(["train_multitask.py", "--teachers", "sst=x"], student_tree)
     assert used.returncode == 2 and "needs multitask/distillation.py" in used.stderr
