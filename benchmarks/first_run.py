@@ -97,8 +97,9 @@ def main(argv: list[str] | None = None) -> None:
         "The README's first run",
         "The quick start's first command, run as a reader runs it (torch's default threads: one "
         "per core). The machine may be shared with other jobs, so the wall-clock is noisy: the "
-        "load average at the start and end is in the header, and the CPU seconds (those of the "
-        "run's process, which another job's load changes less) are given beside it.",
+        "load average at the start and end is in the header. The CPU seconds are those of the "
+        "run's process; its threads wait busily for a core another job holds, so they grow "
+        "with the load too.",
     )
     runs = []
     for i in range(args.repeats):
