@@ -2,7 +2,8 @@
 each recipe's blocks are read from its Markdown and applied to a copy of the code (a block whose
 first line names a file is that new file; a diff is applied with ``git apply``), then what the
 recipe says to run runs in that copy, on the tiny checkpoint and data, in a fresh process.
-Nothing is written into the repository.
+Nothing is written into the repository. And the README's first command is the one
+benchmarks/first_run.py measured.
 
 A recipe's blocks, by their fence and first line:
 
@@ -187,3 +188,18 @@ def test_add_an_objective(tiny_checkpoint, tiny_data, tmp_path):
     done = run_in(code, FLOODED + run)
     assert f"flooded steps 2 [{level}]" in done.stdout  # each of the two steps used it
     assert json.loads((tmp_path / "r" / "config.json").read_text())["flood"] == level
+
+
+def test_the_readme_starts_with_the_measured_first_run():
+    """The README's first training command is the one benchmarks/first_run.py runs and times,
+    its figures are in the results file that script wrote, and the recipes are linked."""
+    import first_run
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = next(line.strip() for line in readme.splitlines() if DRIVER in line + " ")
+    assert first == first_run.readme_command()
+    results = ROOT / "benchmarks" / "results" / "first-run.md"
+    assert "benchmarks/results/first-run.md" in readme
+    assert f"`{first_run.readme_command()}`" in results.read_text(encoding="utf-8")
+    for recipe in ("add-a-task.md", "add-a-plugin.md", "add-an-objective.md"):
+        assert f"docs/{recipe}" in readme
