@@ -16,7 +16,7 @@ on its sentence vector; a pair encoded one sentence at a time gets the Sentence-
 (classification) or a scaled cosine (regression); see ``tasks/heads.py``.
 
 All losses are means over the batch. Adding a task is one file in ``tasks/`` that calls
-``register(...)`` with one of these; ``tasks/__init__.py`` imports every task file it finds.
+``register(...)`` with one of these, named in ``TASK_FILES`` (``tasks/__init__.py``).
 
 Prediction files follow the CS224N default final project's starter code (its multitask and
 single-task classifier scripts) byte for byte: a header line ``id \\t <column> `` and then one row
