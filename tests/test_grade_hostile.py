@@ -177,8 +177,12 @@ def test_ctrl_c_ends_the_grader_in_one_line_and_leaves_no_runner(tmp_path):
     hang = f"import time\ntime.sleep(600)  # {MARKER}-ctrl-c\n"
     submit(subs / "dave", {OPT: hang})
     command = [sys.executable, "-m", "course.grade", str(subs), "--out", str(out)]
-    grader = subprocess.Popen(
-        [*command, "--only", "adamw"], cwd=ROOT, stderr=subprocess.PIPE, text=True
+    grader = subprocess.Popen(  # a terminal's Ctrl-C finds SIGINT's default handler, even
+        [*command, "--only", "adamw"],  # where these tests run in a background shell
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while not (tmp_path / "grades-results").is_dir() and time.monotonic() < deadline:
