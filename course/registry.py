@@ -271,6 +271,10 @@ def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
     try:
         measurement = check.judge(ctx, computed["outputs"])
     except Exception as err:
+        if (odd := not_a_tensor(computed.get("outputs"))) is not None:
+            name, value = odd
+            said = f"{name} is of type {type(value).__name__}, expected a tensor"
+            return Result(check, FAIL, None, f"{said}: see what your function returns")
         said = f"{type(err).__name__}: {str(err)[:200]}"
         return Result(check, FAIL, None, f"outputs the grader cannot read ({said})")
     diff = measurement.max_abs_diff
@@ -278,6 +282,25 @@ def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
     if passed:
         return Result(check, PASS, diff)
     return Result(check, FAIL, diff, measurement.hint, diagnose(measurement, check.tolerance))
+
+
+def not_a_tensor(outputs: object, name: str = "") -> tuple[str, object] | None:
+    """The first thing your code returned, in ``outputs``, that is neither a tensor nor a
+    container of them (None, a number, a string where a tensor belongs): (its name, it), or
+    None. The check's own numbers and texts (labels, axes, dropout calls) are not looked at."""
+    if isinstance(outputs, torch.Tensor):
+        return None
+    if isinstance(outputs, dict):
+        for key, value in outputs.items():
+            if key in ("label", "axes", "calls", "names", "problem", "mistake", "errors"):
+                continue
+            inner = name if key in ("got", "cases", "outputs") else key
+            if (found := not_a_tensor(value, inner)) is not None:
+                return found
+        return None
+    if isinstance(outputs, list | tuple):
+        return next((f for v in outputs if (f := not_a_tensor(v, name)) is not None), None)
+    return (name or "the output", outputs)
 
 
 def run_check(check: Check, ctx: Context) -> Result:
