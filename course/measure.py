@@ -355,3 +355,31 @@ def not_float32(name: str, got: object, what: str) -> Measurement | None:
         f"{name} on bfloat16 logits under autocast returned a {dtype} {what}; compute it in "
         "float32 (logits.float()), as its docstring says",
     )
+
+
+def backward_problem(out: torch.Tensor, inputs: list[torch.Tensor]) -> str:
+    """Why the backward pass from ``out`` to ``inputs`` fails, as it would in training ("" when
+    it goes through)."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return "the output does not depend on the inputs through autograd (detached?): no gradient"
+    try:
+        torch.autograd.grad(out.sum(), inputs, allow_unused=True)
+    except RuntimeError as err:
+        first = str(err).split(". ")[0]
+        return (
+            f"the backward pass fails, as it would in training: {first} (an in-place operation "
+            "on a tensor autograd saved; use the out-of-place form)"
+        )
+    return ""
+
+
+def site_backward_problem(plugin: torch.nn.Module, site: Callable, stored: dict) -> str:
+    """Why the backward pass through ``site`` to its input and the plug-in's parameters fails in
+    training mode, on the first stored input ("" when it goes through): an in-place operation on
+    what autograd saved breaks it only there."""
+    plugin.train()
+    x = next(iter(stored.values())).clone().requires_grad_(True)
+    with torch.enable_grad():
+        said = backward_problem(site(x), [x, *plugin.parameters()])
+    plugin.eval()
+    return said

@@ -2102,6 +2102,28 @@ CROSS_ENTROPY = (
 )
 # Mistakes in what a function does besides its return value: right outputs, wrong side effects.
 SIDE_EFFECTS = [
+    (  # the layer's output scaled in place: right numbers, the caller's tensor changed
+        m("lhuc-in-place", "lhuc", LHUC, ("return h * (2.0", "return h.mul_(2.0")),
+        "changed its argument h in place",
+    ),
+    (  # the adapter's residual added in place
+        m(
+            "adapter-in-place",
+            "adapter",
+            ADAPTER,
+            ("return h + self.up(z)", "return h.add_(self.up(z))"),
+        ),
+        "changed its argument h in place",
+    ),
+    (  # right in eval mode, but the in-place doubling breaks the backward pass in training
+        m(
+            "lhuc-backward-broken",
+            "lhuc",
+            LHUC,
+            ("return h * (2.0 * torch.sigmoid(r))", "return h * torch.sigmoid(r).mul_(2.0)"),
+        ),
+        "the backward pass fails, as it would in training",
+    ),
     (  # the caller's input_ids masked in place
         m(
             "masking-in-place",

@@ -3,9 +3,12 @@ through its own sites, on stored random (non-identity) weights, against stored o
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from course.outcome import Outputs, graded, outputs, stored_cases
+from course.measure import site_backward_problem, unchanged_problem
+from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
 
 ADAPTER_OPTIONS = {"size": 4}
@@ -32,5 +35,9 @@ def check_adapter(ctx: Context) -> Outputs:
         for key, h in data["h"].items():
             task, _, layer, position = key.split()
             site = plugin.after_attention if position == "attention" else plugin.after_feed_forward
-            got[key] = site(int(layer), task, h)
-    return outputs(graded(got))
+            x = h.clone()
+            got[key] = site(int(layer), task, x)
+            if changed := unchanged_problem("h", h, x, ("sentence", "token", "dim")):
+                return problem(f"the adapter ({key}) {changed}")
+    said = site_backward_problem(plugin, partial(plugin.after_attention, 0, "sst"), data["h"])
+    return problem(said) if said else outputs(graded(got))

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from course.dropout import FUSED, MODES, DropoutRecorder, mode, recorded_dropout
 from course.locate import locate
-from course.measure import Measurement, Observed, compare, measure_sealed
+from course.measure import Measurement, Observed, backward_problem, compare, measure_sealed
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import Context, check, student_functions
 
@@ -123,22 +123,6 @@ def check_attention_function(ctx: Context) -> Outputs:
         shown = {"attention output": f"the attention output (dropout_p {p})"}
         found.append(graded({"attention output": got}, "", axes, calls, shown))
     return outputs(*found)
-
-
-def backward_problem(out: torch.Tensor, inputs: list[torch.Tensor]) -> str:
-    """Why the backward pass from ``out`` to ``inputs`` fails, as it would in training ("" when
-    it goes through)."""
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        return "the output does not depend on the inputs through autograd (detached?): no gradient"
-    try:
-        torch.autograd.grad(out.sum(), inputs, allow_unused=True)
-    except RuntimeError as err:
-        first = str(err).split(". ")[0]
-        return (
-            f"the backward pass fails, as it would in training: {first} (an in-place operation "
-            "on a tensor autograd saved; use the out-of-place form)"
-        )
-    return ""
 
 
 class ScalingSites:

@@ -3,9 +3,12 @@ stored random (non-identity) weights, against stored outputs."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from course.outcome import Outputs, graded, outputs, stored_cases
+from course.measure import site_backward_problem, unchanged_problem
+from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
 
 
@@ -19,7 +22,8 @@ from course.registry import PLUGIN_TASKS, Context, check
     exercises=("lhuc",),
 )
 def check_lhuc(ctx: Context) -> Outputs:
-    """LHUC on every layer's output against the stored h ⊙ 2·σ(r_layer)."""
+    """LHUC on every layer's output against the stored h ⊙ 2·σ(r_layer); h must stay as it
+    was, and in training mode the backward pass must go through."""
     from minbert.config import BertConfig
     from minbert.plugins.lhuc import LHUC
 
@@ -30,5 +34,9 @@ def check_lhuc(ctx: Context) -> Outputs:
     with torch.no_grad():
         for key, h in data["h"].items():
             task, _, layer = key.split()
-            got[key] = plugin.after_layer(int(layer), task, h)
-    return outputs(graded(got))
+            x = h.clone()
+            got[key] = plugin.after_layer(int(layer), task, x)
+            if changed := unchanged_problem("h", h, x, ("sentence", "token", "dim")):
+                return problem(f"after_layer ({key}) {changed}")
+    said = site_backward_problem(plugin, partial(plugin.after_layer, 0, "sst"), data["h"])
+    return problem(said) if said else outputs(graded(got))
