@@ -1,4 +1,4 @@
-"""The README's first training command, run and timed: the quick start's run of about a minute on
+"""The README's first training command, run and timed: the quick start's run of under a minute on
 2 CPU cores (an adapter per task on the frozen packaged checkpoint, trained on 400 examples of
 each task for one epoch), so that the README's figures for it are measured, not typed.
 
