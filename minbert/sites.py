@@ -252,14 +252,20 @@ class Plugins(nn.ModuleDict):
     def __init__(self) -> None:
         super().__init__()
         self.task: str | None = None
-        self.hooked = False
+        self.handles: list[RemovableHandle] = []  # the layers' hooks, kept to take them away
 
     def hook(self, layers: Iterable[nn.Module]) -> None:
         """Install the sites of every layer, once (``add_plugin`` calls it)."""
-        if not self.hooked:
+        if not self.handles:
             for i, layer in enumerate(layers):
-                hook_layer(layer, partial(self.sites, i))
-            self.hooked = True
+                self.handles += hook_layer(layer, partial(self.sites, i))
+
+    def unhook(self) -> None:
+        """Take every layer's hooks away: the model is the bare model again
+        (``remove_plugin`` calls it when the last plug-in goes)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
 
     def activate(self, task: str | None) -> None:
         """The task of this forward: checked against every plug-in (a ValueError naming the

@@ -5,6 +5,7 @@ these out."""
 from __future__ import annotations
 
 import pytest
+import torch
 from torch import nn
 
 from minbert.bert import BertConfig, BertModel
@@ -17,9 +18,10 @@ from minbert.plugins import (
     parameter_report,
     plugin_class,
     plugin_state_dict,
+    remove_plugin,
 )
 from minbert.plugins.lora import TARGETS as LORA_TARGETS
-from tests.test_plugins import TASKS, base_model, with_plugin
+from tests.test_plugins import TASKS, base_model, batch, perturb, with_plugin
 
 
 def test_per_task_layernorms_are_attached_first() -> None:
@@ -167,3 +169,26 @@ def test_adapter_sharing_counts_at_bert_base_size(options, expected):
     plugin = add_plugin(model, "adapter", ["sst"], size=64, **options)
     assert sum(p.numel() for p in plugin.task_parameters("sst")) == expected
     assert count_formula("adapter", model.config, size=64, **options) == expected
+
+
+@pytest.mark.parametrize("kinds", [["adapter"], ["layernorm", "lora", "pals"], ["lhuc"]])
+def test_a_model_whose_plugins_are_removed_is_the_bare_model_bit_for_bit(kinds) -> None:
+    plain = base_model()
+    model = base_model()
+    for kind in kinds:
+        add_plugin(model, kind, TASKS)
+    perturb(model)  # plug-ins that change the output while attached
+    with torch.no_grad():
+        bare = plain(**batch())
+        assert not torch.equal(model(**batch(), task="sst")["pooler_output"], bare["pooler_output"])
+        for kind in reversed(kinds):
+            remove_plugin(model, kind)
+        assert not [m for m in model.modules() if m._forward_hooks or m._forward_pre_hooks]
+        removed = model(**batch())
+    for key in ("last_hidden_state", "pooler_output"):
+        assert torch.equal(removed[key], bare[key])
+
+
+def test_removing_a_kind_that_is_not_attached_is_refused() -> None:
+    with pytest.raises(ValueError, match="no 'lora' plug-in is attached"):
+        remove_plugin(with_plugin(base_model(), "adapter"), "lora")

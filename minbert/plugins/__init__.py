@@ -50,6 +50,7 @@ from typing import Any
 HOMES = {
     "KINDS": "kinds",
     "add_plugin": "kinds",
+    "remove_plugin": "kinds",
     "count_formula": "kinds",
     "plugin_class": "kinds",
     "option_kinds": "kinds",

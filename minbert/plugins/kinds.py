@@ -69,6 +69,21 @@ def add_plugin(model: BertModel, kind: str, tasks: Iterable[str], **options) -> 
     return plugin
 
 
+def remove_plugin(model: BertModel, kind: str) -> Plugin:
+    """Take the plug-in of ``kind`` off ``model`` and return it; with none left, the layers'
+    hooks go too, so the model computes exactly what it did before any was attached. A LoRA
+    merged into the weights is unmerged first (``unmerge``), or they would keep its update."""
+    if kind not in model.plugins:
+        raise ValueError(f"no {kind!r} plug-in is attached; attached: {list(model.plugins)}")
+    plugin = model.plugins[kind]
+    if getattr(plugin, "merged_task", None) is not None:
+        raise ValueError(f"the {kind!r} plug-in is merged into the weights: unmerge() it first")
+    del model.plugins[kind]
+    if len(model.plugins) == 0:
+        model.plugins.unhook()
+    return plugin
+
+
 def count_formula(kind: str, config: BertConfig, **options) -> int:
     """Parameters per task of plug-in ``kind`` with ``options``, from its documented formula:
 
