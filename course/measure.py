@@ -125,6 +125,11 @@ def _position(where: tuple[int, ...], axes: tuple[str, ...]) -> str:
     return ", ".join(f"{axis} {i}" for axis, i in zip(names, where))
 
 
+def position_name(where: tuple[int, ...], axes: tuple[str, ...], ndim: int) -> str:
+    """ "sentence 1, token 3" for the index ``where`` into a tensor of ``ndim`` axes."""
+    return _position(where, _axis_names(axes, ndim))
+
+
 def _distance(got: torch.Tensor, other: torch.Tensor) -> float:
     """max |got − other|, where NaN matches NaN and an infinity the same infinity (so a known
     mistake whose output is NaN or inf in some places matches a student's output broken in the
@@ -306,23 +311,6 @@ def diagnose(measurement: Measurement, tolerance: float) -> str:
         if distance <= 10 * tolerance and not distance >= measurement.max_abs_diff
     ]
     return min(near)[1] if near else ""
-
-
-def unchanged_problem(
-    name: str, before: torch.Tensor, after: torch.Tensor, axes: tuple[str, ...]
-) -> str | None:
-    """What a function did to its argument ``name`` beyond its return value: None when it is
-    as it was, else how many positions it changed and the first (``axes`` name the positions)."""
-    if torch.equal(before, after):
-        return None
-    differ = (before != after).nonzero()
-    first = tuple(int(i) for i in differ[0])
-    where = _position(first, _axis_names(axes, before.dim()))
-    return (
-        f"changed its argument {name} in place: {len(differ)} of {before.numel()} values, the "
-        f"first at {where} ({before[first].item()} became {after[first].item()}); the caller's "
-        "tensor must stay as it was: build new tensors (torch.where) or work on a copy"
-    )
 
 
 def autograd_nodes(tensors: list[torch.Tensor]) -> int:

@@ -74,6 +74,7 @@ import torch
 from course.locate import locate, relative_to_project
 from course.measure import Measurement, diagnose
 from course.outcome import Outputs
+from course.untouched import Untouched
 from minbert.checkpoint import load_trusted
 
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
@@ -128,6 +129,7 @@ class Context:
         self.checkpoint = checkpoint
         self.reference_file = reference_file
         self._outputs: dict[tuple[str, bool], dict[str, torch.Tensor]] = {}
+        self._changed: dict[tuple[str, bool], str | None] = {}
 
     @functools.cached_property
     def reference(self) -> dict:
@@ -169,17 +171,22 @@ class Context:
         key = (batch, fast_attention)
         if key not in self._outputs:
             ref = self.reference[batch]
+            names = ("input_ids", "attention_mask", "token_type_ids")
+            kept = Untouched({name: ref[name].clone() for name in names}, self.model)
             self.model.set_fast_attention(fast_attention)
             try:
                 with torch.no_grad():
-                    self._outputs[key] = self.model(
-                        input_ids=ref["input_ids"],
-                        attention_mask=ref["attention_mask"],
-                        token_type_ids=ref["token_type_ids"],
-                    )
+                    self._outputs[key] = self.model(**kept.arguments)
             finally:
                 self.model.set_fast_attention(True)
+            self._changed[key] = kept.problem()
         return self._outputs[key]
+
+    def changed(self, batch: str, fast_attention: bool = True) -> str | None:
+        """What computing ``outputs(batch, fast_attention)`` changed besides its return value (an
+        argument, a weight or a buffer of the model), or None."""
+        self.outputs(batch, fast_attention)
+        return self._changed[(batch, fast_attention)]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -698,19 +698,13 @@ def lora_data() -> dict:
 
 
 def pals_data() -> dict:
-    from course.checks.pals import PAL_OPTIONS, StandInProjectedAttention
+    from course.checks.pals import graded_pal
     from course.registry import PLUGIN_TASKS
     from minbert.bert import BertConfig
-    from minbert.plugins.pals import PAL
 
     g = torch.Generator().manual_seed(9)
     config = BertConfig.tiny()
-    plugin = PAL(config, PLUGIN_TASKS, **PAL_OPTIONS)
-    for task in PLUGIN_TASKS:
-        pal = plugin.by_task[task]
-        pal.layers = torch.nn.ModuleList(
-            StandInProjectedAttention(plugin.size) for _ in range(config.num_hidden_layers)
-        )
+    plugin = graded_pal(config, PLUGIN_TASKS)
     randomize(plugin, g)
     x = normal(3, 6, config.hidden_size, generator=g)
     mask = ref.additive_mask(padded_mask())

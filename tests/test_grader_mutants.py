@@ -2170,6 +2170,75 @@ SIDE_EFFECTS = [
         ),
         "sentence_representation changed its argument last_hidden_state in place",
     ),
+    (  # the position ids cut by replacing the buffer: a later, longer batch finds it too short
+        m(
+            "emb-buffer-replaced",
+            "embeddings",
+            BERT,
+            (
+                "positions = self.position_ids[:, :T]  # (1, T)",
+                "self.position_ids = self.position_ids[:, :T]\n"
+                "        positions = self.position_ids",
+            ),
+        ),
+        "BertEmbeddings (eval mode) replaced its buffer position_ids",
+    ),
+    (  # the attention's residual added into the layer's input
+        m(
+            "layer-input-in-place",
+            "layer",
+            BERT,
+            (OUT1, "x += self.dropout(self.dense(heads))\n        return self.LayerNorm(x)"),
+        ),
+        "BertLayer (eval mode) changed its argument x in place",
+    ),
+    (  # g² squared in place: the moments are right, the caller's gradient is not
+        m(
+            "adamw-grad-in-place",
+            "adamw",
+            OPT,
+            (
+                "v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)",
+                "v.mul_(beta2).add_(grad.pow_(2).mul_(1 - beta2))",
+            ),
+        ),
+        "AdamW.step (step 1) changed its argument p.grad (parameter 0) in place",
+    ),
+    (  # LoRA's dropout in place: in training the caller's input is dropped out
+        m(
+            "lora-dropout-in-place",
+            "lora",
+            LORA,
+            (
+                LORA_ADD,
+                "return y + self.scale * update(\n"
+                "            F.dropout(x, self.dropout.p, self.training, inplace=True)\n"
+                "        )",
+            ),
+        ),
+        "train mode) changed its argument x in place",
+    ),
+    (  # the update added into the base output the caller holds
+        m(
+            "lora-y-in-place",
+            "lora",
+            LORA,
+            (LORA_ADD, "return y.add_(self.scale * update(self.dropout(x)))"),
+        ),
+        "eval mode) changed its argument y in place",
+    ),
+    (  # the padding zeroed in the caller's x: the PAL term is right, x is not
+        m(
+            "pals-padding-zeroed-in-place",
+            "pals",
+            PALS,
+            (
+                "z = pal.encoder(x)  # (B, T, D) -> (B, T, s)",
+                "z = pal.encoder(x.masked_fill_(mask[:, 0, 0, :, None] < 0, 0.0))",
+            ),
+        ),
+        "(sst layer 0 PAL term, eval mode) changed its argument x in place",
+    ),
     (  # a number made into a new tensor: right value, but no gradient reaches the head
         m(
             "loss-detached",

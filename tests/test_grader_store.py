@@ -241,6 +241,30 @@ def test_the_whole_model_reference_holds_no_output_in_full() -> None:
             assert len(entry["digests"]) == torch.Size(entry["shape"]).numel()
 
 
+def stored_masks(data: object, path: str = "") -> dict[str, torch.Tensor]:
+    """Every padding mask of the stored inputs: path -> the mask."""
+    if isinstance(data, dict):
+        found = {}
+        for key, value in data.items():
+            found |= stored_masks(value, f"{path}/{key}")
+        return found
+    is_mask = isinstance(data, torch.Tensor) and path.rsplit("/", 1)[-1].endswith("mask")
+    return {path: data} if is_mask else {}
+
+
+def test_every_stored_mask_has_padding_and_a_full_sentence() -> None:
+    """Code that ignores the mask, or reads it the wrong way round, changes what the checks see:
+    each mask of the stored inputs pads some sentence and leaves another whole (additive masks:
+    padding < 0; 0/1 masks: padding 0)."""
+    masks = stored_masks(torch.load(COURSE_DATA, weights_only=True))
+    assert len(masks) >= 5, sorted(masks)
+    for path, mask in masks.items():
+        real = (mask == 0) if mask.is_floating_point() else (mask == 1)
+        per_sentence = real.reshape(mask.shape[0], -1)
+        assert not per_sentence.all(), f"{path}: no padding"
+        assert per_sentence.all(1).any(), f"{path}: no sentence without padding"
+
+
 def test_a_projection_never_exceeds_the_largest_difference() -> None:
     """The tolerance carries over: a projected difference is at most max |got − expected|, so
     every output within the max-abs tolerance passes; a projected difference is seen where a

@@ -7,9 +7,10 @@ from functools import partial
 
 import torch
 
-from course.measure import site_backward_problem, unchanged_problem
+from course.measure import site_backward_problem
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
+from course.untouched import Untouched
 
 ADAPTER_OPTIONS = {"size": 4}
 
@@ -35,9 +36,9 @@ def check_adapter(ctx: Context) -> Outputs:
         for key, h in data["h"].items():
             task, _, layer, position = key.split()
             site = plugin.after_attention if position == "attention" else plugin.after_feed_forward
-            x = h.clone()
-            got[key] = site(int(layer), task, x)
-            if changed := unchanged_problem("h", h, x, ("sentence", "token", "dim")):
+            kept = Untouched({"h": h.clone()}, plugin, {"h": ("sentence", "token", "dim")})
+            got[key] = site(int(layer), task, kept.arguments["h"])
+            if changed := kept.problem():
                 return problem(f"the adapter ({key}) {changed}")
     said = site_backward_problem(plugin, partial(plugin.after_attention, 0, "sst"), data["h"])
     return problem(said) if said else outputs(graded(got))

@@ -28,8 +28,9 @@ import torch.nn.functional as F
 from course.dropout import FUSED, MODES, DropoutRecorder, mode, recorded_dropout
 from course.locate import locate
 from course.measure import Measurement, Observed, backward_problem, compare, measure_sealed
-from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, observed, outputs, problem, stored_cases
 from course.registry import Context, check, student_functions
+from course.untouched import Untouched
 
 # BertConfig.tiny overrides of each component check (a small vocabulary keeps the stored
 # embedding table small).
@@ -38,6 +39,8 @@ ATTENTION_CONFIG: dict = {}
 LAYER_CONFIG = {"hidden_act": "gelu"}
 # The two paths of BertSelfAttention (``use_fast_path`` True, False), each a case of its check.
 PATHS = ("fused", "written-out")
+# The axes of a layer's or an attention's arguments, as messages name positions in them.
+LAYER_AXES = {"x": ("sentence", "token", "dim"), "mask": ("sentence", "head", "query", "token")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -71,14 +74,18 @@ def check_embeddings(ctx: Context) -> Outputs:
     embeddings.load_state_dict(data["state"])
     found = []
     for name in MODES:
+        ids = {n: data[n].clone() for n in ("input_ids", "token_type_ids")}
+        kept = Untouched(ids, embeddings, {n: ("sentence", "token") for n in ids})
         try:
             with mode(embeddings, name, ctx.course_data["seed"]) as recorder:
-                got = embeddings(data["input_ids"], data["token_type_ids"])
+                got = embeddings(ids["input_ids"], ids["token_type_ids"])
         except RuntimeError as err:
             if not positions_not_cut(err, config.max_position_embeddings):
                 raise
             said = f"{type(err).__name__}: {err} ({locate(err, student_functions(ctx))})"
             return problem(said, "positions not cut")
+        if said := kept.problem():
+            return problem(f"BertEmbeddings ({name} mode) {said}")
         shown = {"embeddings": f"the embeddings ({name} mode)"}
         found.append(graded({"embeddings": got}, calls=recorder.calls, names=shown))
     return outputs(*found)
@@ -115,8 +122,12 @@ def check_attention_function(ctx: Context) -> Outputs:
         p = data["dropout_p"] if name == "train" else 0.0
         context = recorded_dropout(ctx.course_data["seed"]) if p else contextlib.nullcontext()
         qkv = [data[t].clone().requires_grad_(name == "train") for t in ("q", "k", "v")]
+        arguments = dict(zip(("q", "k", "v", "mask"), [*qkv, data["mask"].clone()]))
+        kept = Untouched(arguments, axes=dict.fromkeys(arguments, axes))
         with context as recorder, no_fused_attention(), torch.set_grad_enabled(name == "train"):
-            got = scaled_dot_product_attention(*qkv, data["mask"], p)
+            got = scaled_dot_product_attention(*arguments.values(), p)
+        if said := kept.problem():
+            return problem(f"scaled_dot_product_attention (dropout_p {p}) {said}")
         if name == "train" and (said := backward_problem(got, qkv)):
             return problem(said)
         calls = recorder.calls if recorder is not None else None
@@ -320,9 +331,14 @@ def check_self_attention(ctx: Context) -> Outputs:
                 fused_through_written_out() if name == "train" else fused_recorded(recorder, seed),
             ):
                 for label, sites in site_variants():  # one mask sequence, in this order
+                    where = f"{path} path, {name} mode"
+                    names[label] = shown("the attention output", where, sites)
+                    arguments = {"x": data["x"].clone(), "mask": data["mask"].clone()}
+                    kept = Untouched(arguments, attention, LAYER_AXES)
                     with sites_hooked(attention, sites):
-                        got[label] = attention(data["x"], data["mask"])
-                    names[label] = shown("the attention output", f"{path} path, {name} mode", sites)
+                        got[label] = attention(*arguments.values())
+                    if said := kept.problem():
+                        return problem(f"BertSelfAttention ({where}) {said}")
             found.append(graded(got, calls=recorder.calls, names=names))
     attention.use_fast_path = True
     return outputs(*found)
@@ -361,12 +377,15 @@ def layer_check(with_sites: bool) -> Callable[[Context], Outputs]:
         found = []
         for name in MODES:
             x = data["x"].clone().requires_grad_(name == "train")
+            kept = Untouched({"x": x, "mask": data["mask"].clone()}, layer, LAYER_AXES)
             with (
                 mode(layer, name, ctx.course_data["seed"]) as recorder,
                 torch.set_grad_enabled(name == "train"),
                 sites_hooked(layer, sites),
             ):
-                got = layer(x, data["mask"])
+                got = layer(*kept.arguments.values())
+            if said := kept.problem():
+                return problem(f"BertLayer ({name} mode) {said}")
             if name == "train" and (said := backward_problem(got, [x])):
                 return problem(said)
             names = {"layer output": shown("the layer output", f"{name} mode", sites)}
@@ -418,6 +437,8 @@ def hidden_state_check(batch: str, fast_attention: bool = True) -> Callable[[Con
     def run(ctx: Context) -> Outputs:
         real = ctx.reference[batch]["attention_mask"].bool()[..., None]
         out = ctx.outputs(batch, fast_attention)
+        if said := ctx.changed(batch, fast_attention):
+            return problem(f"BertModel {said}")
         return {"last_hidden_state": torch.where(real, out["last_hidden_state"], 0.0)}
 
     return run
@@ -427,6 +448,8 @@ def judge_hidden_state(batch: str) -> Callable[[Context, Outputs], Measurement]:
     """last_hidden_state against the reference's (its padding zeroed too, if it is in full)."""
 
     def judge(ctx: Context, out: Outputs) -> Measurement:
+        if out.get("problem") is not None:
+            return observed(out)
         expected = ctx.reference[batch]["last_hidden_state"]
         if isinstance(expected, torch.Tensor):
             real = ctx.reference[batch]["attention_mask"].bool()[..., None]
@@ -441,7 +464,10 @@ def pooler_check(batch: str) -> Callable[[Context], Outputs]:
     """pooler_output of the reference batch ``batch``."""
 
     def run(ctx: Context) -> Outputs:
-        return {"pooler_output": ctx.outputs(batch)["pooler_output"]}
+        out = ctx.outputs(batch)
+        if said := ctx.changed(batch):
+            return problem(f"BertModel {said}")
+        return {"pooler_output": out["pooler_output"]}
 
     return run
 
@@ -450,6 +476,8 @@ def judge_pooler(batch: str) -> Callable[[Context, Outputs], Measurement]:
     """pooler_output against the reference's."""
 
     def judge(ctx: Context, out: Outputs) -> Measurement:
+        if out.get("problem") is not None:
+            return observed(out)
         expected = ctx.reference[batch]["pooler_output"]
         return whole_model("pooler_output", out["pooler_output"], expected, ("sentence", "dim"))
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 
 from course.dropout import MODES, mode
-from course.measure import unchanged_problem
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import Context, check
+from course.untouched import Untouched, unchanged_problem
 
 # The stored inputs: mean pooling of (B, T, D) hidden states with these sentence lengths;
 # pairs of D-vectors for the pair heads.
@@ -65,6 +65,10 @@ def check_pooling(ctx: Context) -> Outputs:
     return outputs(graded({"mean pooling r": r}, axes=("sentence", "dim")))
 
 
+# The axes of a pair head's arguments, u and v (B, D), as messages name positions in them.
+PAIR_AXES = {"u": ("pair", "dim"), "v": ("pair", "dim")}
+
+
 def pair_heads(state: dict | None = None) -> torch.nn.ModuleDict:
     """The graded PairFeatureHeads (``PAIR_LAYERS``), in float64, with ``state`` loaded."""
     from tasks.heads import PairFeatureHead
@@ -96,8 +100,13 @@ def check_pair_features(ctx: Context) -> Outputs:
     heads = pair_heads(data["state"])
     found = []
     for name in MODES:
+        got = {}
         with mode(heads, name, ctx.course_data["seed"]) as recorder:
-            got = {f"logits, {label}": head(data["u"], data["v"]) for label, head in heads.items()}
+            for label, head in heads.items():
+                kept = Untouched({"u": data["u"].clone(), "v": data["v"].clone()}, head, PAIR_AXES)
+                got[f"logits, {label}"] = head(*kept.arguments.values())
+                if said := kept.problem():
+                    return problem(f"PairFeatureHead ({label}, {name} mode) {said}")
         found.append(graded(got, f"({name} mode) ", ("pair", "output"), recorder.calls))
     return outputs(*found)
 
@@ -118,8 +127,11 @@ def check_cosine_head(ctx: Context) -> Outputs:
     data = ctx.course_data["heads"]["cosine"]
     head = CosineSimilarityHead()
     head.load_state_dict(data["state"])
+    kept = Untouched({"u": data["u"].clone(), "v": data["v"].clone()}, head, PAIR_AXES)
     with torch.no_grad():
-        got = {"ŷ": head(data["u"], data["v"])}
+        got = {"ŷ": head(*kept.arguments.values())}
+    if said := kept.problem():
+        return problem(f"CosineSimilarityHead {said}")
     return outputs(graded(got, axes=("pair", "output")))
 
 
@@ -163,13 +175,18 @@ def loss_tasks() -> dict:
 )
 def check_task_losses(ctx: Context) -> Outputs:
     """Each kind's ``loss`` on stored head outputs and labels (``label_tensor``'s dtypes) against
-    the stored mean losses; each loss must reach the outputs through autograd."""
+    the stored mean losses; each loss must reach the outputs through autograd and leave both
+    arguments as they were."""
     data = ctx.course_data["heads"]["losses"]
     got = {}
     for name, task in loss_tasks().items():
         head_outputs = data[name]["outputs"].clone().requires_grad_(True)
+        labels = task.label_tensor(data[name]["labels"].tolist())
+        kept = Untouched({"outputs": head_outputs, "labels": labels})
         with torch.enable_grad():
-            loss = task.loss(head_outputs, task.label_tensor(data[name]["labels"].tolist()))
+            loss = task.loss(head_outputs, labels)
+        if said := kept.problem():
+            return problem(f"{type(task).__name__}.loss {said}")
         if isinstance(loss, torch.Tensor) and not loss.requires_grad:
             return problem(
                 f"{type(task).__name__}.loss returned a loss detached from the outputs (no "

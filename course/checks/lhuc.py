@@ -7,9 +7,10 @@ from functools import partial
 
 import torch
 
-from course.measure import site_backward_problem, unchanged_problem
+from course.measure import site_backward_problem
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
+from course.untouched import Untouched
 
 
 # 1e-5 as the other float32 checks: the outputs reach 5, where a float32 ulp is 4.8e-7, so a
@@ -34,9 +35,9 @@ def check_lhuc(ctx: Context) -> Outputs:
     with torch.no_grad():
         for key, h in data["h"].items():
             task, _, layer = key.split()
-            x = h.clone()
-            got[key] = plugin.after_layer(int(layer), task, x)
-            if changed := unchanged_problem("h", h, x, ("sentence", "token", "dim")):
+            kept = Untouched({"h": h.clone()}, plugin, {"h": ("sentence", "token", "dim")})
+            got[key] = plugin.after_layer(int(layer), task, kept.arguments["h"])
+            if changed := kept.problem():
                 return problem(f"after_layer ({key}) {changed}")
     said = site_backward_problem(plugin, partial(plugin.after_layer, 0, "sst"), data["h"])
     return problem(said) if said else outputs(graded(got))

@@ -9,12 +9,16 @@ every mistake moves the output by far more."""
 
 from __future__ import annotations
 
+from functools import partial
+from types import SimpleNamespace
+
 import torch
 
 from course.dropout import MODES, mode
-from course.measure import Measurement, compare, worst_of
+from course.measure import Measurement, compare, site_backward_problem, worst_of
 from course.outcome import Outputs, graded, observed, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
+from course.untouched import Untouched
 
 LORA_OPTIONS = {
     "rank": 2,
@@ -22,6 +26,8 @@ LORA_OPTIONS = {
     "targets": ["query", "value", "intermediate"],
     "dropout": 0.2,
 }
+# The axes of the linear site's arguments x and y, as messages name positions in them.
+LINEAR_AXES = dict.fromkeys(("x", "y"), ("sentence", "token", "dim"))
 LORA_NAMES = ("query", "key", "value", "intermediate", "output")
 LORA_MERGE_CONFIG = {"vocab_size": 50}  # BertConfig.tiny overrides of the merge check's model
 
@@ -36,7 +42,8 @@ LORA_MERGE_CONFIG = {"vocab_size": 50}  # BertConfig.tiny overrides of the merge
 )
 def check_lora_linear(ctx: Context) -> Outputs:
     """LoRA's linear site against the stored W x + b + (α/r)·B A dropout(x) on the targets,
-    W x + b elsewhere, in eval and training mode."""
+    W x + b elsewhere, in eval and training mode; x, y and the weights must stay as they were,
+    and in training mode the backward pass must go through."""
     from minbert.config import BertConfig
     from minbert.plugins.lora import LoRA, target_shape
 
@@ -56,10 +63,23 @@ def check_lora_linear(ctx: Context) -> Outputs:
         with mode(plugin, name, ctx.course_data["seed"]) as recorder:
             for key, x in data["x"].items():
                 task, _, layer, target = key.split()
-                y = torch.nn.functional.linear(x, bases[target].weight, bases[target].bias)
-                got[key] = plugin.linear(int(layer), task, target, bases[target], x, y)
+                base = bases[target]
+                y = torch.nn.functional.linear(x, base.weight, base.bias)
+                arguments = {"x": x.clone(), "y": y}
+                kept = Untouched(arguments, torch.nn.ModuleList([plugin, base]), LINEAR_AXES)
+                got[key] = plugin.linear(int(layer), task, target, base, *kept.arguments.values())
+                if said := kept.problem():
+                    return problem(f"linear ({key}, {name} mode) {said}")
         found.append(graded(got, f"({name} mode) ", calls=recorder.calls))
-    return outputs(*found)
+    said = site_backward_problem(plugin, partial(lora_site, plugin, bases), data["x"])
+    return problem(said) if said else outputs(*found)
+
+
+def lora_site(plugin, bases: dict, x: torch.Tensor) -> torch.Tensor:
+    """LoRA's linear site of layer 0's query map for sst, on x: W x + b + (α/r)·B A x."""
+    base = bases["query"]
+    y = torch.nn.functional.linear(x, base.weight, base.bias)
+    return plugin.linear(0, "sst", "query", base, x, y)
 
 
 # The mistakes the merge check sees by themselves (``course/outcome.py``: ``observed``).
@@ -93,17 +113,15 @@ def judge_lora_merge(ctx: Context, out: Outputs) -> Measurement:
 def check_lora_merge(ctx: Context) -> Outputs:
     """LoRA.merge(task) against the stored W + (α/r)·B A for every adapted weight; unmerge
     restores W."""
-    from minbert.bert import BertModel
     from minbert.config import BertConfig
-    from minbert.plugins import add_plugin
-    from minbert.plugins.lora import target_module
+    from minbert.plugins.lora import LoRA, target_module
 
     data = ctx.course_data["lora"]["merge"]
-    model = BertModel(BertConfig.tiny(**LORA_MERGE_CONFIG)).double()
-    model.load_state_dict(data["model"])
-    plugin = add_plugin(model, "lora", PLUGIN_TASKS, **LORA_OPTIONS).double()
+    config = BertConfig.tiny(**LORA_MERGE_CONFIG)
+    layers = linear_maps(data["model"], config.num_hidden_layers)
+    plugin = LoRA(config, PLUGIN_TASKS, **LORA_OPTIONS).double()
     plugin.load_state_dict(data["plugin"])
-    layers = list(model.encoder.layer)
+    plugin.attach(SimpleNamespace(encoder=SimpleNamespace(layer=layers)))
     if said := transposed_delta_problem(plugin, layers):
         return said
     before = {
@@ -123,6 +141,32 @@ def check_lora_merge(ctx: Context) -> Outputs:
             after = target_module(layers[i], name).weight.detach().clone()
             unmerged[f"{task} layer {i} {name}"] = [after, weight]
     return outputs(graded(got, axes=("out", "in"))) | {"unmerged": unmerged}
+
+
+def linear_maps(state: dict, num_layers: int) -> list[torch.nn.Module]:
+    """Each encoder layer of a stored BertModel ``state`` reduced to its linear maps, at their
+    paths in a BertLayer (``minbert/sites.py``): all that merging touches, built without
+    bert.py, so a broken attention exercise does not fail this check."""
+    from minbert.sites import LINEAR_SITES
+
+    layers = []
+    for i in range(num_layers):
+        layer = torch.nn.Module()
+        for path in LINEAR_SITES.values():
+            *parents, name = path.split(".")
+            owner = layer
+            for parent in parents:
+                if not hasattr(owner, parent):
+                    owner.add_module(parent, torch.nn.Module())
+                owner = getattr(owner, parent)
+            weight = state[f"encoder.layer.{i}.{path}.weight"]
+            linear = torch.nn.Linear(weight.shape[1], weight.shape[0], dtype=weight.dtype)
+            linear.load_state_dict(
+                {"weight": weight, "bias": state[f"encoder.layer.{i}.{path}.bias"]}
+            )
+            owner.add_module(name, linear)
+        layers.append(layer)
+    return layers
 
 
 def transposed_delta_problem(plugin, layers: list) -> Outputs | None:

@@ -13,9 +13,10 @@ import math
 
 import torch
 
-from course.measure import Measurement, grade, not_float32, unchanged_problem, under_autocast
-from course.outcome import Outputs, problem
+from course.measure import Measurement, grade, not_float32, under_autocast
+from course.outcome import Outputs, observed, problem
 from course.registry import Context, check
+from course.untouched import Untouched, unchanged_problem
 
 # A made-up vocabulary: ids 0-3 special, 4-29 whole words, 30-39 "##" pieces.
 MLM_VOCAB = {"size": 40, "pad": 0, "cls": 1, "sep": 2, "mask": 3, "special": [0, 1, 2, 3]}
@@ -181,6 +182,8 @@ def check_masking(ctx: Context) -> Outputs:
 
 def judge_mlm_loss(ctx: Context, out: Outputs) -> Measurement:
     """The loss under autocast in float32, and both losses against the stored values."""
+    if out.get("problem") is not None:
+        return observed(out)
     low = not_float32("mlm_loss", out["loss under autocast"], "loss")
     return low or grade(ctx.course_data["mlm"]["loss"], out)
 
@@ -201,11 +204,14 @@ def check_mlm_loss(ctx: Context) -> Outputs:
     data = ctx.course_data["mlm"]["loss"]
     logits, labels = data["logits"], data["labels"]
     chosen = labels != -100
+    kept = Untouched({"logits": logits.clone(), "labels": labels.clone()})
     with torch.no_grad():
         got = {
-            "loss (B, T, V)": mlm_loss(logits, labels),
+            "loss (B, T, V)": mlm_loss(*kept.arguments.values()),
             "loss (N, V)": mlm_loss(logits[chosen], labels[chosen]),
         }
+    if said := kept.problem():
+        return problem(f"mlm_loss {said}")
     return got | {
         "loss under autocast": under_autocast(lambda: mlm_loss(logits.bfloat16(), labels))
     }

@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 from course.measure import Measurement, Observed, measure_sealed
-from course.outcome import Outputs
+from course.outcome import Outputs, observed, problem
 from course.registry import Context, check
+from course.untouched import Untouched
 
 # The AdamW problem: a small float64 regression model, two parameter groups (module index, lr,
 # weight decay), ``steps`` steps. In float64 every correct formulation of AdamW (torch's, the
@@ -40,6 +41,8 @@ def adamw_groups(model: torch.nn.Sequential) -> list[dict]:
 def judge_adamw(ctx: Context, out: Outputs) -> Measurement:
     """The trajectory against the stored one, and the first step that differs: a value outside
     the tolerance (seal.py's digests), or a projected difference above it."""
+    if out.get("problem") is not None:
+        return observed(out)
     data = ctx.course_data["adamw"]
     got, expected = out["θ"], data["expected"]["θ"]
     seen = Observed("θ", got, expected)
@@ -77,7 +80,7 @@ def judge_adamw(ctx: Context, out: Outputs) -> Measurement:
 def check_adamw(ctx: Context) -> Outputs:
     """Hand AdamW on a float64 regression problem with two parameter groups (different lr and
     weight decay): the parameters after every step, for the stored trajectory of
-    torch.optim.AdamW (``judge_adamw``)."""
+    torch.optim.AdamW (``judge_adamw``). A step must leave the gradients as they were."""
     from minbert.optimizer import AdamW
 
     data = ctx.course_data["adamw"]
@@ -86,10 +89,14 @@ def check_adamw(ctx: Context) -> Outputs:
     settings = ADAMW_SETTINGS
     opt = AdamW(adamw_groups(model), betas=settings["betas"], eps=settings["eps"])
     rows = []
-    for _ in range(settings["steps"]):
+    for step in range(settings["steps"]):
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(data["x"]), data["y"]).backward()
+        grads = {f"p.grad (parameter {i})": p.grad for i, p in enumerate(model.parameters())}
+        kept = Untouched(grads)
         opt.step()
+        if said := kept.problem():
+            return problem(f"AdamW.step (step {step + 1}) {said}")
         rows.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
     return {"θ": torch.stack(rows)}
 

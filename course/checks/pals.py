@@ -1,17 +1,21 @@
 """Check of ``minbert/plugins/pals.py`` (the ``pals`` exercise): the PAL term of every layer,
 through the plug-in's own site, on stored random (non-identity) weights, in eval and training
-mode. Each layer's projected attention is swapped for a stand-in (not attention: a fixed map of
+mode. Each layer's projected attention is a stand-in (not attention: a fixed map of
 its input and the mask, with the dropout it is given), so this check needs no attention exercise
 and grades what the exercise writes: V_E, the layer's attention with the mask and the dropout,
 V_D."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from course.dropout import MODES, mode
-from course.outcome import Outputs, graded, outputs, stored_cases
+from course.measure import site_backward_problem
+from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
+from course.untouched import Untouched
 
 PAL_OPTIONS = {"size": 8, "heads": 2}
 
@@ -31,6 +35,18 @@ class StandInProjectedAttention(torch.nn.Module):
         return torch.nn.functional.dropout(torch.tanh(self.mix(z)) * keep, dropout_p)
 
 
+def graded_pal(config, tasks) -> torch.nn.Module:
+    """The exercise's PAL (``minbert/plugins/pals.py``) with each layer's projected attention
+    the stand-in: built without bert.py, so a broken attention exercise does not fail it."""
+    from minbert.plugins.pals import PAL
+
+    class StandInPAL(PAL):
+        def projected_attention(self, init_std: float) -> torch.nn.Module:
+            return StandInProjectedAttention(self.size)
+
+    return StandInPAL(config, tasks, **PAL_OPTIONS)
+
+
 @check(
     "pals: PAL term vs V_D·g(V_E·x)",
     tolerance=1e-5,
@@ -40,17 +56,14 @@ class StandInProjectedAttention(torch.nn.Module):
     exercises=("pals",),
 )
 def check_pals(ctx: Context) -> Outputs:
-    """The PAL term of every layer against the stored V_D · g_l(V_E · x), eval and training."""
+    """The PAL term of every layer against the stored V_D · g_l(V_E · x), eval and training;
+    x, the mask and the PAL's weights must stay as they were, and in training mode the backward
+    pass must go through."""
     from minbert.config import BertConfig
-    from minbert.plugins.pals import PAL
 
     data = ctx.course_data["pals"]
     config = BertConfig.tiny()
-    plugin = PAL(config, PLUGIN_TASKS, **PAL_OPTIONS)
-    for task in PLUGIN_TASKS:
-        plugin.by_task[task].layers = torch.nn.ModuleList(
-            StandInProjectedAttention(plugin.size) for _ in range(config.num_hidden_layers)
-        )
+    plugin = graded_pal(config, PLUGIN_TASKS)
     plugin.load_state_dict(data["state"])
     found = []
     for name in MODES:
@@ -58,8 +71,12 @@ def check_pals(ctx: Context) -> Outputs:
         with mode(plugin, name, ctx.course_data["seed"]) as recorder:
             for task in PLUGIN_TASKS:
                 for layer in range(config.num_hidden_layers):
-                    got[f"{task} layer {layer} PAL term"] = plugin.parallel(
-                        layer, task, data["x"], data["mask"]
-                    )
+                    key = f"{task} layer {layer} PAL term"
+                    kept = Untouched({"x": data["x"].clone(), "mask": data["mask"].clone()}, plugin)
+                    got[key] = plugin.parallel(layer, task, *kept.arguments.values())
+                    if said := kept.problem():
+                        return problem(f"parallel ({key}, {name} mode) {said}")
         found.append(graded(got, f"({name} mode) ", calls=recorder.calls))
-    return outputs(*found)
+    site = partial(plugin.parallel, 0, "sst", mask=data["mask"])
+    said = site_backward_problem(plugin, site, {"x": data["x"]})
+    return problem(said) if said else outputs(*found)

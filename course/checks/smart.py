@@ -9,8 +9,9 @@ from collections.abc import Callable
 import torch
 
 from course.measure import Measurement, autograd_nodes, grade, not_float32, under_autocast
-from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, observed, outputs, problem, stored_cases
 from course.registry import Context, check
+from course.untouched import Untouched
 
 # (norm, ascent steps K, output kind, model of ``smart_problem``, caller's grad mode) of each
 # perturbation graded. They hold what SMART meets in training: padded tokens, whose gradient is
@@ -60,6 +61,8 @@ def smart_label(norm: str, steps: int, kind: str, model: str, grad_mode: str) ->
 
 def judge_symmetric_kl(ctx: Context, out: Outputs) -> Measurement:
     """The divergence under autocast in float32, and against the stored value."""
+    if out.get("problem") is not None:
+        return observed(out)
     low = not_float32("symmetric_kl", out["divergence under autocast"], "divergence")
     return low or grade(ctx.course_data["smart"]["kl"], out)
 
@@ -77,8 +80,11 @@ def check_symmetric_kl(ctx: Context) -> Outputs:
     from minbert.smart import symmetric_kl
 
     data = ctx.course_data["smart"]["kl"]
+    kept = Untouched({"p_logits": data["p"].clone(), "q_logits": data["q"].clone()})
     with torch.no_grad():
-        got = symmetric_kl(data["p"], data["q"])
+        got = symmetric_kl(*kept.arguments.values())
+    if said := kept.problem():
+        return problem(f"symmetric_kl {said}")
     bf16 = data["p"].bfloat16(), data["q"].bfloat16()
     low = under_autocast(lambda: symmetric_kl(*bf16))
     return {"divergence": got, "divergence under autocast": low}
@@ -118,6 +124,9 @@ def check_smart(ctx: Context) -> Outputs:
         graphs: list[int] = []  # the autograd nodes behind each ascent step's embeddings
         forward = noting_graphs(models[model], graphs)
         clean = models[model](embeddings)
+        kept = Untouched(
+            {f"embeddings[{j}]": e for j, e in enumerate(embeddings)} | {"clean": clean}
+        )
         config = SmartConfig(sigma=0.05, epsilon=0.1, step_size=0.04, ascent_steps=steps, norm=norm)
         caller = torch.no_grad() if grad_mode == "no_grad" else contextlib.nullcontext()
         with caller:
@@ -126,6 +135,8 @@ def check_smart(ctx: Context) -> Outputs:
             )
         if not isinstance(deltas, (list, tuple)) or len(deltas) != len(embeddings):
             return problem(f"expected a list of {len(embeddings)} perturbations")
+        if said := kept.problem():
+            return problem(f"adversarial_perturbation {said}")
         ascents = [size for size in graphs if size]  # the calls on perturbed embeddings
         if ascents and max(ascents) > ascents[0]:
             return problem(

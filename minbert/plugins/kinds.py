@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from minbert.plugins.base import Plugin
 
 # The package's files that hold no kind.
-HELPERS = frozenset({"base", "freezing", "kinds", "report", "task_state"})
+HELPERS = frozenset({"base", "freezing", "kinds", "projected_attention", "report", "task_state"})
 KINDS: dict[str, type[Plugin]] = {}  # the kinds imported so far (a test may put its own in)
 
 

@@ -44,14 +44,13 @@ where the proportional 102 is not divisible by 12.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from minbert.bert import BertSelfAttention, recorded_attention
 from minbert.config import BertConfig, gelu
 from minbert.flags import check_ranges, setting
 from minbert.plugins.base import Plugin
@@ -95,26 +94,6 @@ def default_size(config: BertConfig, heads: int) -> int:
     return heads * max(1, (204 * config.hidden_size) // (768 * heads))
 
 
-class ProjectedAttention(BertSelfAttention):
-    """One layer's attention in the projected space, without an output projection: the encoder's
-    own multi-head self-attention (``BertSelfAttention``, no plug-in sites) on s-dimensional
-    inputs with nh heads, so the equation is written once, in bert.py."""
-
-    def __init__(self, size: int, heads: int, init_std: float) -> None:
-        config = BertConfig(hidden_size=size, num_attention_heads=heads, intermediate_size=size)
-        super().__init__(config)
-        for linear in (self.query, self.key, self.value):
-            nn.init.normal_(linear.weight, std=init_std)
-            nn.init.zeros_(linear.bias)
-
-    def forward(  # type: ignore[override]
-        self, z: torch.Tensor, mask: torch.Tensor, dropout_p: float, fast: bool
-    ) -> torch.Tensor:
-        """(B, T, s) -> (B, T, s); dropout_p is the attention dropout to apply (0 in eval)."""
-        self.dropout_p, self.use_fast_path = dropout_p, fast
-        return super().forward(z, mask)
-
-
 class Decoder(nn.Linear):
     """V_D: (B, T, s) -> (B, T, D), followed by a GELU when ``with_gelu``."""
 
@@ -128,16 +107,21 @@ class Decoder(nn.Linear):
 
 
 class TaskPAL(nn.Module):
-    """One task's PAL parameters: V_E and V_D shared by all layers, one attention per layer."""
+    """One task's PAL parameters: V_E and V_D shared by all layers, one attention per layer
+    (``attention(init_std)`` makes each)."""
 
-    def __init__(self, config: BertConfig, size: int, heads: int, with_gelu: bool) -> None:
+    def __init__(
+        self,
+        config: BertConfig,
+        size: int,
+        with_gelu: bool,
+        attention: Callable[[float], nn.Module],
+    ) -> None:
         super().__init__()
         D, std = config.hidden_size, config.initializer_range
         self.encoder = nn.Linear(D, size)  # V_E
         self.decoder = Decoder(size, D, with_gelu)  # V_D
-        self.layers = nn.ModuleList(
-            ProjectedAttention(size, heads, std) for _ in range(config.num_hidden_layers)
-        )
+        self.layers = nn.ModuleList(attention(std) for _ in range(config.num_hidden_layers))
         nn.init.normal_(self.encoder.weight, std=std)
         nn.init.zeros_(self.encoder.bias)
         nn.init.zeros_(self.decoder.weight)
@@ -166,7 +150,14 @@ class PAL(Plugin):
         self.add_tasks(tasks)
 
     def build_task(self) -> nn.Module:
-        return TaskPAL(self.config, self.size, self.heads, self.settings.gelu)
+        return TaskPAL(self.config, self.size, self.settings.gelu, self.projected_attention)
+
+    def projected_attention(self, init_std: float) -> nn.Module:
+        """g_l: the encoder's own self-attention in the PAL space (``ProjectedAttention``),
+        imported here, so that the PAL exercise's check can stand in for it without bert.py."""
+        from minbert.plugins.projected_attention import ProjectedAttention
+
+        return ProjectedAttention(self.size, self.heads, init_std)
 
     def layer_of(self, task: str) -> dict[nn.Parameter, int]:
         """Layer l's attention acts in layer l; V_E and V_D serve every layer (the top one)."""
@@ -210,6 +201,8 @@ class PAL(Plugin):
         (B, nh, T, T) with this PAL's heads, recorded while this PAL's own ``parallel`` runs on
         the written-out path (``recorded_attention``). ``BertModel.forward(...,
         output_attentions=True)`` returns them, one per layer, as ``plugin_attentions["pals"]``."""
+        from minbert.bert import recorded_attention
+
         fast, self.use_fast_path = self.use_fast_path, False
         try:
             with recorded_attention() as found:
