@@ -34,8 +34,8 @@ from minbert.plugins import (
     plugin_state_dict,
 )
 from minbert.pretrained import load_config, load_pretrained, resolve_checkpoint_dir
+from multitask import extras
 from multitask.collate import Batch
-from multitask.errors import lab_part
 from tasks.base import Task, get_task
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 
@@ -43,7 +43,7 @@ from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 # ModelSettings each, ``--<flag_prefix><option>``): both read from the kinds' own files.
 PLUGINS = tuple(option_kinds())
 SECTIONS = tuple(kind for kind in PLUGINS if plugin_class(kind).flag_prefix)
-OPTIONS = ("pretrain", "finetune", *PLUGINS, "fusion")
+OPTIONS = ("pretrain", "finetune", *PLUGINS, *extras.choices("option"))
 # Options whose pairs are encoded apart unless --pair_encoding says otherwise: with these few
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
 # similarity (the lab's results: option-encoding, plugins-3-epochs), and the adapter and LoRA
@@ -79,7 +79,7 @@ class CoreModelSettings:
         "finetune",
         option_help(),
         group="what to train",
-        needs={"fusion": "multitask.fusion"},
+        needs=extras.needs("option"),
     )
     checkpoint: str = setting(
         "default",
@@ -147,7 +147,7 @@ class CoreModelSettings:
             "representation, pair encoding, --max_length and --adapter_* settings are the run's"
         ),
         metavar="RUN_DIR",
-        needs="multitask.fusion",
+        needs=extras.named("fusion").module,
     )
 
     def resolved(self) -> ModelSettings:
@@ -382,7 +382,7 @@ def build_model(
     names = [*frozen_tasks, *tasks]
     for kind in settings.plugin_kinds:
         if kind == "fusion":  # the first stage's adapters, fixed
-            fusion = lab_part("multitask.fusion", "--option fusion")
+            fusion = extras.load("fusion", "--option fusion")
             sources, state = fusion.stage_one(settings.adapters_from)
             add_plugin(bert, kind, names, sources=sources, **settings.plugin_options(kind))
             fusion.load_sources(bert.plugins["fusion"].sources, settings.adapters_from, state)
