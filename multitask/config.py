@@ -62,20 +62,12 @@ class TrainConfig:
     model: ModelSettings = section(ModelSettings, "")  # option, checkpoint, plug-ins, ...
     sampling: Literal[MODES] = setting(
         "annealed",
-        (
-            "which task each step trains: round-robin cycles the tasks; proportional draws task i "
-            "with p_i ∝ N_i (training-set size); square-root with p_i ∝ √N_i; annealed with p_i ∝ "
-            "N_i^α, α = 1 − 0.8·(e − 1)/(E − 1) in epoch e of E (Stickland & Murray 2019)"
-        ),
+        "which task a step trains: round-robin, or drawn by size, √size or annealed",
         group="what to train",
     )
     step_gradient: Literal[("one-task", "summed", *extras.choices("step_gradient"))] = setting(
         "one-task",
-        (
-            "one-task: a step trains the task --sampling draws; summed: a batch of every task, "
-            "gradients added (no sampling; an epoch has 1/K the steps); pcgrad: the same, "
-            "conflicting gradients projected (Yu et al. 2020)"
-        ),
+        ("one-task: each step trains one drawn task; summed, pcgrad: a batch of every task a step"),
         needs=extras.needs("step_gradient"),
     )
     tasks: list[str] = setting(
@@ -84,8 +76,7 @@ class TrainConfig:
     )
     loss_weights: list[str] = setting(
         help=(
-            "TASK=W,...: multiply TASK's loss by W (e.g. sst=2,sts=0.5; unnamed tasks 1); the "
-            "logged training loss is the weighted one"
+            "TASK=W,...: multiply TASK's loss by W (unnamed tasks 1); the logged loss is weighted"
         ),
         factory=list,
     )
@@ -95,11 +86,7 @@ class TrainConfig:
     )
     train_fraction: float = setting(
         1.0,
-        (
-            "train on this fraction of each training file: a random subsample drawn with a fixed "
-            "generator, so every run (any --seed) sees the same rows; for low-resource experiments "
-            "(dev and test stay whole)"
-        ),
+        ("train on this fixed random fraction of each training file (dev and test stay whole)"),
         within="(0, 1]",
     )
     strict: bool = setting(False, "a malformed data row is an error, not a skip")
@@ -110,38 +97,22 @@ class TrainConfig:
     batch_size: int = setting(32, "examples per step", within="[1, inf)")
     eval_batch_size: int | None = setting(
         None,
-        (
-            "examples per batch of an evaluation or prediction (default: twice --batch_size; no "
-            "gradients are kept, so a GPU takes far more; another size pads differently and may "
-            "change the last float bits of an output)"
-        ),
+        ("examples per batch of an evaluation or prediction (default: twice --batch_size)"),
         within="[1, inf)",
     )
     batch_pool: int = setting(
         50,
-        (
-            "length grouping: shuffle, sort pools of N batches by length, cut them into batches "
-            "(less padding, multitask/batching.py); 1: plain random batches"
-        ),
+        ("length grouping: sort pools of N shuffled batches by length (1: plain random batches)"),
         within="[1, inf)",
     )
     pad_multiple: int = setting(
         1,
-        (
-            "pad each training batch to the next multiple of N tokens (at most --max_length) "
-            "instead of to its longest input, so that steps take a handful of shapes, as a "
-            "compiled or CUDA-graphed step needs (--compile); padding is masked, so the loss "
-            "is the same (1: no extra padding)"
-        ),
+        ("pad each training batch to a multiple of N tokens, so that steps take few shapes"),
         within="[1, inf)",
     )
     encoder_lr: float | None = setting(
         None,
-        (
-            "with --train_encoder: the learning rate of the encoder's own weights, while the "
-            "plug-ins and heads train at --lr (default: 5e-5, the finetune rate; the sources "
-            "fine-tune BERT at 1e-5 to 5e-5)"
-        ),
+        ("with --train_encoder: the learning rate of the encoder's own weights (default: 5e-5)"),
         within="(0, 10]",
     )
     lr: float | None = setting(
@@ -150,10 +121,7 @@ class TrainConfig:
     warmup: float = setting(0.1, "warm-up steps, as a fraction of all steps", within="[0, 1)")
     optimizer: Literal[("foreach", *extras.choices("optimizer"))] = setting(
         "foreach",
-        "foreach: the hand-written AdamW in multi-tensor operations (the student tree's own "
-        "loop where it lacks them); fused: torch's fused AdamW, the same update up to float "
-        "rounding in one kernel a chunk of tensors (for a GPU, where a step waits on its "
-        "launches; a lab extra)",
+        "foreach: the hand-written AdamW in multi-tensor operations; fused: torch's fused AdamW",
         needs=extras.needs("optimizer"),
     )
     weight_decay: float = setting(0.01, "AdamW decoupled weight decay", within="[0, inf)")
@@ -165,19 +133,12 @@ class TrainConfig:
     dropout: float = setting(0.1, "dropout in the encoder and heads", within="[0, 1)")
     layer_decay: float = setting(
         1.0,
-        (
-            "layer-wise learning-rate decay γ: encoder layer l of L trains at lr·γ^(L+1−l), the "
-            "embeddings at lr·γ^(L+1), heads at lr, each plug-in at its layer's rate (1: one rate "
-            "for all; see minbert/optimizer.py)"
-        ),
+        ("layer-wise learning-rate decay γ: layer l of L trains at lr·γ^(L+1−l) (1: one rate)"),
         within="(0, 1]",
     )
     swap_pairs: bool = setting(
         False,
-        (
-            "train symmetric pair tasks (para, sts) on each pair in a random order, (a, b) or (b, "
-            "a), so that the model cannot rely on which sentence comes first"
-        ),
+        ("train the pair tasks (para, sts) on each pair in a random order, (a, b) or (b, a)"),
     )
     seed: int = setting(
         11711,
@@ -195,17 +156,11 @@ class TrainConfig:
     )
     nonfinite: Literal["stop", "skip"] = setting(
         "stop",
-        "on a NaN or infinite loss: stop the run (naming step and task) or skip that batch; "
-        "either way it updates nothing. On a GPU the loss is read at the next --log_every (no "
-        "step waits for the host), so the message comes then; with stop no step after it "
-        "updated anything either",
+        "on a NaN or infinite loss: stop the run (naming step and task) or skip that batch",
     )
     nonfinite_check: Literal["auto", "host", "device"] = setting(
         "auto",
-        "where a step finds that its loss is not finite: host (every step reads its losses, so "
-        "the host waits for the device), device (a flag on the device that the update obeys, "
-        "the losses read at --log_every: multitask/step.py); auto: device on a GPU where it "
-        "can (not with --smart or --step_gradient pcgrad), else host",
+        "where a step checks that its loss is finite: host, device, or auto (device on a GPU)",
     )
     smart: bool = setting(
         False,
@@ -222,39 +177,24 @@ class TrainConfig:
     overwrite: bool = setting(False, "reuse a non-empty --out_dir, starting over")
     evaluate: str | None = setting(
         None,
-        (
-            "evaluate only: load RUN_DIR's best checkpoint, print dev metrics, write predictions "
-            "(with the run's --batch_size they match the run's bit for bit; another batch size "
-            "pads differently and may change the last float bits)"
-        ),
+        ("evaluate only: load RUN_DIR's best checkpoint, print dev metrics, write predictions"),
         metavar="RUN_DIR",
     )
     add_to: str | None = setting(
         None,
-        (
-            "add tasks to RUN_DIR, a finished plug-in run: train only the plug-ins and heads of "
-            "the --tasks named here (new tasks only) while RUN_DIR's tasks stay bit-identical; the "
-            "model settings (option, sizes, encoding) come from RUN_DIR's config.json"
-        ),
+        ("add the --tasks to RUN_DIR, a finished plug-in run whose own tasks stay bit-identical"),
         metavar="RUN_DIR",
     )
     init_from: str | None = setting(
         None,
-        (
-            "start from RUN_DIR, a finished finetune run: its encoder, and the head of each task "
-            "of --tasks that it trained, are the starting weights (multitask training, then each "
-            "task fine-tuned from it: MT-DNN); the model settings come from RUN_DIR's config.json"
-        ),
+        ("start from RUN_DIR, a finished finetune run: its encoder and its tasks' heads (MT-DNN)"),
         metavar="RUN_DIR",
     )
     device: str = setting("auto", "auto (CUDA when present), cpu, cuda or cuda:N")
     bf16: bool = setting(False, "bfloat16 autocast (CUDA only)")
     threads: int | None = setting(
         None,
-        (
-            "CPU threads for torch (default: torch's choice, one per core); on a machine shared "
-            "with other jobs, fewer threads than cores avoids over-subscription"
-        ),
+        ("CPU threads for torch (default: one per core); fewer where other jobs share the machine"),
         within=THREADS_RANGE,
     )
     no_plots: bool = setting(False, "skip the PNG learning curves")
