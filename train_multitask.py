@@ -144,12 +144,7 @@ class Run:
 def set_up(cfg: TrainConfig) -> Run:
     """Everything read and built before the run folder is touched; then the rest of the run."""
     dist, device = set_up_distributed(cfg.device, cfg.bf16, cfg.batch_size)
-    if dist.world > 1 and cfg.step_gradient != "one-task":
-        raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
-    compiled = extra_setting(cfg, "compiled", "compile")
-    if compiled:  # refused before anything is written
-        mode = extra_setting(cfg, "compiled", "compile_mode")
-        extras.load("compiled", "--compile").mode_for(mode, device, dist.world)
+    refuse_what_cannot_run(cfg, dist, device)
     folder = RunFolder(cfg.out_dir, writes=dist.rank == 0)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     torch.manual_seed(cfg.seed)
@@ -224,6 +219,15 @@ def set_up(cfg: TrainConfig) -> Run:
         log=LossLog(state, dist.means, cfg.nonfinite == "stop", skipped),
         reporters=extras.reporters(cfg, folder) if dist.rank == 0 else [],
     )
+
+
+def refuse_what_cannot_run(cfg: TrainConfig, dist: Distributed, device: torch.device) -> None:
+    """What these processes and this device cannot run, refused before anything is written."""
+    if dist.world > 1 and cfg.step_gradient != "one-task":
+        raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
+    if extra_setting(cfg, "compiled", "compile"):
+        mode = extra_setting(cfg, "compiled", "compile_mode")
+        extras.load("compiled", "--compile").mode_for(mode, device, dist.world)
 
 
 def fresh_state(cfg: TrainConfig, data: Data) -> TrainingState:
