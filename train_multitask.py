@@ -28,6 +28,7 @@ from tqdm import tqdm
 from minbert.plugins import format_parameter_report, parameter_report
 from minbert.sampling import TaskSampler
 from minbert.tokenizer import Tokenizer
+from multitask import extras
 from multitask.batching import BatchStream, derived_seed, length_grouped_batches, make_batch
 from multitask.collate import EncodedSplit
 from multitask.config import TrainConfig, build_parser, parse_args
@@ -41,7 +42,7 @@ from multitask.data import (
     report_truncation,
 )
 from multitask.devices import Distributed, autocast, pick_device, set_up_distributed
-from multitask.errors import RunStopped, UsageError, lab_part, run_command, stop_reason
+from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.evaluation import calibrate_similarity_heads, evaluate, write_predictions
 from multitask.model import MultitaskModel, build_model
 from multitask.objectives import Smart, objective_for
@@ -83,10 +84,17 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
         RunFolder(cfg.add_to).load_into(model)
     if cfg.init_from and not cfg.resume:  # a resumed run restores its weights from last.pt
         RunFolder(cfg.init_from).load_start(model)
-    if cfg.init_lora and not cfg.resume:  # each task's LoRA from a PEFT folder
-        peft = lab_part("multitask.peft_format", "--init_lora")
-        peft.load_adapters(cfg.init_lora, cfg.tasks, model, cfg.model.checkpoint)
+    init_lora = extra_setting(cfg, "peft_format", "init_lora")
+    if init_lora and not cfg.resume:  # each task's LoRA from a PEFT folder
+        peft = extras.load("peft_format", "--init_lora")
+        peft.load_adapters(init_lora, cfg.tasks, model, cfg.model.checkpoint)
     return model.to(device)
+
+
+def extra_setting(cfg: TrainConfig, extra: str, name: str) -> Any:
+    """Setting ``name`` of ``extra`` (multitask/extras.py), or None where this tree lacks it."""
+    settings = cfg.extras.get(extra)
+    return getattr(settings, name) if settings is not None else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,6 +127,7 @@ class Run:
     smart: Smart | None  # its momentum teacher is saved in last.pt
     steps_per_epoch: int
     log: LossLog  # the losses since the last read and line (multitask/step.py)
+    reporters: list[Any]  # the extras' reporters (multitask/extras.py), told what the log says
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""
@@ -135,10 +144,7 @@ class Run:
 def set_up(cfg: TrainConfig) -> Run:
     """Everything read and built before the run folder is touched; then the rest of the run."""
     dist, device = set_up_distributed(cfg.device, cfg.bf16, cfg.batch_size)
-    if dist.world > 1 and cfg.step_gradient != "one-task":
-        raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
-    if cfg.compile:  # refused before anything is written
-        lab_part("multitask.compiled", "--compile").mode_for(cfg.compile_mode, device, dist.world)
+    refuse_what_cannot_run(cfg, dist, device)
     folder = RunFolder(cfg.out_dir, writes=dist.rank == 0)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     torch.manual_seed(cfg.seed)
@@ -147,8 +153,9 @@ def set_up(cfg: TrainConfig) -> Run:
     model = make_model(cfg, device)
     train = {name: splits["train"] for name, splits in data.items()}
     # with --teachers, their outputs (read before --overwrite removes anything); else no teacher
-    distill = cfg.teachers and lab_part("multitask.distillation", "--teachers")
-    taught = distill and distill.teacher_outputs(folder, cfg.teachers, train, device, cfg.resume)
+    teachers = extra_setting(cfg, "distillation", "teachers")
+    distill = teachers and extras.load("distillation", "--teachers")
+    taught = distill and distill.teacher_outputs(folder, teachers, train, device, cfg.resume)
     if not cfg.resume:  # a resumed run restores its heads
         calibrate_similarity_heads(model, train, tokenizer, cfg.batch_size, device)
     folder.start(cfg.resume)
@@ -180,7 +187,8 @@ def set_up(cfg: TrainConfig) -> Run:
     state = fresh_state(cfg, data)
 
     def gold() -> float:  # distillation's λ at the step the loop is at
-        return distill.gold_weight(state.step, total_steps, cfg.teacher_weight)
+        weight = extra_setting(cfg, "distillation", "teacher_weight")
+        return distill.gold_weight(state.step, total_steps, weight)
 
     objective = objective_for(model, taught, gold, cfg.smart_settings if cfg.smart else None)
     group = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
@@ -209,7 +217,17 @@ def set_up(cfg: TrainConfig) -> Run:
         smart=objective if isinstance(objective, Smart) else None,
         steps_per_epoch=steps_per_epoch,
         log=LossLog(state, dist.means, cfg.nonfinite == "stop", skipped),
+        reporters=extras.reporters(cfg, folder) if dist.rank == 0 else [],
     )
+
+
+def refuse_what_cannot_run(cfg: TrainConfig, dist: Distributed, device: torch.device) -> None:
+    """What these processes and this device cannot run, refused before anything is written."""
+    if dist.world > 1 and cfg.step_gradient != "one-task":
+        raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
+    if extra_setting(cfg, "compiled", "compile"):
+        mode = extra_setting(cfg, "compiled", "compile_mode")
+        extras.load("compiled", "--compile").mode_for(mode, device, dist.world)
 
 
 def fresh_state(cfg: TrainConfig, data: Data) -> TrainingState:
@@ -231,9 +249,10 @@ def make_step(
     step: torch.nn.Module = TrainingStep(model, objective, weights)
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
         step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True)
-    if cfg.compile:
-        compiled = lab_part("multitask.compiled", "--compile")
-        step = compiled.CompiledStep(step, compiled.mode_for(cfg.compile_mode, device, dist.world))
+    if extra_setting(cfg, "compiled", "compile"):
+        compiled = extras.load("compiled", "--compile")
+        mode = compiled.mode_for(extra_setting(cfg, "compiled", "compile_mode"), device, dist.world)
+        step = compiled.CompiledStep(step, mode)
     return step
 
 
@@ -351,6 +370,10 @@ def log_line(run: Run, epoch: int, bar: tqdm) -> None:
     read_losses(run)  # the losses come to the host here: a CPU-GPU sync point
     logged = run.log.line()
     run.folder.log_training(run.state.step, epoch, logged)
+    rate = max(group["lr"] for group in run.optimizer.param_groups)
+    for reporter in run.reporters:
+        reporter.losses(run.state.step, logged)
+        reporter.learning_rate(run.state.step, rate)
     bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in logged.items()), refresh=False)
 
 
@@ -404,6 +427,8 @@ def evaluate_and_save(run: Run, epoch: int) -> None:
     metrics = dev_metrics(run.model, run.data, run.tokenizer, run.cfg, run.device, run.dev)
     state.eval_seconds += time.time() - started
     run.folder.log_metrics(state.step, epoch, metrics)
+    for reporter in run.reporters:
+        reporter.metrics(state.step, metrics)
     scores = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     tqdm.write(f"step {state.step} epoch {epoch}: {scores}", file=sys.stdout)
     if metrics["overall"] > state.best:
@@ -439,8 +464,8 @@ def finish(run: Run) -> dict[str, Any]:
         # seconds in dev evaluations (wall_clock_s holds all but the last, which follows it)
         "eval_s": round(state.eval_seconds, 1),
     }
-    if cfg.compile:
-        summary |= lab_part("multitask.compiled", "--compile").summary()
+    if extra_setting(cfg, "compiled", "compile"):
+        summary |= extras.load("compiled", "--compile").summary()
     if cfg.step_gradient == "one-task":  # the sampler's schedule, fixed by seed and epoch
         summary["steps_per_task"] = {
             str(e): steps_per_task(run, run.sampler.schedule(e, run.steps_per_epoch))
@@ -455,6 +480,8 @@ def finish(run: Run) -> dict[str, Any]:
     if not cfg.no_plots:
         folder.plot_learning_curves(cfg.tasks)
     print(f"done: {summary}")
+    for reporter in run.reporters:
+        reporter.close()
     if run.dist.world > 1:
         torch.distributed.destroy_process_group()
     return summary

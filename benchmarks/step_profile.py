@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         **timed(run, names, states),
         **profiled(run, names, states),
     }
-    if run.cfg.compile:
+    if run.cfg.extras["compiled"].compile:
         from multitask.compiled import compilations
 
         result["compiled_graphs"] = compilations()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import re
 import sys
 from dataclasses import dataclass
 
@@ -45,7 +44,6 @@ DRIVER_FRONT = (
     "multitask/run.py",
     "multitask/errors.py",
 )
-LAB_PART = re.compile(r"""lab_part\(\s*["']([\w.]+)["']""")
 
 
 @dataclass
@@ -118,12 +116,10 @@ def total(texts: dict[str, str], files: int) -> Size:
 
 
 def lab_parts(root=_common.ROOT) -> list[str]:
-    """The files of the modules the driver imports only through ``lab_part`` (the lab's extras)."""
-    found = set()
-    for rel in project_files(root):
-        if rel.endswith(".py"):
-            found |= set(LAB_PART.findall(read_source(root, rel)))
-    return sorted(f"{module.replace('.', '/')}.py" for module in found)
+    """The files of the lab's extras (multitask/extras.py), which the driver imports on demand."""
+    from multitask.extras import EXTRAS
+
+    return sorted(extra.file() for extra in EXTRAS if (root / extra.file()).is_file())
 
 
 def levers(tree: dict[str, str]) -> tuple[list[list[str]], int]:

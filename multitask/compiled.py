@@ -27,14 +27,53 @@ them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
 import torch
 from torch import nn
 
+from minbert.flags import setting
 from multitask.collate import Batch
 from multitask.errors import UsageError
 from tasks.base import Task
 
-__all__ = ["CompiledStep", "compilations", "compile_seconds", "mode_for"]
+__all__ = ["CompiledStep", "Settings", "compilations", "compile_seconds", "mode_for", "problems"]
+
+
+@dataclass
+class Settings:
+    """The --compile flags (docs/flags.md has the details)."""
+
+    compile: bool = setting(
+        False,
+        "torch.compile each step's forward and loss (not with --smart or --teachers)",
+        group="compiled step",
+    )
+    compile_mode: Literal["auto", "default", "reduce-overhead", "aot_eager"] = setting(
+        "auto",
+        "with --compile: torch.compile's mode (auto: reduce-overhead on a GPU, else default)",
+    )
+
+
+def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
+    """What is wrong with the --compile flags given the rest of the run's settings."""
+    own = cfg.extras["compiled"]
+    if own.compile_mode != "auto" and not own.compile:
+        yield f"--compile_mode {own.compile_mode} goes with --compile"
+    if own.compile and cfg.step_gradient != "one-task":
+        yield (
+            f"--compile with --step_gradient {cfg.step_gradient}: a compiled step trains one "
+            "task's batch (CUDA graphs would overwrite one task's gradients with the next's)"
+        )
+    distillation = cfg.extras.get("distillation")
+    teachers = distillation is not None and bool(distillation.teachers)
+    if own.compile and (cfg.smart or teachers):
+        yield (
+            f"--compile with --{'smart' if cfg.smart else 'teachers'}: not supported (SMART's "
+            "extra forwards and a teacher's mixing weight change every step); leave one out"
+        )
 
 
 def mode_for(setting: str, device: torch.device, processes: int = 1) -> str:

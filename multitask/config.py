@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,9 @@ from minbert.flags import (
 )
 from minbert.sampling import MODES
 from minbert.smart import SmartConfig
+from multitask import extras
 from multitask.devices import THREADS_RANGE, pick_device
-from multitask.errors import UsageError, lab_part
+from multitask.errors import UsageError
 from multitask.model import ModelSettings
 from multitask.run import RunFolder, folder_kind, merge_config, overlapping
 from multitask.step import loss_weights
@@ -36,8 +38,6 @@ from tasks import TASKS, get_task
 from tasks.base import SPLITS, RegressionTask, Task
 from tasks.metrics import OVERALL_TASKS
 
-# The lab's optional parts whose flags the student tree parses but does not offer (``needs``).
-DISTILLATION, COMPILED = "multitask.distillation", "multitask.compiled"
 SEEDS = "[0, 4294967295]"  # 2^32 - 1: seed·1,000,003 + step stays far inside a 64-bit generator
 PATH_FLAGS = (
     "data_dir",
@@ -62,21 +62,13 @@ class TrainConfig:
     model: ModelSettings = section(ModelSettings, "")  # option, checkpoint, plug-ins, ...
     sampling: Literal[MODES] = setting(
         "annealed",
-        (
-            "which task each step trains: round-robin cycles the tasks; proportional draws task i "
-            "with p_i ∝ N_i (training-set size); square-root with p_i ∝ √N_i; annealed with p_i ∝ "
-            "N_i^α, α = 1 − 0.8·(e − 1)/(E − 1) in epoch e of E (Stickland & Murray 2019)"
-        ),
+        "which task a step trains: round-robin, or drawn by size, √size or annealed",
         group="what to train",
     )
-    step_gradient: Literal["one-task", "summed", "pcgrad"] = setting(
+    step_gradient: Literal[("one-task", "summed", *extras.choices("step_gradient"))] = setting(
         "one-task",
-        (
-            "one-task: a step trains the task --sampling draws; summed: a batch of every task, "
-            "gradients added (no sampling; an epoch has 1/K the steps); pcgrad: the same, "
-            "conflicting gradients projected (Yu et al. 2020)"
-        ),
-        needs={"pcgrad": "minbert.pcgrad"},
+        ("one-task: each step trains one drawn task; summed, pcgrad: a batch of every task a step"),
+        needs=extras.needs("step_gradient"),
     )
     tasks: list[str] = setting(
         help="comma-separated subset of the registered tasks (tasks/: cfimdb, para, sst, sts)",
@@ -84,8 +76,7 @@ class TrainConfig:
     )
     loss_weights: list[str] = setting(
         help=(
-            "TASK=W,...: multiply TASK's loss by W (e.g. sst=2,sts=0.5; unnamed tasks 1); the "
-            "logged training loss is the weighted one"
+            "TASK=W,...: multiply TASK's loss by W (unnamed tasks 1); the logged loss is weighted"
         ),
         factory=list,
     )
@@ -95,11 +86,7 @@ class TrainConfig:
     )
     train_fraction: float = setting(
         1.0,
-        (
-            "train on this fraction of each training file: a random subsample drawn with a fixed "
-            "generator, so every run (any --seed) sees the same rows; for low-resource experiments "
-            "(dev and test stay whole)"
-        ),
+        ("train on this fixed random fraction of each training file (dev and test stay whole)"),
         within="(0, 1]",
     )
     strict: bool = setting(False, "a malformed data row is an error, not a skip")
@@ -110,51 +97,32 @@ class TrainConfig:
     batch_size: int = setting(32, "examples per step", within="[1, inf)")
     eval_batch_size: int | None = setting(
         None,
-        (
-            "examples per batch of an evaluation or prediction (default: twice --batch_size; no "
-            "gradients are kept, so a GPU takes far more; another size pads differently and may "
-            "change the last float bits of an output)"
-        ),
+        ("examples per batch of an evaluation or prediction (default: twice --batch_size)"),
         within="[1, inf)",
     )
     batch_pool: int = setting(
         50,
-        (
-            "length grouping: shuffle, sort pools of N batches by length, cut them into batches "
-            "(less padding, multitask/batching.py); 1: plain random batches"
-        ),
+        ("length grouping: sort pools of N shuffled batches by length (1: plain random batches)"),
         within="[1, inf)",
     )
     pad_multiple: int = setting(
         1,
-        (
-            "pad each training batch to the next multiple of N tokens (at most --max_length) "
-            "instead of to its longest input, so that steps take a handful of shapes, as a "
-            "compiled or CUDA-graphed step needs (--compile); padding is masked, so the loss "
-            "is the same (1: no extra padding)"
-        ),
+        ("pad each training batch to a multiple of N tokens, so that steps take few shapes"),
         within="[1, inf)",
     )
     encoder_lr: float | None = setting(
         None,
-        (
-            "with --train_encoder: the learning rate of the encoder's own weights, while the "
-            "plug-ins and heads train at --lr (default: 5e-5, the finetune rate; the sources "
-            "fine-tune BERT at 1e-5 to 5e-5)"
-        ),
+        ("with --train_encoder: the learning rate of the encoder's own weights (default: 5e-5)"),
         within="(0, 10]",
     )
     lr: float | None = setting(
         None, "peak learning rate (default: 5e-5 for finetune, else 1e-3)", within="(0, 10]"
     )
     warmup: float = setting(0.1, "warm-up steps, as a fraction of all steps", within="[0, 1)")
-    optimizer: Literal["foreach", "fused"] = setting(
+    optimizer: Literal[("foreach", *extras.choices("optimizer"))] = setting(
         "foreach",
-        "foreach: the hand-written AdamW in multi-tensor operations (the student tree's own "
-        "loop where it lacks them); fused: torch's fused AdamW, the same update up to float "
-        "rounding in one kernel a chunk of tensors (for a GPU, where a step waits on its "
-        "launches; a lab extra)",
-        needs="minbert.optimizer_foreach",
+        "foreach: the hand-written AdamW in multi-tensor operations; fused: torch's fused AdamW",
+        needs=extras.needs("optimizer"),
     )
     weight_decay: float = setting(0.01, "AdamW decoupled weight decay", within="[0, inf)")
     max_grad_norm: float = setting(
@@ -165,19 +133,12 @@ class TrainConfig:
     dropout: float = setting(0.1, "dropout in the encoder and heads", within="[0, 1)")
     layer_decay: float = setting(
         1.0,
-        (
-            "layer-wise learning-rate decay γ: encoder layer l of L trains at lr·γ^(L+1−l), the "
-            "embeddings at lr·γ^(L+1), heads at lr, each plug-in at its layer's rate (1: one rate "
-            "for all; see minbert/optimizer.py)"
-        ),
+        ("layer-wise learning-rate decay γ: layer l of L trains at lr·γ^(L+1−l) (1: one rate)"),
         within="(0, 1]",
     )
     swap_pairs: bool = setting(
         False,
-        (
-            "train symmetric pair tasks (para, sts) on each pair in a random order, (a, b) or (b, "
-            "a), so that the model cannot rely on which sentence comes first"
-        ),
+        ("train the pair tasks (para, sts) on each pair in a random order, (a, b) or (b, a)"),
     )
     seed: int = setting(
         11711,
@@ -195,39 +156,11 @@ class TrainConfig:
     )
     nonfinite: Literal["stop", "skip"] = setting(
         "stop",
-        "on a NaN or infinite loss: stop the run (naming step and task) or skip that batch; "
-        "either way it updates nothing. On a GPU the loss is read at the next --log_every (no "
-        "step waits for the host), so the message comes then; with stop no step after it "
-        "updated anything either",
+        "on a NaN or infinite loss: stop the run (naming step and task) or skip that batch",
     )
     nonfinite_check: Literal["auto", "host", "device"] = setting(
         "auto",
-        "where a step finds that its loss is not finite: host (every step reads its losses, so "
-        "the host waits for the device), device (a flag on the device that the update obeys, "
-        "the losses read at --log_every: multitask/step.py); auto: device on a GPU where it "
-        "can (not with --smart or --step_gradient pcgrad), else host",
-    )
-    teachers: list[str] = setting(
-        help=(
-            "TASK=RUN_DIR,...: finished runs of this driver (a task alone or several, any "
-            "option) whose head outputs teach the named tasks: each trains towards "
-            "λ·gold + (1 − λ)·teacher (Clark et al. 2019, BAM!; a lab extra); "
-            "given twice, the lists are merged (a task taught by two runs is an error)"
-        ),
-        factory=list,
-        group="distillation from teachers",
-        needs=DISTILLATION,
-    )
-    teacher_annealing: bool = setting(
-        False,
-        "λ rises linearly from 0 at the first step to 1 at the last (the default with --teachers)",
-        needs=DISTILLATION,
-    )
-    teacher_weight: float | None = setting(
-        None,
-        "a constant mix instead of annealing: λ = 1 − w, the teacher's share w",
-        within="[0, 1]",
-        needs=DISTILLATION,
+        "where a step checks that its loss is finite: host, device, or auto (device on a GPU)",
     )
     smart: bool = setting(
         False,
@@ -244,68 +177,29 @@ class TrainConfig:
     overwrite: bool = setting(False, "reuse a non-empty --out_dir, starting over")
     evaluate: str | None = setting(
         None,
-        (
-            "evaluate only: load RUN_DIR's best checkpoint, print dev metrics, write predictions "
-            "(with the run's --batch_size they match the run's bit for bit; another batch size "
-            "pads differently and may change the last float bits)"
-        ),
+        ("evaluate only: load RUN_DIR's best checkpoint, print dev metrics, write predictions"),
         metavar="RUN_DIR",
     )
     add_to: str | None = setting(
         None,
-        (
-            "add tasks to RUN_DIR, a finished plug-in run: train only the plug-ins and heads of "
-            "the --tasks named here (new tasks only) while RUN_DIR's tasks stay bit-identical; the "
-            "model settings (option, sizes, encoding) come from RUN_DIR's config.json"
-        ),
+        ("add the --tasks to RUN_DIR, a finished plug-in run whose own tasks stay bit-identical"),
         metavar="RUN_DIR",
     )
     init_from: str | None = setting(
         None,
-        (
-            "start from RUN_DIR, a finished finetune run: its encoder, and the head of each task "
-            "of --tasks that it trained, are the starting weights (multitask training, then each "
-            "task fine-tuned from it: MT-DNN); the model settings come from RUN_DIR's config.json"
-        ),
+        ("start from RUN_DIR, a finished finetune run: its encoder and its tasks' heads (MT-DNN)"),
         metavar="RUN_DIR",
-    )
-    init_lora: list[str] = setting(
-        help=(
-            "TASK=DIR,...: start each named task's LoRA (--option lora) from a PEFT adapter "
-            "folder of the same base checkpoint, rank, α and targets (a lab extra, as is the "
-            "export of a LoRA run in that format)"
-        ),
-        factory=list,
-        needs="multitask.peft_format",
     )
     device: str = setting("auto", "auto (CUDA when present), cpu, cuda or cuda:N")
     bf16: bool = setting(False, "bfloat16 autocast (CUDA only)")
-    compile: bool = setting(
-        False,
-        (
-            "torch.compile each step's forward and loss (a lab extra); with "
-            "--pad_multiple the shapes stay few; not with --smart or --teachers"
-        ),
-        needs=COMPILED,
-    )
-    compile_mode: Literal["auto", "default", "reduce-overhead", "aot_eager"] = setting(
-        "auto",
-        (
-            "with --compile: torch.compile's mode; auto = reduce-overhead (CUDA graphs: a step "
-            "is one launch per graph, not one per kernel) on a GPU, default elsewhere; aot_eager "
-            "captures the graphs without generating code (a quick check that a step compiles)"
-        ),
-        needs=COMPILED,
-    )
     threads: int | None = setting(
         None,
-        (
-            "CPU threads for torch (default: torch's choice, one per core); on a machine shared "
-            "with other jobs, fewer threads than cores avoids over-subscription"
-        ),
+        ("CPU threads for torch (default: one per core); fewer where other jobs share the machine"),
         within=THREADS_RANGE,
     )
     no_plots: bool = setting(False, "skip the PNG learning curves")
+    # Not flags themselves: each present extra's settings (multitask/extras.py), by its name:
+    extras: dict[str, Any] = field(default_factory=dict)
     # Not flags; saved in config.json. With --add_to, the earlier runs' tasks (frozen):
     base_tasks: list[str] = field(default_factory=list)
     # Each task file given explicitly (--<task>_<split>, generated from the task registry):
@@ -336,16 +230,19 @@ class TrainConfig:
 
     def to_flat(self) -> dict[str, Any]:
         """config.json: {flag name: value}, as the run was configured."""
-        return {**flatten(self), **self.files, "base_tasks": self.base_tasks}
+        own = {key: value for s in self.extras.values() for key, value in flatten(s).items()}
+        return {**flatten(self), **own, **self.files, "base_tasks": self.base_tasks}
 
     @classmethod
     def from_flat(cls, flat: dict[str, Any]) -> TrainConfig:
         files = {k: flat.get(k) for k in FILE_FLAGS}
         try:
             config = unflatten(cls, flat)
+            own = {name: unflatten(s, flat) for name, s in extras.sections().items()}
         except ValueError as err:
             raise UsageError(str(err)) from None
-        return dataclasses.replace(config, files=files, base_tasks=flat.get("base_tasks", []))
+        base_tasks = flat.get("base_tasks", [])
+        return dataclasses.replace(config, files=files, base_tasks=base_tasks, extras=own)
 
 
 FILE_FLAGS = [f"{name}_{split}" for name in TASKS for split in SPLITS]
@@ -371,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
         merged=("--teachers",),
     )
     add_flags(parser, TrainConfig)
+    for settings in extras.sections().values():  # each present extra's own section
+        add_flags(parser, settings)
     files = parser.add_argument_group("data files (default: <data_dir>/<the course's file name>)")
     for flag in FILE_FLAGS:
         files.add_argument(f"--{flag}", default=None, metavar="FILE")
@@ -382,6 +281,7 @@ def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainC
     --add_to), defaults resolved, every value checked. ``elsewhere``: the command was recorded
     on another machine (a results row), so the teacher runs it names are checked only where
     they are here; every setting is still checked."""
+    extras.refuse_absent({}, sys.argv[1:] if argv is None else list(argv))
     flat = vars(build_parser().parse_args(argv))
     defaults = vars(build_parser().parse_args([]))
     if empty := [k for k in (*PATH_FLAGS, *FILE_FLAGS) if flat.get(k) == ""]:
@@ -399,12 +299,13 @@ def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainC
         source, flag, inherited = flat["init_from"], "--init_from", MODEL_KEYS
     elif flat["adapters_from"]:
         source, flag = flat["adapters_from"], "--adapters_from"
-        stage_one = lab_part("multitask.fusion", "--adapters_from").STAGE_ONE_KEYS
+        stage_one = extras.load("fusion", "--adapters_from").STAGE_ONE_KEYS
         inherited = [k for k in MODEL_KEYS if k in stage_one or k.startswith("adapter_")]
     if elsewhere and flag in ("--init_from", "--adapters_from") and not Path(source).is_dir():
         source = None  # a results row whose first stage is not here: its flags as recorded
     if source is not None:
         saved = read_run(source, flag)
+        extras.refuse_absent(saved)
         flat = merge_config(flat, saved, inherited, defaults | {"base_tasks": []}, flag, source)
         if flag == "--add_to":
             flat["base_tasks"] = [*saved.get("base_tasks", []), *saved["tasks"]]
@@ -420,6 +321,8 @@ def read_run(source: str, flag: str) -> dict[str, Any]:
     base_tasks that are not a list of names, an --add_to chain that loops are "corrupted"."""
     folder = RunFolder(source)
     saved = folder.read_settings(TrainConfig, flag, required=("option", "tasks"))
+    for settings in extras.sections().values():
+        folder.read_settings(settings, flag)
     base = saved.get("base_tasks", [])
     if not isinstance(base, list) or not all(isinstance(t, str) for t in base):
         raise UsageError(f"{flag}: {folder.file('config.json')} is corrupted (base_tasks {base!r})")
@@ -459,24 +362,10 @@ def check(cfg: TrainConfig, explicit: list[str], elsewhere: bool = False) -> Non
     try:
         checkpoint = cfg.model.check([get_task(t) for t in cfg.tasks if t in TASKS])
         loss_weights(cfg.loss_weights, cfg.tasks)
-        if cfg.teachers:
-            lab_part("multitask.distillation", "--teachers").parse_teachers(cfg.teachers, cfg.tasks)
-        if cfg.init_lora and cfg.model.option != "lora":
-            raise ValueError(
-                f"--init_lora starts LoRA: it goes with --option lora, not {cfg.model.option}"
-            )
-        if cfg.init_lora:
-            peft = lab_part("multitask.peft_format", "--init_lora")
-            peft.adapter_folders(cfg.init_lora, cfg.tasks)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    for flag, module, wanted in (  # the lab's parts the student tree leaves out
-        ("--step_gradient pcgrad", "minbert.pcgrad", cfg.step_gradient == "pcgrad"),
-        ("--optimizer fused", "multitask.fused_adamw", cfg.optimizer == "fused"),
-        ("--compile", "multitask.compiled", cfg.compile),
-    ):
-        if wanted:
-            lab_part(module, flag)
+    for extra, flag in extras.chosen(flatten(cfg)):  # a choice the student tree leaves out
+        extras.load(extra.name, flag)
     for message in problems(cfg, explicit, checkpoint, elsewhere):
         raise UsageError(message)
     pick_device(cfg.device)
@@ -541,23 +430,8 @@ def problems(
         )
     if cfg.encoder_lr is not None and not m.train_encoder:
         yield "--encoder_lr goes with --train_encoder (a plug-in option training the encoder too)"
-    if cfg.teachers or cfg.teacher_annealing or cfg.teacher_weight is not None:
-        yield from lab_part("multitask.distillation", "--teachers").distillation_problems(
-            cfg, elsewhere
-        )
+    yield from extras.problems(cfg, elsewhere)
     yield from host_checked_losses(cfg)
-    if cfg.compile_mode != "auto" and not cfg.compile:
-        yield f"--compile_mode {cfg.compile_mode} goes with --compile"
-    if cfg.compile and cfg.step_gradient != "one-task":
-        yield (
-            f"--compile with --step_gradient {cfg.step_gradient}: a compiled step trains one "
-            "task's batch (CUDA graphs would overwrite one task's gradients with the next's)"
-        )
-    if cfg.compile and (cfg.smart or cfg.teachers):
-        yield (
-            f"--compile with --{'smart' if cfg.smart else 'teachers'}: not supported (SMART's "
-            "extra forwards and a teacher's mixing weight change every step); leave one out"
-        )
     if add_to and (repeated := [t for t in tasks if t in cfg.base_tasks]):
         yield (
             f"--tasks: {repeated} already trained in {add_to} (tasks {cfg.base_tasks}); with "

@@ -23,13 +23,14 @@ Chen, Gao 2019 distil MT-DNN from ensembles of single-task models in the same wa
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from minbert.checkpoint import load_tensors, save_tensors
-from minbert.flags import task_folders
+from minbert.flags import setting, task_folders
 from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
 from multitask.errors import UsageError
 from multitask.evaluation import head_outputs
@@ -40,6 +41,25 @@ from tasks.base import get_task
 from tasks.reader import Example
 
 CACHE = "teacher-outputs.safetensors"
+
+
+@dataclass
+class Settings:
+    """The distillation flags (docs/flags.md has the details)."""
+
+    teachers: list[str] = setting(
+        help="TASK=RUN_DIR,...: finished runs whose outputs teach these tasks; given twice, merged",
+        factory=list,
+        group="distillation from teachers",
+    )
+    teacher_annealing: bool = setting(
+        False, "λ rises linearly from 0 to 1 over the run (the default with --teachers)"
+    )
+    teacher_weight: float | None = setting(
+        None,
+        "a constant mix instead of annealing: λ = 1 − w, the teacher's share w",
+        within="[0, 1]",
+    )
 
 
 def parse_teachers(entries: Sequence[str], tasks: Sequence[str]) -> dict[str, str]:
@@ -132,15 +152,18 @@ def save_teacher_outputs(folder: RunFolder, outputs: dict[str, torch.Tensor], re
         save_tensors(outputs, folder.file(CACHE))
 
 
-def distillation_problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
+def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
     """What is wrong with the distillation flags of a driver config (``multitask.config``'s
     TrainConfig), first things first: a teacher that is the run being written (or overwritten)
     is refused before its folder is read as a teacher."""
-    if cfg.teacher_annealing and cfg.teacher_weight is not None:
+    own = cfg.extras["distillation"]
+    if not own.teachers and not own.teacher_annealing and own.teacher_weight is None:
+        return
+    teachers = parse_teachers(own.teachers, cfg.tasks)
+    if own.teacher_annealing and own.teacher_weight is not None:
         yield "--teacher_annealing and --teacher_weight: choose one (annealing is the default)"
-    if (cfg.teacher_annealing or cfg.teacher_weight is not None) and not cfg.teachers:
+    if (own.teacher_annealing or own.teacher_weight is not None) and not own.teachers:
         yield "--teacher_annealing / --teacher_weight: name the teachers with --teachers"
-    teachers = parse_teachers(cfg.teachers, cfg.tasks)
     for name, folder in teachers.items():
         if overlapping(Path(cfg.out_dir), Path(folder)):
             yield (

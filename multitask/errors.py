@@ -10,7 +10,6 @@ A mistake of the user's (a flag out of range, a missing file, a run that does no
 
 from __future__ import annotations
 
-import importlib
 import signal
 import sys
 import threading
@@ -24,21 +23,6 @@ from tasks.reader import DataError
 
 class UsageError(Exception):
     """A mistake in the command line or the files it names: reported in one line, no traceback."""
-
-
-def lab_part(module: str, flag: str):
-    """Import one of the lab's optional parts (distillation, AdapterFusion, PCGrad, the compiled
-    step, ...), which the student tree leaves out: there, the flag that needs it ends the command
-    in one line."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        if err.name != module:
-            raise
-        raise UsageError(
-            f"{flag} needs {module.replace('.', '/')}.py, which this tree does not have (the "
-            "student tree leaves the lab's extras out): run it in the full project"
-        ) from None
 
 
 class RunStopped(Exception):

@@ -34,8 +34,8 @@ from minbert.plugins import (
     plugin_state_dict,
 )
 from minbert.pretrained import load_config, load_pretrained, resolve_checkpoint_dir
+from multitask import extras
 from multitask.collate import Batch
-from multitask.errors import lab_part
 from tasks.base import Task, get_task
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 
@@ -43,7 +43,7 @@ from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 # ModelSettings each, ``--<flag_prefix><option>``): both read from the kinds' own files.
 PLUGINS = tuple(option_kinds())
 SECTIONS = tuple(kind for kind in PLUGINS if plugin_class(kind).flag_prefix)
-OPTIONS = ("pretrain", "finetune", *PLUGINS, "fusion")
+OPTIONS = ("pretrain", "finetune", *PLUGINS, *extras.choices("option"))
 # Options whose pairs are encoded apart unless --pair_encoding says otherwise: with these few
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
 # similarity (the lab's results: option-encoding, plugins-3-epochs), and the adapter and LoRA
@@ -59,16 +59,6 @@ LAYERNORMS_BY_DEFAULT = ("lhuc",)
 WIDEST_FACTOR = 16
 
 
-def option_help() -> str:
-    """--option's help, each plug-in kind in its own words (``Plugin.summary``)."""
-    kinds = "; ".join(f"{kind}: {plugin_class(kind).summary} per task" for kind in PLUGINS)
-    return (
-        "pretrain: frozen encoder, only the task heads train; finetune: every weight trains; "
-        f"{kinds} (frozen encoder); fusion: per task, fusion layers over the fixed adapters of "
-        "--adapters_from"
-    )
-
-
 @dataclass
 class CoreModelSettings:
     """Everything that decides the model's shape besides its task list: ``--evaluate`` and
@@ -77,16 +67,13 @@ class CoreModelSettings:
 
     option: Literal[OPTIONS] = setting(
         "finetune",
-        option_help(),
+        "what trains: pretrain (the heads), finetune (every weight), or a plug-in per task",
         group="what to train",
-        needs={"fusion": "multitask.fusion"},
+        needs=extras.needs("option"),
     )
     checkpoint: str = setting(
         "default",
-        (
-            "pretrained BERT directory (config.json + model.safetensors or pytorch_model.bin); "
-            "'default' is the packaged all-MiniLM-L6-v2"
-        ),
+        "pretrained BERT folder (config.json and weights); 'default': the packaged MiniLM",
     )
     representation: Literal[REPRESENTATIONS] = setting(
         "mean",
@@ -97,57 +84,32 @@ class CoreModelSettings:
     )
     pair_encoding: Literal[PAIR_ENCODINGS] | None = setting(
         None,
-        (
-            "pair tasks: cross = one sequence [CLS] a [SEP] b [SEP]; separate = encode a and b "
-            "apart and combine ([u,v,|u-v|,u*v] for paraphrase, cosine for similarity) (default: "
-            "separate for pretrain and the plug-ins, which keep the checkpoint's own cosine "
-            'similarity and were ahead encoded apart; cross for finetune; README "Why the '
-            'defaults")'
-        ),
+        ("pair tasks: cross (one sequence) or separate (a and b apart) (default: by --option)"),
     )
     head_hidden: int = setting(
         0,
-        (
-            "each task head gets a tanh layer of this size before its output layer (the adapter "
-            "study's two-layer classifier; 0: a linear head)"
-        ),
+        ("a tanh layer of this size in each task head before its output layer (0: a linear head)"),
         within="[0, inf)",
     )
     max_length: int = setting(128, "tokens per sequence after truncation", group="data")
     train_layernorms: bool | None = setting(
         None,
-        (
-            "each task gets its own copy of every encoder layer's two LayerNorms, started from the "
-            "pretrained ones (Houlsby et al. 2019; the embeddings' LayerNorm stays shared and "
-            "frozen; minbert/plugins/layernorm.py) (default: on for lhuc, whose scales alone leave "
-            "Quora below --option pretrain; off for the other plug-ins; --no-train_layernorms "
-            "turns it off)"
-        ),
+        ("give each task its own copy of the encoder's LayerNorms (default: on for lhuc only)"),
         group="plug-ins (with --option adapter|pals|lhuc|lora)",
     )
     train_encoder: bool = setting(
         False,
-        (
-            "also fine-tune the shared encoder together with the plug-ins, as the PALs paper does "
-            "(not with --add_to: earlier tasks would change)"
-        ),
+        ("also fine-tune the shared encoder together with the plug-ins (not with --add_to)"),
     )
     also: list[str] = setting(
-        help=(
-            "more plug-in kinds beside --option's, comma-separated, each with its own flags (e.g. "
-            "--option adapter --also lhuc)"
-        ),
+        help="more plug-in kinds beside --option's, comma-separated (e.g. --also lhuc)",
         factory=list,
     )
     adapters_from: str | None = setting(
         None,
-        (
-            "with --option fusion: a finished --option adapter run whose adapters every task "
-            "fuses (AdapterFusion, Pfeiffer et al. 2021; a lab extra); its checkpoint, "
-            "representation, pair encoding, --max_length and --adapter_* settings are the run's"
-        ),
+        ("with --option fusion: the finished --option adapter run whose adapters each task fuses"),
         metavar="RUN_DIR",
-        needs="multitask.fusion",
+        needs=extras.named("fusion").module,
     )
 
     def resolved(self) -> ModelSettings:
@@ -382,7 +344,7 @@ def build_model(
     names = [*frozen_tasks, *tasks]
     for kind in settings.plugin_kinds:
         if kind == "fusion":  # the first stage's adapters, fixed
-            fusion = lab_part("multitask.fusion", "--option fusion")
+            fusion = extras.load("fusion", "--option fusion")
             sources, state = fusion.stage_one(settings.adapters_from)
             add_plugin(bert, kind, names, sources=sources, **settings.plugin_options(kind))
             fusion.load_sources(bert.plugins["fusion"].sources, settings.adapters_from, state)

@@ -28,12 +28,15 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from minbert.checkpoint import UnsafeCheckpointError, atomic_write_text, load_tensors, save_tensors
-from minbert.flags import task_folders
+from minbert.flags import setting, task_folders
 from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
 from minbert.sites import LINEAR_SITES
 from multitask.errors import UsageError
@@ -41,6 +44,26 @@ from multitask.model import ModelSettings, MultitaskModel
 
 HF_PATHS = LINEAR_SITES  # a layer's linear maps by site name: their paths, Hugging Face's
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+
+
+@dataclass
+class Settings:
+    """The flag that starts a LoRA run from PEFT adapters (docs/flags.md has the details)."""
+
+    init_lora: list[str] = setting(
+        help="TASK=DIR,...: start each task's LoRA (--option lora) from a PEFT adapter folder",
+        factory=list,
+        group="PEFT LoRA adapters",
+    )
+
+
+def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
+    """--init_lora goes with --option lora, each entry a task of the run given once."""
+    entries = cfg.extras["peft_format"].init_lora
+    if entries and cfg.model.option != "lora":
+        yield f"--init_lora starts LoRA: it goes with --option lora, not {cfg.model.option}"
+    elif entries:
+        adapter_folders(entries, cfg.tasks)
 
 
 def adapter_folders(entries: list[str], tasks: list[str]) -> dict[str, str]:

@@ -42,8 +42,6 @@ it is skipped with a message, or the run stops there (``NonFiniteStep``).
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import math
 from collections.abc import Callable, Sequence
 
@@ -52,15 +50,11 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from minbert.optimizer import AdamW, param_groups
+from multitask import extras
 from multitask.collate import Batch
-from multitask.errors import lab_part
 from multitask.model import MultitaskModel
 from multitask.state import TrainingState
 from tasks.base import Task
-
-# The hand-written AdamW in multi-tensor operations, imported by name where the tree has it (the
-# student tree does not: there the student's own loop trains).
-LAB_OPTIMIZER = "minbert.optimizer_foreach"
 
 Objective = Callable[[Task, Batch], torch.Tensor]
 
@@ -141,7 +135,7 @@ class PCGrad(HostChecked):
     def __init__(self, seed: Callable[[], int], skip: bool = False) -> None:
         super().__init__(skip)
         self.seed = seed
-        self.surgery = lab_part("minbert.pcgrad", "--step_gradient pcgrad").surgery
+        self.surgery = extras.load("pcgrad", "--step_gradient pcgrad").surgery
         self.per_task: list[list[torch.Tensor | None]] = []
 
     def after_backward(self, optimizer: torch.optim.Optimizer) -> None:
@@ -260,9 +254,9 @@ def optimizer_for(
     kind: str = "foreach",
 ) -> torch.optim.Optimizer:
     """The optimizer the driver trains with: the hand-written AdamW over
-    ``param_groups(model, weight_decay, lr, layer_decay)``, through its multi-tensor path
-    (``LAB_OPTIMIZER``: the same numbers with far fewer kernel launches) where the tree has
-    it; the student tree leaves that module out, and then the student's own loop
+    ``param_groups(model, weight_decay, lr, layer_decay)``, through its multi-tensor path (the
+    extra ``minbert.optimizer_foreach``: the same numbers, far fewer kernel launches) where the
+    tree has it; the student tree leaves that module out, and then the student's own loop
     (``minbert.optimizer.AdamW``) trains. With ``encoder_lr`` (``--train_encoder``), the
     encoder's own weights (every BERT parameter but the plug-ins') train at ``encoder_lr`` in
     place of ``lr``, times their layer's decay; plug-ins and heads at ``lr``. ``kind`` fused
@@ -273,10 +267,10 @@ def optimizer_for(
         encoder = {id(p) for p in bert.parameters()} - {id(p) for p in bert.plugins.parameters()}
         groups = rescaled(groups, encoder, lr, encoder_lr / lr)
     if kind == "fused":
-        return lab_part("multitask.fused_adamw", "--optimizer fused").FusedAdamW(groups, lr=lr)
-    if importlib.util.find_spec(LAB_OPTIMIZER) is None:  # the student tree
+        return extras.load("fused_adamw", "--optimizer fused").FusedAdamW(groups, lr=lr)
+    if not extras.named("optimizer_foreach").present():  # the student tree
         return AdamW(groups, lr=lr)
-    return importlib.import_module(LAB_OPTIMIZER).ForeachAdamW(groups, lr=lr)
+    return extras.load("optimizer_foreach", "--optimizer foreach").ForeachAdamW(groups, lr=lr)
 
 
 def rescaled(groups: list[dict], chosen: set[int], lr: float, factor: float) -> list[dict]:

@@ -496,7 +496,8 @@ def test_teachers_given_twice_are_merged(made, tiny_checkpoint, tiny_data, tmp_p
     argv = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data)]
     argv += ["--max_length", "32", "--out_dir", str(tmp_path / "new")]
     argv += ["--teachers", f"sst={run}", "--teachers", f"para={run},sst={run}"]
-    assert train_multitask.parse_args(argv).teachers == [f"sst={run}", f"para={run}"]
+    teachers = train_multitask.parse_args(argv).extras["distillation"].teachers
+    assert teachers == [f"sst={run}", f"para={run}"]
     assert "merged" in train_multitask.build_parser().format_help()
 
 

@@ -59,7 +59,7 @@ def test_a_recorded_teacher_is_checked_only_where_it_is_here(tmp_path):
     absent, unfinished = tmp_path / "absent", tmp_path / "unfinished"
     unfinished.mkdir()
     argv = ["--out_dir", str(tmp_path / "run"), "--teachers"]
-    assert PARSE([*argv, f"sst={absent}"]).teachers == [f"sst={absent}"]
+    assert PARSE([*argv, f"sst={absent}"]).extras["distillation"].teachers == [f"sst={absent}"]
     with pytest.raises(UsageError, match="holds no finished run"):
         train_multitask.parse_args([*argv, f"sst={absent}"])
     with pytest.raises(UsageError, match="holds no finished run"):

@@ -72,28 +72,18 @@ class AdapterSettings:
     size: int = setting(64, "adapter bottleneck m", within="[1, inf)")
     placement: Literal[tuple(PLACEMENTS)] = setting(
         "houlsby",
-        (
-            "houlsby: after attention and feed-forward, before each add & norm (Houlsby et al. "
-            "2019); pfeiffer: after feed-forward only (Pfeiffer et al. 2021); after_layernorm: "
-            "after each add & norm's LayerNorm"
-        ),
+        ("where the adapters sit: houlsby (two a layer), pfeiffer (one), or after_layernorm"),
     )
     init: Literal["identity", "near_identity"] = setting(
         "identity",
-        (
-            "identity: W_up = 0, exactly the identity at start; near_identity: both projections ~ "
-            "truncated N(0, 1e-3²), as Houlsby et al.'s code"
-        ),
+        ("identity: W_up = 0, exactly the identity at start; near_identity: both ~ N(0, 1e-3²)"),
     )
     share: int = setting(
         1, "share one adapter per position across k consecutive layers", within="[1, inf)"
     )
     share_sites: bool = setting(
         False,
-        (
-            'one adapter serves both positions of a layer (or block of k layers): "shared in each '
-            'layer" (with --adapter_share 3: the study\'s "3-shared")'
-        ),
+        ("one adapter serves both positions of a layer (or of a block of --adapter_share layers)"),
     )
 
     def __post_init__(self) -> None:

@@ -54,10 +54,7 @@ class LoRASettings:
     alpha: float = setting(16.0, "LoRA scale α (the update is scaled by α/r)", within="(0, inf)")
     targets: str = setting(
         "query,value",
-        (
-            "linear maps LoRA adapts, comma-separated (a list also works in Python): query, key, "
-            "value, attention_output, intermediate, output"
-        ),
+        ("the linear maps LoRA adapts, comma-separated (query, key, value, attention_output, ...)"),
     )
     dropout: float = setting(0.0, "dropout on the input of the LoRA update", within="[0, 1)")
 

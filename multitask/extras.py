@@ -1,0 +1,141 @@
+"""The lab's extras: optional parts that the core runs without (the student tree leaves them out).
+
+``EXTRAS`` lists each one: its name, the module its code is in, the flags its settings add and
+the choices it adds to a core flag. A tree without the module simply does not offer them; a
+command or saved config.json that uses one ends in one line naming the missing file.
+
+An extra's module hooks into the run through these names, each optional:
+
+    Settings                    a settings dataclass (minbert/flags.py): its flags, in a --help
+                                section of their own; a run's values are ``cfg.extras[name]``
+    problems(cfg, elsewhere)    what is wrong with its settings given the whole TrainConfig
+                                (``elsewhere``: a recorded command); yields one line each
+    reporter(cfg, folder)       None, or an object whose ``losses(step, {task: loss})``,
+                                ``metrics(step, {name: value})``, ``learning_rate(step, lr)``
+                                and ``close()`` the loop calls as it logs
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from multitask.errors import UsageError
+
+
+@dataclasses.dataclass(frozen=True)
+class Extra:
+    """One optional part. ``flags``: each flag its ``Settings`` declare and the value that
+    leaves it off (a tree without the extra accepts a saved config.json at those values);
+    ``choices``: (core flag, choice) pairs it adds, such as ("step_gradient", "pcgrad")."""
+
+    name: str
+    module: str
+    flags: tuple[tuple[str, Any], ...] = ()
+    choices: tuple[tuple[str, str], ...] = ()
+
+    def present(self) -> bool:
+        """Whether this tree has the extra's code."""
+        return importlib.util.find_spec(self.module) is not None
+
+    def file(self) -> str:
+        return f"{self.module.replace('.', '/')}.py"
+
+
+EXTRAS = (
+    Extra(
+        "distillation",
+        "multitask.distillation",
+        flags=(("teachers", []), ("teacher_annealing", False), ("teacher_weight", None)),
+    ),
+    Extra("fusion", "multitask.fusion", choices=(("option", "fusion"),)),
+    Extra("pcgrad", "minbert.pcgrad", choices=(("step_gradient", "pcgrad"),)),
+    Extra("compiled", "multitask.compiled", flags=(("compile", False), ("compile_mode", "auto"))),
+    Extra("fused_adamw", "multitask.fused_adamw", choices=(("optimizer", "fused"),)),
+    Extra("optimizer_foreach", "minbert.optimizer_foreach"),
+    Extra("peft_format", "multitask.peft_format", flags=(("init_lora", []),)),
+    Extra("tensorboard", "multitask.tensorboard_report", flags=(("report_to", "none"),)),
+)
+
+
+def present() -> list[Extra]:
+    """The extras whose code this tree has, in ``EXTRAS``' order."""
+    return [extra for extra in EXTRAS if extra.present()]
+
+
+def named(name: str) -> Extra:
+    return next(extra for extra in EXTRAS if extra.name == name)
+
+
+def load(name: str, flag: str) -> ModuleType:
+    """The module of extra ``name``, which ``flag`` (how the user asked for it) needs; where this
+    tree lacks it, a UsageError in one line naming the missing file."""
+    extra = named(name)
+    if not extra.present():
+        raise UsageError(
+            f"{flag} needs {extra.file()}, which this tree does not have (the student tree "
+            "leaves the lab's extras out): run it in the full project"
+        )
+    return importlib.import_module(extra.module)
+
+
+def sections() -> dict[str, type]:
+    """{extra name: its Settings class} for every present extra that declares settings."""
+    modules = {extra.name: importlib.import_module(extra.module) for extra in present()}
+    return {name: m.Settings for name, m in modules.items() if hasattr(m, "Settings")}
+
+
+def choices(flag: str) -> tuple[str, ...]:
+    """The choices every extra adds to the core's ``flag``, present or not, so that a recorded
+    command parses and, where the extra is absent, ends in the line naming its file."""
+    return tuple(choice for extra in EXTRAS for name, choice in extra.choices if name == flag)
+
+
+def needs(flag: str) -> dict[str, str]:
+    """{choice: module} of the choices extras add to ``flag`` (``setting(needs=...)``)."""
+    return {c: e.module for e in EXTRAS for name, c in e.choices if name == flag}
+
+
+def refuse_absent(values: dict[str, Any], words: list[str] = ()) -> None:
+    """A UsageError where ``values`` (a saved config.json) sets a flag of an absent extra to
+    anything but its off value, or ``words`` (a command line) names one of its flags."""
+    for extra in EXTRAS:
+        if extra.present():
+            continue
+        for flag, off in extra.flags:
+            given = any(w == f"--{flag}" or w.startswith(f"--{flag}=") for w in words)
+            if given or values.get(flag, off) != off:
+                load(extra.name, f"--{flag}")
+
+
+def chosen(cfg: Any) -> Iterator[tuple[Extra, str]]:
+    """Each (extra, "--flag choice") whose choice ``cfg`` (a TrainConfig, flat) makes."""
+    for extra in EXTRAS:
+        for flag, choice in extra.choices:
+            if cfg.get(flag) == choice:
+                yield extra, f"--{flag} {choice}"
+
+
+def reporters(cfg: Any, folder: Any) -> list[Any]:
+    """The reporters of the present extras that report with ``cfg``'s settings."""
+    made = []
+    for extra in present():
+        hook = getattr(importlib.import_module(extra.module), "reporter", None)
+        if hook is not None and (made_one := hook(cfg, folder)) is not None:
+            made.append(made_one)
+    return made
+
+
+def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
+    """What each present extra finds wrong with ``cfg`` (its ``problems`` hook)."""
+    for extra in present():
+        hook = getattr(importlib.import_module(extra.module), "problems", None)
+        if hook is not None:
+            try:
+                yield from hook(cfg, elsewhere)
+            except ValueError as err:
+                yield str(err)
