@@ -14,6 +14,7 @@ writes goes through its RunFolder (multitask/run.py); see README.md.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 import sys
 import time
@@ -119,6 +120,7 @@ class Run:
     smart: Smart | None  # its momentum teacher is saved in last.pt
     steps_per_epoch: int
     log: LossLog  # the losses since the last read and line (multitask/step.py)
+    graphs: Any = None  # the step as CUDA graphs (multitask/cuda_graphs.py), or None: eager
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""
@@ -135,6 +137,9 @@ class Run:
 def set_up(cfg: TrainConfig) -> Run:
     """Everything read and built before the run folder is touched; then the rest of the run."""
     dist, device = set_up_distributed(cfg.device, cfg.bf16, cfg.batch_size)
+    graphs = graphs_part(cfg)  # --cuda_graphs on off a GPU is refused before anything is written
+    if graphs:
+        graphs.refuse_off_gpu(cfg.cuda_graphs, device)
     if dist.world > 1 and cfg.step_gradient != "one-task":
         raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
     if cfg.compile:  # refused before anything is written
@@ -188,7 +193,7 @@ def set_up(cfg: TrainConfig) -> Run:
         n: BatchStream(n, t.full_lengths, cfg.batch_size, cfg.seed, group, dist.rank, dist.world)
         for n, t in tables["train"].items()
     }
-    return Run(
+    run = Run(
         cfg=cfg,
         folder=folder,
         dist=dist,
@@ -210,6 +215,17 @@ def set_up(cfg: TrainConfig) -> Run:
         steps_per_epoch=steps_per_epoch,
         log=LossLog(state, dist.means, cfg.nonfinite == "stop", skipped),
     )
+    run.graphs = graphs.for_run(run) if graphs else None
+    return run
+
+
+def graphs_part(cfg: TrainConfig):
+    """multitask/cuda_graphs.py unless --cuda_graphs off, or auto where the tree lacks it."""
+    if cfg.cuda_graphs == "off":
+        return None
+    if cfg.cuda_graphs == "auto" and importlib.util.find_spec("multitask.cuda_graphs") is None:
+        return None
+    return lab_part("multitask.cuda_graphs", "--cuda_graphs on")
 
 
 def fresh_state(cfg: TrainConfig, data: Data) -> TrainingState:
@@ -329,7 +345,7 @@ def take_step(run: Run, names: list[str]) -> None:
         batch = make_batch(run.train[name], run.streams[name].next(), run.cfg.swap_pairs)
         batches.append((run.model.tasks[name], batch))
     try:
-        losses = train_step(
+        losses = (run.graphs or train_step)(
             run.step_module,
             batches,
             run.optimizer,

@@ -297,6 +297,12 @@ class TrainConfig:
         ),
         needs=COMPILED,
     )
+    cuda_graphs: Literal["auto", "on", "off"] = setting(
+        "auto",
+        "the whole training step as one CUDA graph a task and shape (multitask/cuda_graphs.py, "
+        "a lab extra): auto = on with CUDA where the run allows it (else one line says why), "
+        "off on the CPU; on: the same, refused off a GPU",
+    )
     threads: int | None = setting(
         None,
         (
@@ -360,6 +366,7 @@ WHERE_IT_RUNS = (
     "threads",
     "compile",
     "compile_mode",
+    "cuda_graphs",
 )
 
 
