@@ -1,19 +1,17 @@
 """The whole training step as one CUDA graph (``--cuda_graphs``): forward, loss, backward and the
 AdamW update captured once per task and padded shape, then replayed with one launch a step.
 
-On a GPU an eager step of the default run is about a thousand small kernels whose launches cost
-the host far more than the device's work. For each key (task, batch size, padded widths) the
-first ``WARMUP_STEPS`` steps run eagerly on a side stream (cuBLAS and the allocator set up, the
-optimizer's state made), the next is captured with ``torch.cuda.graph`` and replayed; every later
-step copies its batch into the key's ``StaticBatch`` and replays. As MLPerf's BERT and
-Megatron-LM's full-iteration graphs do, the capture holds the whole iteration, so a replay asks
-nothing of the host: finiteness stays a device flag (``DeviceFlagged``), the multi-tensor AdamW
-(``ForeachAdamW.step(apply_if=flag)``) reads its rates from ``DeviceRates`` (the schedule's floats
-copied in each step) and its step counts from the device, and dropout draws from the CUDA
-generator, whose seed and offset ``torch.cuda.graph`` registers so that each replay draws anew
-(PyTorch, "CUDA Graphs": whole-network capture). A replay's tensors live in its graph's own memory
-pool: the captured backward starts from ``.grad = None``, so it writes each gradient afresh into
-that pool (nothing adds to an earlier replay's), and the loss leaves as a copy.
+An eager GPU step is ~1,000 launches costing the host more than the device's work. For each key
+(task, batch size, padded widths) the first ``WARMUP_STEPS`` steps run eagerly on a side stream
+(cuBLAS, allocator and optimizer state set up), the next is captured with ``torch.cuda.graph``;
+every later step copies its batch into the key's ``StaticBatch`` and replays. As in MLPerf's BERT
+and Megatron-LM's full-iteration graphs, the capture holds the whole iteration, so a replay asks
+nothing of the host: finiteness stays a device flag (``DeviceFlagged``), ``ForeachAdamW.step(
+apply_if=flag)`` reads its rates from ``DeviceRates`` and its step counts from the device, and
+dropout draws from the CUDA generator, whose seed and offset ``torch.cuda.graph`` registers so
+each replay draws anew (PyTorch, "CUDA Graphs": whole-network capture). The captured backward
+starts from ``.grad = None``, so each replay writes its gradients afresh into the graph's own
+memory pool (nothing adds to an earlier replay's); the loss leaves as a copy.
 
 Everything else falls back to the eager step with one line saying why (``fallback_reason``):
 several processes, ``--compile``, ``--smart``, ``--teachers``, ``--step_gradient`` other than
