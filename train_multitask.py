@@ -84,17 +84,11 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
         RunFolder(cfg.add_to).load_into(model)
     if cfg.init_from and not cfg.resume:  # a resumed run restores its weights from last.pt
         RunFolder(cfg.init_from).load_start(model)
-    init_lora = extra_setting(cfg, "peft_format", "init_lora")
+    init_lora = extras.setting_of(cfg, "peft_format", "init_lora")
     if init_lora and not cfg.resume:  # each task's LoRA from a PEFT folder
         peft = extras.load("peft_format", "--init_lora")
         peft.load_adapters(init_lora, cfg.tasks, model, cfg.model.checkpoint)
     return model.to(device)
-
-
-def extra_setting(cfg: TrainConfig, extra: str, name: str) -> Any:
-    """Setting ``name`` of ``extra`` (multitask/extras.py), or None where this tree lacks it."""
-    settings = cfg.extras.get(extra)
-    return getattr(settings, name) if settings is not None else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,6 +122,7 @@ class Run:
     steps_per_epoch: int
     log: LossLog  # the losses since the last read and line (multitask/step.py)
     reporters: list[Any]  # the extras' reporters (multitask/extras.py), told what the log says
+    graphs: Any = None  # the step as CUDA graphs (multitask/cuda_graphs.py), or None: eager
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""
@@ -153,7 +148,7 @@ def set_up(cfg: TrainConfig) -> Run:
     model = make_model(cfg, device)
     train = {name: splits["train"] for name, splits in data.items()}
     # with --teachers, their outputs (read before --overwrite removes anything); else no teacher
-    teachers = extra_setting(cfg, "distillation", "teachers")
+    teachers = extras.setting_of(cfg, "distillation", "teachers")
     distill = teachers and extras.load("distillation", "--teachers")
     taught = distill and distill.teacher_outputs(folder, teachers, train, device, cfg.resume)
     if not cfg.resume:  # a resumed run restores its heads
@@ -187,7 +182,7 @@ def set_up(cfg: TrainConfig) -> Run:
     state = fresh_state(cfg, data)
 
     def gold() -> float:  # distillation's λ at the step the loop is at
-        weight = extra_setting(cfg, "distillation", "teacher_weight")
+        weight = extras.setting_of(cfg, "distillation", "teacher_weight")
         return distill.gold_weight(state.step, total_steps, weight)
 
     objective = objective_for(model, taught, gold, cfg.smart_settings if cfg.smart else None)
@@ -196,7 +191,7 @@ def set_up(cfg: TrainConfig) -> Run:
         n: BatchStream(n, t.full_lengths, cfg.batch_size, cfg.seed, group, dist.rank, dist.world)
         for n, t in tables["train"].items()
     }
-    return Run(
+    run = Run(
         cfg=cfg,
         folder=folder,
         dist=dist,
@@ -219,15 +214,27 @@ def set_up(cfg: TrainConfig) -> Run:
         log=LossLog(state, dist.means, cfg.nonfinite == "stop", skipped),
         reporters=extras.reporters(cfg, folder) if dist.rank == 0 else [],
     )
+    run.graphs = graphed_step(run)
+    return run
+
+
+def graphed_step(run: Run) -> Any:
+    """The step as CUDA graphs (multitask/cuda_graphs.py) where --cuda_graphs and the run allow
+    them, else None: the eager step (always where this tree lacks the extra)."""
+    if extras.setting_of(run.cfg, "cuda_graphs", "cuda_graphs") in (None, "off"):
+        return None
+    return extras.load("cuda_graphs", "--cuda_graphs").for_run(run)
 
 
 def refuse_what_cannot_run(cfg: TrainConfig, dist: Distributed, device: torch.device) -> None:
     """What these processes and this device cannot run, refused before anything is written."""
     if dist.world > 1 and cfg.step_gradient != "one-task":
         raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
-    if extra_setting(cfg, "compiled", "compile"):
-        mode = extra_setting(cfg, "compiled", "compile_mode")
+    if extras.setting_of(cfg, "compiled", "compile"):
+        mode = extras.setting_of(cfg, "compiled", "compile_mode")
         extras.load("compiled", "--compile").mode_for(mode, device, dist.world)
+    if extras.setting_of(cfg, "cuda_graphs", "cuda_graphs") == "on":
+        extras.load("cuda_graphs", "--cuda_graphs on").refuse_off_gpu(device)
 
 
 def fresh_state(cfg: TrainConfig, data: Data) -> TrainingState:
@@ -249,9 +256,11 @@ def make_step(
     step: torch.nn.Module = TrainingStep(model, objective, weights)
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
         step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True)
-    if extra_setting(cfg, "compiled", "compile"):
+    if extras.setting_of(cfg, "compiled", "compile"):
         compiled = extras.load("compiled", "--compile")
-        mode = compiled.mode_for(extra_setting(cfg, "compiled", "compile_mode"), device, dist.world)
+        mode = compiled.mode_for(
+            extras.setting_of(cfg, "compiled", "compile_mode"), device, dist.world
+        )
         step = compiled.CompiledStep(step, mode)
     return step
 
@@ -347,8 +356,9 @@ def take_step(run: Run, names: list[str]) -> None:
     for name in names:
         batch = make_batch(run.train[name], run.streams[name].next(), run.cfg.swap_pairs)
         batches.append((run.model.tasks[name], batch))
+    train = run.graphs or train_step  # replayed as CUDA graphs, or eager (see graphed_step)
     try:
-        losses = train_step(
+        losses = train(
             run.step_module,
             batches,
             run.optimizer,
@@ -464,7 +474,7 @@ def finish(run: Run) -> dict[str, Any]:
         # seconds in dev evaluations (wall_clock_s holds all but the last, which follows it)
         "eval_s": round(state.eval_seconds, 1),
     }
-    if extra_setting(cfg, "compiled", "compile"):
+    if extras.setting_of(cfg, "compiled", "compile"):
         summary |= extras.load("compiled", "--compile").summary()
     if cfg.step_gradient == "one-task":  # the sampler's schedule, fixed by seed and epoch
         summary["steps_per_task"] = {

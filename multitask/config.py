@@ -257,6 +257,7 @@ WHERE_IT_RUNS = (
     "threads",
     "compile",
     "compile_mode",
+    "cuda_graphs",
 )
 
 

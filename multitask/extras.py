@@ -59,6 +59,7 @@ EXTRAS = (
     Extra("optimizer_foreach", "minbert.optimizer_foreach"),
     Extra("peft_format", "multitask.peft_format", flags=(("init_lora", []),)),
     Extra("tensorboard", "multitask.tensorboard_report", flags=(("report_to", "none"),)),
+    Extra("cuda_graphs", "multitask.cuda_graphs", flags=(("cuda_graphs", "auto"),)),
 )
 
 
@@ -139,3 +140,10 @@ def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
                 yield from hook(cfg, elsewhere)
             except ValueError as err:
                 yield str(err)
+
+
+def setting_of(cfg: Any, name: str, setting: str) -> Any:
+    """Setting ``setting`` of extra ``name`` in a run's TrainConfig, or None where this tree
+    lacks the extra."""
+    settings = cfg.extras.get(name)
+    return getattr(settings, setting) if settings is not None else None

@@ -8,21 +8,8 @@ import json
 
 import gpu_check
 
-STAGES = [
-    "wheel",
-    "compiled",
-    "compiled-again",
-    "compiled-one-length",
-    "compiled-fused",
-    "compiled-fused-again",
-    "compiled-no-graphs",
-    "eager",
-    "eager-fused",
-    "plain-loop",
-    "profile-eager",
-    "profile-compiled",
-    "gpu-tests",
-]
+# In order of importance: the graphed default run first, the Inductor path last
+STAGES = ["wheel", "graphed", "eager", "plain-loop", "profile-graphed", "gpu-tests", "compiled"]
 
 
 def dry_run(tiny_checkpoint, tiny_data, tmp_path, *extra: str) -> dict:
@@ -40,25 +27,30 @@ def test_every_stage_runs_and_is_recorded(tiny_checkpoint, tiny_data, tmp_path, 
     stages = {r["name"]: r for r in report["stages"]}
     assert list(stages) == STAGES
     assert stages["wheel"]["status"] == "skipped"  # a dry run installs nothing
-    assert stages["compiled-no-graphs"]["status"] == "not needed"  # compiled did not fail
-    for name in set(STAGES) - {"wheel", "compiled-no-graphs"}:
+    for name in set(STAGES) - {"wheel"}:
         assert stages[name]["status"] == "ok", stages[name].get("error")
-    for name in ("compiled", "eager", "plain-loop"):
+    for name in ("graphed", "compiled", "eager", "plain-loop"):
         summary = stages[name]["summary"]
         assert summary["steps"] > 0 and summary["train_examples_per_s"] > 0
         assert set(stages[name]["evaluations"][-1]) >= {"sst", "para", "sts", "overall"}
     assert stages["compiled"]["summary"]["compiled_graphs"] >= 1
     assert stages["compiled"]["summary"]["compile_s"] > 0
     assert "eval_s" in stages["eager"]["summary"]
-    for name in ("profile-eager", "profile-compiled"):
+    for name in ("profile-graphed",):
         profile = stages[name]["profile"]
         assert profile["steps"] == 2 and profile["step_ms"] > 0 and profile["host_ms"] > 0
         assert profile["cpu_ops_per_step"] > 0 and profile["kernels_per_step"] is None  # no GPU
     assert stages["eager"]["command"].startswith("python train_multitask.py --device cpu")
+    assert "--cuda_graphs off" in stages["eager"]["command"]
+    assert "--cuda_graphs" not in stages["graphed"]["command"]  # the default command
     assert report["command"].startswith("python benchmarks/gpu_check.py --dry_run")
     assert {"GPU", "CUDA", "torch", "python"} <= set(report["machine"])
     markdown = (tmp_path / "results" / "gpu-check-dry-run.md").read_text()
     assert all(f"| {name} |" in markdown for name in STAGES)
+    side_by_side = markdown.split("## The graphed default run against")[1].split("##")[0]
+    rows = [line for line in side_by_side.splitlines() if line.startswith("| ")][1:]
+    assert [row.split(" | ")[0] for row in rows] == ["| graphed", "| eager", "| plain-loop"]
+    assert rows[0].split(" | ")[2] == "1.00" and rows[2].split(" | ")[5] == "1.00 |"
     assert (tmp_path / "out" / "gpu-check-dry-run.json").is_file()  # and a copy into $OUT
     assert (tmp_path / "out" / "gpu-check-dry-run-logs" / "eager.log").is_file()
 

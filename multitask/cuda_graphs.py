@@ -1,0 +1,206 @@
+"""The whole training step as one CUDA graph (``--cuda_graphs``): forward, loss, backward and the
+AdamW update captured once per task and padded shape, then replayed with one launch a step, as
+MLPerf's BERT and Megatron-LM's full-iteration graphs do (PyTorch, "CUDA Graphs").
+
+    steps = for_run(run)           # None: the eager step trains (one line says why)
+    losses = steps(step_module, [(task, batch)], optimizer, update, scheduler)
+
+An eager GPU step is ~1,000 launches that cost the host more than the device's work. Each key
+(task, batch size, padded widths) runs ``WARMUP_STEPS`` eager steps on a side stream, is then
+captured, and every later step copies its batch into the key's ``StaticBatch`` and replays:
+nothing is read on the host (``DeviceFlagged``), the rates come from ``DeviceRates``, dropout
+draws anew from the CUDA generator each replay. What it cannot serve falls back to the eager step
+(``fallback_reason``). Design notes: docs/cuda-graphs.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from minbert.flags import setting
+from minbert.optimizer_foreach import ForeachAdamW
+from multitask.collate import Batch
+from multitask.device_lr import DeviceRates
+from multitask.errors import UsageError
+from multitask.extras import setting_of
+from multitask.static_batch import StaticBatch, padded_width
+from multitask.step import DeviceFlagged, train_step
+from tasks.base import Task
+
+# Eager steps of a key before it is captured: the first sets up cuBLAS, the allocator and the
+# optimizer's state on the side stream; a second leaves nothing lazily made for the capture.
+WARMUP_STEPS = 2
+
+Key = tuple[str, int, tuple[int, ...]]
+
+
+@dataclass
+class Settings:
+    """The --cuda_graphs flag (multitask/extras.py)."""
+
+    cuda_graphs: Literal["auto", "on", "off"] = setting(
+        "auto",
+        "the training step as CUDA graphs: auto (on a GPU where the run allows it), on or off",
+        group="CUDA graphs",
+    )
+
+
+def refuse_off_gpu(device: torch.device) -> None:
+    """``--cuda_graphs on`` on a device that is not CUDA: a UsageError, before anything runs."""
+    if device.type != "cuda":
+        raise UsageError(
+            f"--cuda_graphs on captures CUDA graphs: it needs a GPU, and this run is on "
+            f"{device.type} (leave --cuda_graphs auto, or use --device cuda)"
+        )
+
+
+def fallback_reason(
+    cfg: Any, processes: int, optimizer: torch.optim.Optimizer, update: Any, model: nn.Module
+) -> str | None:
+    """Why the step of this run cannot be captured whole, or None when it can."""
+    unsafe = [type(m).__name__ for m in model.modules() if getattr(m, "graph_safe", True) is False]
+    reasons = (
+        (processes > 1, "several processes (torchrun): the gradient exchange is not captured"),
+        (setting_of(cfg, "compiled", "compile"), "--compile records its own CUDA graphs"),
+        (cfg.smart, "--smart: SMART's teacher counts the updates on the host"),
+        (
+            bool(setting_of(cfg, "distillation", "teachers")),
+            "--teachers: distillation indexes its teacher outputs on the host",
+        ),
+        (
+            cfg.step_gradient != "one-task",
+            f"--step_gradient {cfg.step_gradient}: a step of every task's batch",
+        ),
+        (
+            not isinstance(update, DeviceFlagged),
+            "the host checks each loss (--nonfinite_check host): a read inside the step",
+        ),
+        (
+            not isinstance(optimizer, ForeachAdamW),
+            f"--optimizer {cfg.optimizer}: only the multi-tensor AdamW takes a device rate",
+        ),
+        (bool(unsafe), f"a plug-in cannot be captured ({', '.join(unsafe)}: graph_safe False)"),
+    )
+    return next((why for holds, why in reasons if holds), None)
+
+
+def decide(setting: str, device: torch.device, reason: str | None) -> bool:
+    """Whether to capture: never with off or off a GPU; on CUDA unless ``reason``, which it
+    prints as the one line saying why the eager step trains."""
+    if setting == "off" or device.type != "cuda":
+        return False
+    if reason is not None:
+        print(f"--cuda_graphs {setting}: the eager step trains: {reason}")
+        return False
+    return True
+
+
+def for_run(run: Any) -> GraphedSteps | None:
+    """The graphed step for the driver's ``Run`` (train_multitask.py), or None: eager."""
+    cfg = run.cfg
+    reason = fallback_reason(cfg, run.dist.world, run.optimizer, run.update, run.model)
+    if not decide(cfg.extras["cuda_graphs"].cuda_graphs, run.device, reason):
+        return None
+    widths = {name: split.table["input_ids"].shape[1] for name, split in run.train.items()}
+    rates = DeviceRates(run.optimizer, run.device)
+    return GraphedSteps(widths, cfg.pad_multiple, run.tokenizer.pad_token_id, rates, cfg.bf16)
+
+
+@dataclass
+class Captured:
+    """One key's graph, the buffers it reads and the losses it writes."""
+
+    graph: torch.cuda.CUDAGraph
+    static: StaticBatch
+    losses: list[torch.Tensor]
+
+
+class GraphedSteps:
+    """Called as ``train_step`` is (one task a step): eager for a key's first steps, then its
+    captured graph replayed. Returns the step's losses, copies out of the graph's memory."""
+
+    def __init__(
+        self,
+        widths: dict[str, int],
+        pad_multiple: int,
+        pad_id: int,
+        rates: DeviceRates,
+        bf16: bool,
+        warmup: int = WARMUP_STEPS,
+    ) -> None:
+        self.widths, self.pad_multiple, self.pad_id = widths, pad_multiple, pad_id
+        self.rates, self.bf16, self.warmup = rates, bf16, warmup
+        self.seen: Counter[Key] = Counter()
+        self.graphs: dict[Key, Captured] = {}
+        self.side = torch.cuda.Stream()
+
+    def key(self, task: Task, batch: Batch) -> Key:
+        width = self.widths[task.name]
+        shapes = tuple(
+            padded_width(s["input_ids"].shape[1], self.pad_multiple, width) for s in batch.inputs
+        )
+        return task.name, len(batch.labels), shapes
+
+    def __call__(
+        self,
+        step: nn.Module,
+        batches: Sequence[tuple[Task, Batch]],
+        optimizer: torch.optim.Optimizer,
+        update: DeviceFlagged,
+        scheduler: Any = None,
+        autocast: contextlib.AbstractContextManager | None = None,
+        max_grad_norm: float = 0.0,
+    ) -> list[torch.Tensor] | None:
+        ((task, batch),) = batches
+        key = self.key(task, batch)
+        self.seen[key] += 1
+        eager = (step, batches, optimizer, update, scheduler, autocast, max_grad_norm)
+        if key not in self.graphs and self.seen[key] <= self.warmup:
+            return self.on_side_stream(*eager)
+        if key not in self.graphs:
+            self.graphs[key] = self.capture(step, task, batch, optimizer, update, max_grad_norm)
+        captured = self.graphs[key]
+        captured.static.copy_in(batch)
+        self.rates.write()
+        captured.graph.replay()
+        if scheduler is not None:
+            scheduler.step()
+        return [loss.clone() for loss in captured.losses]  # the next replay overwrites them
+
+    def on_side_stream(self, *eager: Any) -> list[torch.Tensor] | None:
+        """The eager step on the capture's stream (PyTorch's warm-up before a capture)."""
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            losses = train_step(*eager)
+        torch.cuda.current_stream().wait_stream(self.side)
+        return losses
+
+    def capture(self, step, task, batch, optimizer, update, max_grad_norm) -> Captured:
+        """The step of ``task`` at ``batch``'s key recorded (not run: the caller replays it)."""
+        static = StaticBatch(batch, self.key(task, batch)[2], self.pad_id)
+        graph = torch.cuda.CUDAGraph()
+        optimizer.zero_grad(set_to_none=True)  # the captured backward writes fresh gradients
+        with self.rates.bound(optimizer), torch.cuda.graph(graph, stream=self.side):
+            losses = train_step(
+                step,
+                [(task, static.batch)],
+                optimizer,
+                update,
+                None,
+                self.autocast(),
+                max_grad_norm,
+            )
+        return Captured(graph, static, losses)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast without its cache of cast weights, as capture needs (PyTorch's docs)."""
+        if not self.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
