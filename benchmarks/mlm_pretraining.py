@@ -184,7 +184,7 @@ def markdown(r: dict) -> str:
             "",
             "Written by `benchmarks/mlm_pretraining.py` from real runs; do not edit by hand. Dev "
             "metrics are of the best evaluation (by overall score). The Quora dev file here is a "
-            "fixed split of the course's Quora dev file (see ../shared/data/README.md), so para "
+            "fixed split of the course's Quora dev file (see data/README.md), so para "
             "accuracy is not comparable one-to-one with published Quora dev figures. The two "
             "fine-tunings share every flag but --checkpoint; every process ran with --threads 1, "
             "two at a time on the 2 cores.",

@@ -13,7 +13,8 @@ of transformers' ``BertModel`` the tensors
 
 and computes y = W x + b + (α / r) · B A x: minBERT's LoRA exactly (minbert/plugins/lora.py, Hu
 et al. 2021), so A and B carry over unchanged and only their names differ. The module paths of
-minBERT's targets are the Hugging Face names DESIGN.md keeps (``HF_PATHS``). PEFT matches a
+minBERT's targets are the Hugging Face names of its linear maps (``HF_PATHS``, from
+``minbert.sites``). PEFT matches a
 listed target by the end of a module's name, and ``output.dense`` also ends
 ``attention.output.dense``: with the ``output`` target the targets are written as the one regular
 expression PEFT matches whole names with.

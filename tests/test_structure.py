@@ -1,4 +1,4 @@
-"""The house: no import circle anywhere, the layering of DESIGN.md, every module importable in a
+"""The house: no import circle anywhere, the layering of the packages (``LAYERS``), every module importable in a
 fresh interpreter in dependency order, the driver's size, and its flags and config format.
 
 The import graph is read from the source (``ast``), lazy imports inside functions included:
