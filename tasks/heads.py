@@ -2,12 +2,6 @@
 
 Shape legend: B batch, T tokens, D hidden, C head outputs (task.num_outputs).
 
-Sentence representation r(h) of a (B, T, D) encoder output (``--representation``):
-    pooler  tanh(W_p h_[CLS] + b_p), BERT's pooler
-    cls     h_[CLS], the first token's hidden state
-    mean    Σ_t m_t h_t / Σ_t m_t, the mean over real tokens (m the attention mask); the pooling
-            all-MiniLM-L6-v2 (the packaged checkpoint) was trained with
-
 Pair tasks (``--pair_encoding``):
     cross     one sequence [CLS] a [SEP] b [SEP] with token types 0/1; the head reads r(h) like a
               single-sentence task (Devlin et al. 2019)
