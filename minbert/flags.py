@@ -9,6 +9,9 @@ gives its choices (the model is PEFT's ``field(default=..., metadata={"help": ..
     class AdapterSettings:
         size: int = setting(64, "adapter bottleneck m", within="[1, inf)", group="plug-ins")
         placement: Literal["houlsby", "pfeiffer"] = setting("houlsby", "where the adapters sit")
+
+Ranges are intervals written as in mathematics, ``"(0, 10]"``, ``"[0, 1)"``, ``"[1, inf)"``;
+``None`` (an unset optional value) is always in range.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """Masked-language-model pretraining, BERT's own objective (Devlin et al. 2019, section 3.1),
 written out: the prediction head, the masking, and the loss.
 
-Shapes: B batch size; T tokens per sequence; D hidden size; V vocabulary size.
+Masking (``mask_tokens``), for a batch of token ids x:
 
-Prediction head (``MLMHead``, Hugging Face's ``cls.predictions``), on the encoder output h:
-
-    z = LayerNorm(act(h W_t + b_t))          transform: dense D→D, the encoder's activation
-    logits = z Eᵀ + b                        decoder: the word-embedding matrix E (V×D), tied
+1. choose each real token (not [CLS], [SEP] or padding) with probability p = 0.15; with
+   ``whole_word``, choose each word (a token and the "##" pieces that continue it) instead, and
+   every piece of a chosen word with it;
+2. of the chosen tokens, replace 80% by [MASK], 10% by a random token of the vocabulary, and
+   keep 10% as they are (so the model cannot assume that an unmasked token is always right);
+3. the labels are the original ids at the chosen positions and −100 (ignored) elsewhere.
 
 Loss: the mean cross-entropy of the logits against the labels over the chosen positions only,
 L = −(1/|M|) Σ_{i∈M} log softmax(logits_i)[x_i].
@@ -54,7 +56,12 @@ class MLMTransform(nn.Module):
 
 
 class MLMHead(nn.Module):
-    """logits = transform(h) Eᵀ + b, with E the word embeddings (the same tensor, not a copy)."""
+    """The prediction head (Hugging Face's ``cls.predictions``) on the encoder output h (B, T, D):
+
+        z = LayerNorm(act(h W_t + b_t))          transform: dense D→D, the encoder's activation
+        logits = z Eᵀ + b                        decoder: the word-embedding matrix E (V×D), tied
+
+    with E the word embeddings (the same tensor, not a copy) and V the vocabulary size."""
 
     def __init__(self, config: BertConfig, word_embeddings: nn.Embedding) -> None:
         super().__init__()

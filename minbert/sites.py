@@ -21,7 +21,27 @@ from torch.utils.hooks import RemovableHandle
 
 
 class LayerSites:
-    """The sites of one layer for one task, each the identity (see the module docstring)."""
+    """The sites of one layer for one task, each the identity. Each site is one module of a
+    ``BertLayer``, and what a plug-in does there:
+
+    - ``linear(name, module, x, y)``: the output y = module(x) of a linear map of the layer
+      (``query``, ``key``, ``value``, ``attention_output``, ``intermediate``, ``output``;
+      ``LINEAR_SITES``), where LoRA adds its low-rank term;
+    - ``after_attention(h)``: the output of ``attention.output.dropout``, the attention output
+      projection before its add & norm (adapter);
+    - ``after_feed_forward(h)``: the output of ``output.dropout``, the feed-forward output before
+      its add & norm (adapter);
+    - ``norm(name, module, h, y)``: the output y = module(h) of an add & norm's LayerNorm
+      (``attention`` or ``feed_forward``) on the sum h, where per-task LayerNorms replace it and
+      adapters placed after the LayerNorm act;
+    - ``parallel(x, mask)``: a term computed from the layer input x (B, T, D), given the additive
+      attention mask (B, 1, 1, T), when the layer starts, and added to the input of its final
+      LayerNorm (PAL), or ``None``;
+    - ``after_layer(h)``: the layer output (LHUC);
+    - ``attentions(x, mask)``: not a hook, but what ``BertModel.encode`` asks each layer for when
+      it is asked for attention maps: the attention probabilities plug-ins compute from the layer
+      input x, by name (``{"pals": (B, nh, T, T)}``), or ``{}``.
+    """
 
     def linear(
         self, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor

@@ -1,17 +1,16 @@
 """SMART (Jiang et al. 2020, "SMART: Robust and Efficient Fine-Tuning for Pre-trained Natural
 Language Models through Principled Regularized Optimization"), as a loss term.
 
-Shapes: B batch size; T tokens per sequence (after padding); D hidden size; C head outputs (classes
-for "multiclass", 1 for "binary" and "regression").
-
 Objective, for the parameters θ that train (trainable plug-ins, heads, or all of BERT):
 
     min_θ  L(θ) + λ_s·R_s(θ) + μ·D_Breg(θ, θ̃_t)
-
     L(θ)             = 1/n Σ_i ℓ(f(x_i; θ), y_i)                              the task loss
     R_s(θ)           = 1/n Σ_i max_{‖x̃_i − x_i‖ ≤ ε} ℓ_s(f(x_i; θ), f(x̃_i; θ))   smoothness
     D_Breg(θ, θ̃_t)   = 1/n Σ_i ℓ_s(f(x_i; θ), f(x_i; θ̃_t))                    Bregman proximal
     θ̃_{t+1}          = β·θ̃_t + (1 − β)·θ_{t+1}                                 momentum teacher
+
+The defaults are the paper's: λ_s = μ = 1, σ = ε = 1e-5, η = 1e-3, K = 1, β = 0.99. Pass the
+attached output of ``embed`` and R_s also trains a trainable embedding layer; detached, only L does.
 """
 
 from __future__ import annotations

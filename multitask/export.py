@@ -5,7 +5,12 @@ run's tasks as PEFT adapters, or an adapter run's tasks as AdapterHub adapters.
     python -m multitask.export RUN_DIR OUT_DIR --format peft        # a LoRA run
     python -m multitask.export RUN_DIR OUT_DIR --format adapters    # an adapter run
 
-Design notes: docs/design/multitask.md.
+OUT_DIR is written in a temporary folder beside it and renamed when complete. An existing,
+non-empty OUT_DIR is replaced only with ``--overwrite`` and only when it holds an earlier export:
+a run folder, a checkpoint folder, the current directory or a folder of other files is never
+written over, nor is anything inside the run or its checkpoint.
+
+Design notes (what is written, by option; the formats): docs/design/multitask.md.
 """
 
 from __future__ import annotations
@@ -157,7 +162,7 @@ FORMATS = {
 
 
 def export(run_dir: str, out_dir: str, overwrite: bool = False, form: str = "hf") -> list[Path]:
-    """Write the export (see the module docstring); returns the directories written."""
+    """Write the export (what, by option: docs/design/multitask.md); returns the directories."""
     run = TrainedRun(run_dir)
     refused = [k for k in run.settings.plugin_kinds if k not in MERGEABLE]
     if form in FORMATS and (why := FORMATS[form][0].unexportable(run.settings)):

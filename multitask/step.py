@@ -6,6 +6,10 @@ module, its backward, the update as a strategy, the learning-rate schedule, and 
     scheduler = linear_warmup_decay(optimizer, warmup_steps, total_steps)
     losses = train_step(step, [(task, batch)], optimizer, HostChecked(), scheduler)
     log.add(at_step, [task.name], losses, examples)             # LossLog: no read of the device
+
+What the loss is belongs to the objective (``multitask/objectives.py``). How the gradients become
+an update is the strategy ``train_step`` takes, under one contract: a step with a non-finite loss
+changes no weight (the schedule still advances, so a skipped batch costs its step).
 """
 
 from __future__ import annotations

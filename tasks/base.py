@@ -175,7 +175,14 @@ class Task(ABC):
     def write_predictions(
         self, path: str | Path, ids: Sequence[str], predictions: Sequence[int | float]
     ) -> None:
-        """Write a prediction file in the course's format (see the module docstring)."""
+        """Write a prediction file in the course's format: that of the CS224N default final
+        project's starter code, byte for byte. A header line ``id \t <column> `` and then one row
+        per example, ``<id> , <prediction> `` (note the spaces around the tab and the comma, and
+        the trailing space). The columns are ``Predicted_Sentiment`` (sst and cfimdb),
+        ``Predicted_Is_Paraphrase`` (para) and ``Predicted_Similiarity`` (sts; the misspelling is
+        the course's, kept so that files written here are interchangeable with the course's).
+        Floats are written with ``repr`` (shortest text that reads back to the same float), ints
+        as ints."""
         if len(ids) != len(predictions):
             raise ValueError(f"{len(ids)} ids but {len(predictions)} predictions")
         path = Path(path)

@@ -1,8 +1,7 @@
 """Parameter-efficient plug-ins for ``BertModel``: Houlsby adapters, PALs, LHUC and LoRA.
 
-Shapes (used in every file of this package): B batch size; T tokens per sequence; D hidden size; F
-feed-forward size; L number of layers; m adapter bottleneck size; s PAL size (the projected space);
-r LoRA rank.
+Shapes (in every file of this package): B batch; T tokens per sequence; D hidden; F feed-forward;
+L layers; m adapter bottleneck; s PAL size (the projected space); r LoRA rank.
 
 Usage::
 
@@ -11,7 +10,8 @@ Usage::
     freeze_for_plugins(model)                  # only plug-ins (and the heads, outside) train
     out = model(input_ids, attention_mask, token_type_ids, task="sst")
 
-Several kinds may be attached at once; each site applies them in the order they were added.
+Nothing is imported here until it is asked for (see ``__getattr__``): a plug-in's file is imported
+only when that kind is attached, so one that does not compile fails only what uses it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Projected attention layers, PALs (Stickland & Murray 2019, "BERT and PALs: Projected Attention
 Layers for Efficient Adaptation in Multi-Task Learning").
 
-Shapes: B batch size; T tokens per sequence; D hidden size; s PAL size (the projected space); nh
-attention heads inside a PAL; hs PAL head size, s / nh; L number of layers.
 
 Per task, an encoder V_E (s×D) and a decoder V_D (D×s) are shared by all layers; each layer l
 has its own multi-head self-attention g_l that works inside the s-dimensional space. The PAL
@@ -11,6 +9,9 @@ final LayerNorm:
 
     PAL_l(x) = V_D · g_l(V_E · x)
     y = LayerNorm(a + FFN(a) + PAL_l(x)),   a = the attention sub-layer's output
+
+Default size: s = nh · ⌊204·D / (768·nh)⌋ with nh the model's head count (the paper's s = 204 for
+BERT-base, D = 768); for the packaged D = 384 checkpoint, 96 (12 heads of 8).
 """
 
 from __future__ import annotations
