@@ -6,18 +6,7 @@ tasks' sentences or any text, before multitask fine-tuning.
     python pretrain_mlm.py --out_dir runs/mlm --resume                   # after Ctrl-C or a crash
     python train_multitask.py --checkpoint runs/mlm                      # fine-tune from it
 
-By default the sentences are those of the chosen tasks' training files (labels unused; both
-sentences of a pair), held out: their dev files' sentences. With --text, the last --held_out
-lines are held out. Every --eval_every steps the masked-token accuracy and perplexity on the
-held-out sentences (with fixed masks, so figures compare) go to mlm_log.jsonl. The output folder
-is a checkpoint directory (config.json, model.safetensors with the MLM head, vocab.txt) that
-train_multitask.py --checkpoint loads like the packaged one, plus last.pt (to resume),
-mlm_config.json, mlm_log.jsonl and mlm_loss.png.
-
-Built on the driver's parts: settings as a dataclass whose fields carry their help and range
-(minbert/flags.py), ``merge_config`` for --resume (a flag that contradicts the run's setting is
-refused), and a ``RunFolder`` (multitask/run.py) for the lock, last.pt and the log; set-up, loop
-and finish as in train_multitask.py.
+Design notes: docs/design/entry-points.md.
 """
 
 from __future__ import annotations

@@ -6,46 +6,10 @@
     python sanity_check.py --list               # the checks and the exercises each one grades
     python sanity_check.py --results-json results.json   # also Gradescope's results file
 
-Each check measures the largest absolute difference between what minBERT computes and a
-reference, and passes when it is at most the check's stated tolerance. Two kinds of reference:
-
-* component checks (embeddings, attention, layer, adamw, sampler, adapter, lhuc, lora, pals,
-  smart) run one component on its own, on fixed random weights and inputs (the project's tiny
-  config, ``BertConfig.tiny()``) stored in ``course/reference_data.pt``, and compare it
-  with the outputs stored there, in eval mode and (where there is dropout) in training mode under
-  seeded dropout. Those outputs come from equations written out independently in an
-  instructor-only script (not in the student tree), so a student tree holds no solution, and
-  are stored sealed (``course/seal.py``: digests and projections), so the file is no answer key
-  either; it also holds the outputs of common mistakes, and a failing check
-  names the one the student's output matches. A component check calls no other exercise, so a
-  missing attention does not fail the AdamW check, nor the layer check. AdamW and LoRA run in
-  float64; AdamW reports the first step that differs.
-* whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
-  attention, float32, eval mode), whose outputs the instructor's reference script saved in
-  ``sanity_check_reference.pt`` (so transformers is not needed here), sealed the same way:
-  last_hidden_state on the real (non-padding) tokens and pooler_output, for a padded batch of
-  single sentences and a batch of sentence pairs. They need the embeddings, attention and layer
-  exercises all done. The tokenizer is checked too (it is not an exercise).
-
 The checks are in ``course/checks/``, one file per graded source file (``bert.py``,
 ``optimizer.py``, ``lora.py``, ...), each declared with ``@check`` next to its code; how a
 check is written and registered is in ``course/registry.py``. GUIDE.md names each
 exercise's check functions.
-
-Each check names the course exercises it depends on (the exercise ids of GUIDE.md; ``--list``
-shows them). In a student tree (every exercise a ``raise NotImplementedError``) a check whose
-exercise is still missing shows NOT IMPLEMENTED with that exercise's hint; every other check runs
-normally. An exception in one check (a bug, or a ``NotImplementedError``) never stops the others.
-
-Output: one line per check, ``name  max_abs_diff X  tol Y  PASS|FAIL|NOT IMPLEMENTED``; under a
-FAIL, the tensor that differs most (and where), ``diagnosis: <mistake>`` when the output is
-that of a known common mistake, and a hint (an exception is located at the student's line, or
-at the student's function whose value given code could not use);
-under a NOT IMPLEMENTED, the exercise's hint and where it was raised. The last line reads
-``N passed, M failed`` (NOT IMPLEMENTED counts as failed); the exit code is 1 if any check
-failed. With ``--results-json FILE`` the same results are also written in Gradescope's
-``results.json`` form, with the points of ``course/points.json`` (or ``--points``)
-shared by each exercise's own checks (``course/gradescope.py``).
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ class Run:
     steps_per_epoch: int
     log: LossLog  # the losses since the last read and line (multitask/step.py)
     reporters: list[Any]  # the extras' reporters (multitask/extras.py), told what the log says
-    graphs: Any = None  # the step as CUDA graphs (multitask/cuda_graphs.py), or None: eager
+    graphs: Any = None  # the step as CUDA graphs (the cuda_graphs extra), or None: eager
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""
@@ -219,7 +219,7 @@ def set_up(cfg: TrainConfig) -> Run:
 
 
 def graphed_step(run: Run) -> Any:
-    """The step as CUDA graphs (multitask/cuda_graphs.py) where --cuda_graphs and the run allow
+    """The step as CUDA graphs (the cuda_graphs extra) where --cuda_graphs and the run allow
     them, else None: the eager step (always where this tree lacks the extra)."""
     if extras.setting_of(run.cfg, "cuda_graphs", "cuda_graphs") in (None, "off"):
         return None

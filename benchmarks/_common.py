@@ -120,8 +120,8 @@ def portable_path(path: str, root: Path = ROOT) -> str:
     """An absolute path of the machine that ran a command, as a user types it from the root of
     their own clone, so that a recorded command names nothing of one machine. In order: an
     interpreter is ``python``; a path under the clone is relative to it; the shared data beside
-    the clone (DESIGN.md's layout) is ``../shared/data``; a run folder is ``runs/...`` from its
-    runs folder (``runs``, ``runs2``, ...) on; another data folder is the clone's ``data``; a
+    the clone (``DATA_DIR``) is ``../shared/data``; a run folder is ``runs/...`` from its runs
+    folder (``runs``, ``runs2``, ...) on; another data folder is the clone's ``data``; a
     scratch folder under /tmp is ``$TMPDIR/...``. Any other path is kept (and
     tests/test_structure.py names it)."""
     parts = Path(path).parts

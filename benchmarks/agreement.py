@@ -2,23 +2,7 @@
 
     python benchmarks/agreement.py
 
-Loads the packaged checkpoint (``minbert.pretrained.default_checkpoint_dir()``) into minBERT and
-into transformers' ``BertModel.from_pretrained(dir)`` (eager attention, the written-out reference,
-and the default ``sdpa``), in eval mode, and runs all of them on the same random inputs (sentence
-pairs, or single sentences, with realistic padding) for several (batch, length) shapes. For each
-minBERT attention path (fast: ``F.scaled_dot_product_attention``; written out:
-softmax(QKᵀ/√d_k + M)·V) it reports the largest absolute difference of
-
-* ``last_hidden_state`` on the real tokens (padding positions are not defined to agree), and
-* ``pooler_output``,
-
-against both transformers implementations, in float32 and (to show that the float32 differences
-are rounding, not a different computation) in float64. The row "transformers sdpa vs eager" is
-the reference's own spread. Tolerance 1e-5 (float32) as in ``sanity_check.py``. The row
-"minBERT + F.gelu" is minBERT with the fused GELU that benchmarks/throughput.py recommends, to
-show that the change keeps the numbers.
-
-Writes benchmarks/results/agreement.md. Needs transformers (requirements-reference.txt).
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

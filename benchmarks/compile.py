@@ -2,21 +2,7 @@
 
     python benchmarks/compile.py [--threads 1] [--repeats 5]
 
-The packaged checkpoint in train mode with dropout off (so both compute the same function),
-loss = mean(h²) + mean(pooler) on random padded sentence pairs. For each (batch, length) shape:
-
-1. compile time: the first forward + backward of ``torch.compile(model)`` (inductor, the default
-   backend) on that shape, which traces, compiles the forward and backward graphs and runs them,
-   minus one eager step; the later shapes show what a new batch shape costs (by default torch
-   recompiles once with the changed dimensions marked dynamic, then reuses that graph);
-2. steady state: eager, eager with the fused GELU that benchmarks/throughput.py recommends, and
-   compiled steps interleaved, median over rounds; the speed-up is eager time / compiled time
-   (> 1: compiling helps), the median of the per-round ratios; "steps to repay" is the compile
-   time over the time saved per step;
-3. agreement: the largest difference of the outputs and of the gradients, eager vs compiled.
-
-If inductor cannot compile here (no C++ compiler, ...) the error is recorded instead.
-Writes benchmarks/results/compile.md.
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

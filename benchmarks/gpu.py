@@ -3,22 +3,7 @@ in float32 and under bfloat16 autocast, and the peak GPU memory and step time of
 
     python benchmarks/gpu.py [--repeats 5] [--data_dir DIR] [--no_base]
 
-1. Throughput. Both models are built from the same checkpoint (default: the packaged MiniLM;
-   transformers with its default attention, ``sdpa``), see the same random sentence-pair batches
-   (``_common.random_batch``), and are timed interleaved (``_common.interleaved``; every call ends
-   with ``torch.cuda.synchronize()``, so a figure is the GPU's time, not the launch's). Training
-   is train mode, forward under the precision's autocast, backward of mean(h²) + mean(pooler),
-   dropout 0 in both; inference is eval mode under ``torch.no_grad()``. tokens/s counts all B·T
-   positions; the ratio is minBERT / transformers (> 1: minBERT faster), the median of the
-   per-round ratios. A BERT-base-shaped model (12 layers, hidden 768, random weights) follows,
-   since users with a GPU bring larger checkpoints (``--no_base`` skips it).
-2. Options. For each option the driver's model and optimizer (``train_multitask.py --option X``
-   with its defaults) take training steps on batches of 32 real training examples padded to 128
-   tokens (the largest batch a run sees), cycling over sst, para and sts, in float32 and in
-   bf16: peak GPU memory (``torch.cuda.max_memory_allocated``, model and optimizer state
-   included) and the median step time (forward, backward, AdamW).
-
-Writes benchmarks/results/gpu.md. Needs a CUDA device and transformers.
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@
    left. A stage that fails is recorded and the next runs; one that would not fit is skipped.
 
 Writes gpu-check.md and gpu-check.json (each command's whole wall-clock, examples/s, dev scores,
-the ratios side by side) into --results_dir and into $OUT when set, with the command, the commit
-(MINBERT_COMMIT where the tree is a copy) and the machine; logs in --work_dir as <stage>.log.
+the ratios side by side) into --results_dir and $OUT, with the command, commit and machine.
 """
 
 from __future__ import annotations

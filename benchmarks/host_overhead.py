@@ -2,24 +2,7 @@
 
     python benchmarks/host_overhead.py [--steps 50] [--repeats 7] [--threads 1] [--label NAME]
 
-With the tiny model (``BertConfig.tiny()``: 2 layers of width 32, the real vocabulary) the
-arithmetic of a step is small, as it is on a GPU at this project's model size, so what a step
-costs beyond it is the host's work: tokenizing, bookkeeping, reading the device, an optimizer
-that visits its tensors one at a time. Two contenders, on the CPU:
-
-- driver: ``train_multitask.take_step``, the loop's own step, on a ``Run`` built by the driver's
-  ``set_up`` from a real command line (the tiny checkpoint, batch 32, the course's data): the
-  next batch of the task the sampler drew, assembled, the ``TrainingStep`` with the driver's
-  AdamW and schedule, the losses kept, a log line every --log_every steps;
-- bare: the same model built the same way, over the same batches made beforehand (the indices
-  the driver's batch streams give, tokenized), forward, task loss, backward,
-  ``torch.optim.AdamW(foreach=True)``, zero_grad; no logging.
-
-Each contender runs ``--steps`` steps in a row, interleaved with the other, ``--repeats`` times
-(``_common.interleaved``); the figure is the median seconds per step and their ratio. Target:
-driver / bare at most 1.2. Writes benchmarks/results/host-overhead[-LABEL].md. With --unread the
-driver takes the step a GPU takes (nothing read on the host; AdamW's update obeys a device flag),
-to see what that path adds on the host.
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -2,18 +2,7 @@
 
     python benchmarks/memory.py [--steps 6] [--threads 1] [--data_dir ../shared/data]
 
-For each option (finetune, pretrain, adapter, pals, lhuc, lora) a fresh Python process builds the
-driver's model and optimizer (as ``train_multitask.py --option OPTION`` does, with its defaults)
-and takes ``--steps`` training steps (forward, loss, backward, AdamW), cycling over sst, para and
-sts. Every batch is 32 real training examples padded to max_length = 128 tokens, the largest
-batch the driver can see, so the peak is the worst case of a run. The process then reports
-``resource.getrusage(RUSAGE_SELF).ru_maxrss``: the peak resident set size of the whole process
-(Python, torch, the data, the model, gradients, optimizer state and activations). A process that
-builds the finetune model and takes no step ("loaded, no step") gives the baseline that every
-option shares; the increase over it is what training adds. A last row, "finetune + F.gelu", is
-finetune with the fused GELU that benchmarks/throughput.py recommends for minbert/bert.py.
-
-Writes benchmarks/results/memory.md.
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -3,17 +3,7 @@ fine-tuning from the packaged checkpoint (does further MLM pretraining help?).
 
     python benchmarks/mlm_pretraining.py --mlm_steps 2000 -- --epochs 3
 
-Stages, each a real run of the project's commands (flags after ``--`` go to both fine-tunings,
-which share every setting but --checkpoint):
-
-1. in parallel: ``train_multitask.py`` from the packaged checkpoint (the baseline), and
-   ``pretrain_mlm.py`` on the training sentences of sst, para and sts (held out: their dev
-   sentences), which records the masked-token accuracy and perplexity of the packaged
-   checkpoint before and after further pretraining;
-2. ``train_multitask.py --checkpoint <the MLM output>``.
-
-Writes benchmarks/results/mlm-pretraining.{json,md} and mlm-pretraining-loss.png with the exact
-commands, the commit and the machine; each run uses --threads 1 (two run at once on 2 cores).
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -184,7 +174,7 @@ def markdown(r: dict) -> str:
             "",
             "Written by `benchmarks/mlm_pretraining.py` from real runs; do not edit by hand. Dev "
             "metrics are of the best evaluation (by overall score). The Quora dev file here is a "
-            "fixed split of the course's Quora dev file (see ../shared/data/README.md), so para "
+            "fixed split of the course's Quora dev file (see data/README.md), so para "
             "accuracy is not comparable one-to-one with published Quora dev figures. The two "
             "fine-tunings share every flag but --checkpoint; every process ran with --threads 1, "
             "two at a time on the 2 cores.",

@@ -1,64 +1,5 @@
 """Run train_multitask.py configurations (one after another, or --jobs at once), collect results.
 
-Each configuration is a name and the flags it adds to the shared ones. Every run writes its own
-folder under --runs_dir; this script reads back its metrics.jsonl, summary.json and
-parameters.json and writes one JSON and one Markdown file with the exact commands, the commit and
-the machine. Like every command, it checks its flags before anything runs (an unknown --only
-row, bad --seeds, --jobs 0, a missing --data_dir, --results inside a run folder, a cut-off
-results file, a row of the same name recorded with another command unless --replace: one
-``error:`` line, exit 2); it exits 1 when a row failed, and on Ctrl-C 130 with one line and the
-results file whole (it is replaced, never written in place; no queued row starts, a running row's
-process saves its state and ends: with --jobs 1 its own line stands above the runner's). Suites:
-
-    defaults   short runs (--limit) comparing sentence representations and pair encodings, used
-               to choose the driver's defaults
-    pair-encoding  STS alone on its full training set, cross-encoded against encoded apart
-    multitask  full data: finetune and pretrain with annealed sampling (the multitask benchmark),
-               and pretrain with the pairs encoded apart (the checkpoint's own cosine for STS)
-    tuning     full data: finetune with other learning rates and more epochs (3 epochs unless
-               the configuration says otherwise: pass no --epochs after --), and with layer-wise
-               learning-rate decay, and the default run with another seed
-    single-task  SST alone and Quora alone (3 epochs, full data): how far fine-tuning one task
-               gets without the others, with the plain recipe and with --layer_decay/--swap_pairs
-    ceiling    SST alone and Quora alone with more epochs, other batch sizes, learning rates,
-               dropout and seeds: whether the packaged checkpoint reaches the multitask benchmark's
-               targets (SST 0.52, Quora 0.85) even without sharing the encoder
-    plugins    full data: adapter, pals, lhuc, lora with annealed sampling, beside finetune
-    smart      full data: SMART on and off for finetune and adapter
-    option-encoding  each plug-in option with the pairs cross-encoded and encoded apart, beside
-               --option pretrain (encoded apart), at the adapter study's budget: which pair
-               encoding each option defaults to, and whether any option falls below pretrain
-    distillation  single-task teachers (each task alone, finetune, 3 epochs) and multitask
-               students taught by them (--teachers, with teacher annealing or a constant mix),
-               Clark et al. 2019's BAM!; meant for --seeds 1,2,3
-    sampling-shared  the four task samplers where the tasks share trained weights (finetune;
-               pals --train_encoder --encoder_lr 1e-5), 3 epochs; meant for --seeds 1,2,3
-    error-bars  default finetune and adapter runs (annealed, 3 epochs), meant for --seeds 1,2,3
-    transfer-levers  finetune with two-layer heads, layer-wise lr decay, 5 epochs, SMART,
-               PCGrad, loss weights, pairs apart, the MLM-pretrained checkpoint (runs/mlm, from
-               pretrain_mlm.py): each one change from the default multitask run, towards a
-               shared model at least as good as each task alone; meant for --seeds
-    smart-low-resource  SMART off and on on the same 10% of every training file
-               (--train_fraction 0.1): the paper's ε 1e-5, ε = η = 1e-3, and ε = η = 1 (the
-               unit per-token perturbation of mt-dnn's code); meant for --seeds 1,2,3
-    batching   one epoch of finetune with length-grouping pools of 50, 10, 2 and 1 batch(es)
-               (--batch_pool; 1 is plain random batches): quality against epoch time, beside
-               the plain Hugging Face loop (benchmarks/plain_loop.py) at the same budget
-    sharing    the default multitask finetune run, then each task fine-tuned from it
-               (--init_from, MT-DNN's recipe); the same from an MLM-pretrained checkpoint
-               (pretrain_mlm.py, a row of its own); adapters, then AdapterFusion over them
-               (--option fusion); beside each task alone; meant for --seeds 1,2,3
-    adapter-study  task samplers with adapters on a frozen encoder (no trained weight shared:
-               a sampler only decides how many updates each task's adapter gets) and the
-               adapter study's ablations, each row one change from the first (adapters, annealed
-               sampling) at one short budget (3 epochs of 150 steps): round-robin, proportional
-               and square-root sampling; adapters shared in each layer, 3-shared, pfeiffer,
-               after the LayerNorm; per-task LayerNorms; the "not shared" row. The first row's
-               run is what benchmarks/adapter_ablation.py reads.
-
-The Markdown file is benchmarks/suite_results.py's: seeded suites that its COMPARED names also
-list which of their compared pairs differ by more than the two seed spreads added.
-
     python benchmarks/multitask_runs.py multitask [--epochs 3] [--data_dir ../shared/data]
     python benchmarks/multitask_runs.py plugins --only adapter --seeds 1,2,3 -- --epochs 3
     python benchmarks/multitask_runs.py sampling-shared --seeds 1,2,3 --jobs 2 -- --threads 1
@@ -66,6 +7,8 @@ list which of their compared pairs differ by more than the two seed spreads adde
 With --seeds, every configuration runs once per seed (rows ``<name>-seed-<s>``), and the results
 file adds a table of mean ± standard deviation over the seeds of each configuration; a
 configuration whose rows already differ only by ``-seed-<s>`` is aggregated the same way.
+
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

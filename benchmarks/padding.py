@@ -2,25 +2,7 @@
 
     python benchmarks/padding.py [--threads 1] [--steps 30] [--chunk 5] [--data_dir ../shared/data]
 
-The epoch is the driver's first epoch with its defaults (``train_multitask.py --option finetune
---sampling annealed``: tasks sst, para, sts, batch size 32, max_length 128, annealed sampling,
-which is proportional in epoch 1), on the real training files. The methods:
-
-* pool-50 (the driver's default), pool-10, pool-2: each task's batches come from
-  ``length_grouped_batches`` with that pool size (``--batch_pool``, through the driver's
-  ``BatchStream``) and each batch is padded to its longest sequence;
-* pool-1: plain shuffled batches, each padded to its longest sequence (``--batch_pool 1``);
-* fixed: plain shuffled batches (``fixed_batches``), every batch padded to max_length = 128.
-
-All follow the same task schedule (the sampler's epoch 1). The padding fraction of each method
-over the whole epoch (all steps) is computed exactly from the token lengths (truncated at 128).
-Timing: ``--steps`` steps per method, spread evenly over the epoch (step k·N/steps of the N steps),
-each a full driver step (collate = tokenize, forward, loss, backward, AdamW), measured
-interleaved in chunks of ``--chunk`` steps (the methods' order reversed every other round), each
-method on its own copy of the driver's model and optimizer. One epoch's time is extrapolated as
-the mean measured step time × N. Target: the default at least 2× faster than fixed.
-
-Writes benchmarks/results/padding.md. Reads the data files; copies nothing.
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,5 @@
 """A plain Hugging Face training loop for the three tasks: the reference of the batching comparison.
 
-What the driver (train_multitask.py --option finetune) is compared with, at the same budget:
-transformers' BertModel on the packaged checkpoint with its own tokenizer, mean pooling, the
-pairs cross-encoded ([CLS] a [SEP] b [SEP]), torch.optim.AdamW (lr 5e-5, weight decay 0.01 on
-matrices, none on biases and LayerNorms) and transformers' linear warm-up (10% of the steps) and
-decay. Each step draws its task with probability ∝ N_task^α (annealed α as in the driver, so
-proportional when there is one epoch) and then
-
-    --draw random  32 examples of that task at random (a fresh draw every step, so batches are
-                   drawn with replacement across steps), padded to the batch's longest input
-    --draw passes  the next 32 of a shuffled pass over the task's training set (a new shuffle
-                   after each pass): the driver's --batch_pool 1, written plainly
-
 Steps per epoch = ceil(training examples / 32), as in the driver. The task heads, losses,
 predictions and dev metrics are the project's (tasks/), so only the training procedure
 differs. ``--device cuda --bf16`` runs it on a GPU under bfloat16 autocast, as the driver's
@@ -21,6 +9,8 @@ benchmarks/multitask_runs.py reads from a driver run folder (metrics.jsonl, summ
 parameters.json), so the batching suite lists it beside the driver's rows:
 
     python benchmarks/multitask_runs.py batching --only plain-loop --seeds 1,2,3 -- --threads 1
+
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -8,16 +8,10 @@ by resolving each row's recorded command with the driver's own parser at the row
 commit (in a temporary git worktree; a ``-dirty`` commit is resolved at the commit itself, and
 the row says so in ``settings_from``).
 
-Then, for every row, the flags its suite row needs at HEAD to train what it trained: where a
-default changed since (LHUC's per-task LayerNorms, pair encoding), ``pins`` holds the flags that
-bring the old setting back, and the results file prints them beside the command. A suite whose
-rows all ran under one default pins it in the suite itself (benchmarks/multitask_runs.py).
-``tests/test_suites.py`` checks that each row, resolved at HEAD with its pins, gives the
-settings its results file records, so a default changed later fails there until this script
-is run again.
-
     python benchmarks/record_settings.py            # settings where missing, pins everywhere
     python benchmarks/record_settings.py --check    # only list the rows that lack settings
+
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

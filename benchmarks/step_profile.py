@@ -2,22 +2,7 @@
 
     python benchmarks/step_profile.py --out profile.json [--steps 10] -- DRIVER FLAGS
 
-The run is built by the driver's own ``set_up`` from DRIVER FLAGS (e.g. ``--device cuda --bf16
---out_dir runs/profile --overwrite``, with ``--compile --pad_multiple 16`` for the compiled
-step). Its first ``--steps`` steps (the tasks the sampler draws, the batches the streams give)
-are taken ``--warmup`` times, the streams rewound after each round, so that every shape of
-them is compiled (and, with CUDA graphs, recorded) before anything is timed. Then the same
-steps twice more:
-
-1. timed: the host's time to issue them (``host_ms``: until the last step returns; the GPU may
-   still be working) and the wall time until the device is done (``step_ms``), per step;
-2. profiled (``torch.profiler``, CPU and CUDA activities): from the trace, the kernels run per
-   step, the launch calls the host made per step (a CUDA graph replay is one), the GPU's busy
-   time per step (the union of its kernel, copy and set intervals) and the share of the
-   profiled wall time in which the GPU was idle. When the host time per step exceeds the busy
-   time, the GPU waits on the host (Python and launches), which is what compiling addresses.
-
-On the CPU (no CUDA) the GPU figures are null. Writes the JSON to --out.
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

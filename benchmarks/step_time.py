@@ -9,15 +9,7 @@ driver's ``adamw_for(model, lr, weight_decay, layer_decay)``, so frozen weights 
 gradients nor optimizer state. A step is the driver's ``multitask.step.train_step``: forward, task
 loss, zero_grad, backward, AdamW step.
 
-All options train on the same real batches (two length-grouped batches of 32 from each of sst,
-para, sts, tokenized once; the pairs of each option in its own pair encoding: pretrain encodes
-them apart by default, the others as one sequence); a round runs every batch once per option,
-options interleaved and their order reversed every other round; the figure is the median over
-rounds of the mean step time (speed-ups: the median of the per-round ratios).
-Target: adapter at least 1.3× faster than finetune. The table also counts the tensors that
-hold optimizer state and the size of that state.
-
-Writes benchmarks/results/step_time.md.
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

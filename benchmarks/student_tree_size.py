@@ -6,13 +6,9 @@ those student versions, three ways: every line; without blank lines and comments
 (no docstrings either, where the exercises' equations and papers are written). The aim is at
 most 80 files and 9,000 lines.
 
-Beside the tree as it is, each lever is the same count over another set of files: the whole
-project (before the manifest), the manifest with the lab's extras that the driver imports on
-demand (each ``lab_part`` module), and two floors: the tree with the driver's settings, run
-folder and front end taken out (what a driver of zero lines written for students would leave),
-and the tree with no driver at all. No training runs.
-
     python benchmarks/student_tree_size.py
+
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def markdown(suite: str, results: dict, order: list[str], name: str | None = Non
         "",
         "Written by `benchmarks/multitask_runs.py` from real runs; do not edit by hand. "
         "Dev metrics are of the best evaluation (by overall score). The Quora dev file here is "
-        "a fixed split of the course's Quora dev file (see ../shared/data/README.md), so para "
+        "a fixed split of the course's Quora dev file (see data/README.md), so para "
         "accuracy is not comparable one-to-one with published Quora dev figures.",
         "",
         "| run | sst acc | para acc | sts r | overall | trainable in all | "

@@ -2,24 +2,7 @@
 
     python benchmarks/throughput.py [--threads 1] [--repeats 7] [--dropout 0.0]
 
-Both models are loaded from ``minbert.pretrained.default_checkpoint_dir()`` (transformers with
-``BertModel.from_pretrained(dir)``: its default attention implementation, ``sdpa``, and also
-``eager``). Both see the same inputs: random token ids of sentence pairs with realistic padding
-(each row between T/2 and T real tokens). For each (batch, length) shape it measures
-
-* training: train mode, forward + backward of loss = mean(h²) + mean(pooler) (every output
-  reaches the loss), gradients set to None before each step; dropout is the same p in both
-  models (``--dropout``, default 0: no dropout in either, so both do exactly the same work);
-* inference: eval mode under ``torch.no_grad()``.
-
-tokens/s counts all B·T positions (padding included: both models compute them). The ratio is
-minBERT / transformers throughput (> 1: minBERT faster). A third contender, "minBERT + F.gelu",
-is minBERT with its written-out GELU, 0.5·x·(1 + erf(x/√2)), replaced by the fused
-``torch.nn.functional.gelu`` (the same function) in the benchmark's copy of the model only; it
-shows what that change to ``minbert/bert.py`` would give. A short torch.profiler table of one
-training shape shows where the time goes.
-
-Writes benchmarks/results/throughput.md. Needs transformers (requirements-reference.txt).
+Design notes: docs/design/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -12,6 +12,4 @@
 * ``checks/``: the checks, one file per graded source file, in the order of GUIDE.md; the
   reference equations they grade against are instructor-only (the instructor's reference
   script).
-
-Nothing is imported here, so ``python -m course.<module>`` runs the module only once.
 """

@@ -1,23 +1,4 @@
-"""Deterministic dropout for grading in training mode.
-
-Inside ``recorded_dropout(seed)`` every call of ``torch.nn.functional.dropout`` (which
-``nn.Dropout`` calls) and of ``torch.dropout`` that is active (training, p > 0) draws its keep mask
-(``rand >= p``, kept values scaled by 1/(1 − p), as torch does) from seeded streams, one stream
-per *unit*: a tensor of 4 or more dimensions (B, S, ...) is S units of shape (B, ...) stacked on
-axis 1 (the heads of attention probabilities, (B, nh, T, T)); a tensor of 3 or fewer dimensions is
-one unit. Units are numbered in call order, and unit n of shape s draws from a generator seeded
-with (seed, n, s). So written-out attention that loops over the heads, calling dropout on
-(B, 1, T, T) or (B, T, T) once per head, gets exactly the masks of one call on (B, nh, T, T): how
-a correct computation is batched over the heads does not matter. The student's code and the
-reference that produced the stored outputs (the instructor's reference script) run under the
-same context, so they see the same masks exactly when they call dropout in the same places, in
-the same order, on the same units: a dropout that is missing, misplaced or applied twice changes
-the output and is graded.
-
-``calls`` records (shape, p) of each active call, for the messages (``describe_calls``). A check
-may add (shape, p, ``FUSED``) for a call of torch's fused attention with dropout_p > 0, whose masks
-no recorder sees: in eval mode any such call is the mistake, and ``eval_mode_mistakes`` names it.
-"""
+"""Deterministic dropout for grading in training mode."""
 
 from __future__ import annotations
 

@@ -3,27 +3,7 @@ student code runs.
 
     python -m course.grade SUBMISSIONS_DIR --out grades.csv [--only adamw ...] [--timeout 60]
 
-SUBMISSIONS_DIR holds one entry per student: a folder (a student tree, or just the files the
-student wrote) or a ``.zip`` of one; the student's name is the entry's name. From each, only the
-files that hold exercises (``minbert/bert.py``, ``minbert/optimizer.py``, ...; ``python -m
-course.scaffold --list``) are taken, at the same relative path (or at the top of the folder or
-zip), and laid over a fresh copy of the student tree cut from this project, so a student's own
-checks or grader files are never used. Then:
-
-* a runner (``course/runner.py``) imports the student's files in that copy and computes each
-  check's outputs, contained (``course/sandbox.py``: its own user and namespaces; the
-  instructor's tree, the other submissions and the results are out of its reach, and every
-  process it starts ends with its row);
-* the judge (``course/judge.py``), in this process, compares those outputs with this project's
-  sealed references and alone writes the grades. A check that runs past ``--timeout`` seconds
-  scores 0 with "timed out after N s in <check>" and the other checks keep their points.
-
-Writes OUT (one row per student: status, total, each exercise's points, notes), rewritten after
-each student, and beside it ``<OUT stem>-results/`` with each student's Gradescope
-``results.json`` (``<name>.json``) and log (``<name>.log``: the first ``OUTPUT_LIMIT`` bytes of
-what the student's code printed, then the report). Every file is written whole or not at all.
-Where the machine offers no containment (not root, no user namespaces), the grader refuses
-untrusted submissions; ``--trusted`` grades them as plain processes of your user.
+Design notes: docs/design/course.md.
 """
 
 from __future__ import annotations

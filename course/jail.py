@@ -2,21 +2,7 @@
 root, and becomes the runner. Standard library only (it runs before anything is hidden, as
 ``python -I course/jail.py SETTINGS_JSON``, started by ``course/sandbox.py`` under ``unshare``).
 
-In order, as root in fresh mount, PID, network, IPC and UTS namespaces (in a user namespace too
-when the grader is not root):
-
-1. every path to hide (the instructor's tree, the submissions, the results, /tmp, ...) is
-   covered by an empty tmpfs; what must stay readable below them (Python, its packages) is bound
-   back read-only, and the submission's tree is copied into a file system of its own at
-   ``TREE`` (at most ``TREE_BYTES``, gone with the namespace), so what the runner writes
-   fills neither the grader's disk nor its memory;
-2. with a ``uid`` (the grader is root): supplementary groups dropped, group and user set to it;
-   every capability dropped from the bounding set, so that even a user namespace's root has
-   none after exec (it cannot unmount what hides the grader's files); no new privileges (no
-   set-user-ID program gives them back); killed if its parent dies;
-3. limits: address space, file size, processes; a session of its own; then exec of the
-   runner, as PID 1 of its PID namespace: when it ends, the kernel kills every process it
-   started.
+Design notes: docs/design/course.md.
 """
 
 from __future__ import annotations

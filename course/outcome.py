@@ -7,13 +7,6 @@ runs both in one process. Class grading runs ``compute`` in a contained runner p
 pipe as data only (``course/wire.py``): tensors, numbers, strings, lists and dicts. A runner's
 outputs can be wrong; they cannot be a grade, since the judge decides which stored case they
 are compared with and the stored outputs are sealed (``course/seal.py``).
-
-Most checks grade stored cases. ``compute`` returns ``outputs(...)``: one ``graded(...)`` entry
-per case, in the order the check declares its cases (``stored_cases``), or ``problem(...)`` when
-the outputs cannot be graded (the backward pass fails, an argument was changed in place). A
-problem that shows a known mistake by itself (an exception only that mistake raises) carries the
-mistake's key; the judge names it in its own words (``observed``), so a runner's outputs can
-name only a mistake the check knows.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""The check registry: what a check is, how it is declared, run, selected and reported.
-
-A check is two functions (``course/outcome.py``): ``compute`` (``Context -> outputs``) runs the
-student's code and returns what it computed as plain data, and ``judge`` (``Context, outputs ->
-Measurement``) compares that with the references and runs no student code, so class grading can
-run the two in different processes (the class grader's judge). ``compute`` is declared with
-``@check`` right where it is written, in the checks file of the source file it grades
-(``course/checks/<file>.py``), naming its judge::
+"""The check registry: what a check is, how it is declared, run, selected and reported. A check
+is declared with ``@check`` in the checks file of the source file it grades, naming its judge::
 
     @check(
         "attention: scaled_dot_product_attention vs equation",
@@ -16,50 +10,6 @@ run the two in different processes (the class grader's judge). ``compute`` is de
     )
     def check_attention_function(ctx: Context) -> Outputs:
         ...
-
-A check made by a factory (``hidden_state_check("single")``) is registered right below the
-factory: ``check("bert: ...", tolerance=1e-5, judge=..., ...)(hidden_state_check(...))``.
-The report lists the checks in the order they were registered: the import order of
-``course/checks/__init__.py`` (the order of GUIDE.md), then each file top to bottom.
-
-The rules a check keeps:
-
-* it measures the largest absolute difference between what minBERT computes and a reference,
-  and passes when that is at most its ``tolerance`` (``course/measure.py``); ``compare``
-  measures two tensors and says where they differ most (printing numbers with digits enough to
-  differ), ``worst_of`` keeps the worst of several measurements. The tolerance fits the data's
-  scale: a check whose outputs are large, or that must tell equivalent computations from
-  mistakes by little (LoRA, AdamW), runs in float64;
-* a component check feeds stored inputs and weights (``Context.course_data``, the file
-  ``course/reference_data.pt``) to the student's code and compares with the stored
-  outputs (``grade``). The file is copied into the student tree, so the outputs are sealed
-  (``course/seal.py``: digests and projections, no output in full) and no lookup of the
-  stored data passes (``measure_sealed``, and the instructor's tests of the store); the
-  equations that made them are in the instructor's reference scripts, so the student tree holds
-  no solution. The sealed
-  outputs of each exercise's known mistakes let a failing check name the mistake (``diagnose``):
-  one declared for some cases only (one path) when those cases match it and the others are right
-  (``worst_of``), one that gives NaN or inf when the student's output is NaN or inf in the same
-  places (``_distance``, on the projections: a slice holding NaN projects to NaN). Components
-  with dropout run in eval and in training mode under seeded dropout
-  (``course/dropout.py``: masks per head, so a loop over the heads is graded like one
-  call; ``grade`` says how the dropout calls differ when they draw other masks);
-* it calls no exercise but its own (the layer and PAL checks swap in stand-ins for attention,
-  the plug-in checks call the plug-in's own sites, SMART runs on a small model defined in its
-  check), so a missing attention does not fail the AdamW check;
-* an exception raised in the student's code is reported at the student's file and line
-  (``course/locate.py``: the innermost frame in a function that holds an exercise,
-  stored by the generator since the student tree has no markers), not inside torch; one raised
-  in given code on what a student's function returned names that function;
-* it imports the graded code inside the function, so a module that cannot be imported fails
-  only the checks that need it;
-* it names the course exercises it depends on (``exercises``: the ids GUIDE.md gives each
-  exercise). In a student tree a check whose exercise is missing raises that
-  exercise's ``NotImplementedError`` and is reported NOT IMPLEMENTED with its hint. An exception
-  in one check (a bug, or a ``NotImplementedError``) never stops the others (``run_check``).
-
-To add a check: write it in the checks file of the source file it grades, decorate it, and add
-the exercise to GUIDE.md. A new checks file is imported in ``course/checks/__init__.py``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """Where a submission's runner runs: the containment this machine offers, and the process that
 starts it there.
 
-Three levels, the best one available chosen (``containment``):
-
-* ``root`` (the grader runs as root, ``unshare`` works): the runner runs as a user of its own
-  (``RUNNER_UID``, no group, no new privileges) in its own mount, PID, network, IPC and UTS
-  namespaces (``course/jail.py``). It cannot read, write or signal the instructor's tree, the
-  other submissions, the results or the judge: they are covered by empty folders, and its PID
-  namespace holds only its own processes. It has no network. When its first process ends, the
-  kernel kills every process it started, a double fork and ``setsid`` included.
-* ``user namespace`` (not root, but the kernel lends user namespaces): the same namespaces
-  inside a user namespace; the runner runs as the grader's own user, so files outside the
-  hidden paths that the grader's user can write, it can write too.
-* none: ``course.grade`` refuses untrusted submissions; with ``--trusted`` the runner is a plain
-  process of the grader's user in a session of its own (killed as a process group).
-
-Every level limits the runner's address space (``--memory_gb``) and file size; the judge limits
-its time per check.
+Design notes: docs/design/course.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,5 @@
 """Course scaffolding: write the student version of this project, with exercises cut out.
 
-An exercise region in a Python file is a block of statements at one indentation, marked by two
-comment lines at that indentation, with a hint in ``HINT`` comment lines just above::
-
-    def area(width, height):
-        # HINT: the area of a width × height rectangle.
-        # BEGIN SOLUTION: geometry
-        product = width * height
-        return product
-        # END SOLUTION
-
-The marker lines are the comments ``# BEGIN SOLUTION: <exercise-id>`` and ``# END SOLUTION``;
-every ``# HINT:`` line directly above the first is part of the hint. The markers are comments, so
-they change nothing in the full tree. One exercise id may mark several regions (attention is the
-equation and the multi-head module). Only real comments count (the file is read with
-``tokenize``): a marker inside a string is text.
-
 The student version of a file keeps the hint comments and replaces each region of a removed
 exercise, markers included, by ``raise NotImplementedError("<exercise-id>: <hint>")`` at the
 region's indentation; everything else is byte for byte the same. ``sanity_check.py`` reports a
@@ -27,20 +11,7 @@ check whose exercise raises this as NOT IMPLEMENTED, with the hint (the checks a
     python -m course.scaffold OUT_DIR --keep adamw       # all but these (repeatable)
     python -m course.scaffold --list                     # the exercises and where they are
 
-What goes in is said by a list, the manifest ``course/student_tree.txt`` of the source tree:
-its glob patterns choose among the project's files (``git ls-files``, tracked files and untracked
-ones git does not ignore, when the source is a git checkout, else every file under it except
-caches, run outputs, virtual environments and data CSVs), and a ``SOURCE -> TARGET`` line writes a
-file under another name (the student's README). A source without a manifest is copied whole.
-Instructor-only files (``INSTRUCTOR_ONLY``) are left out either way, and a Markdown file ends at
-its ``INSTRUCTOR_PART`` line (GUIDE.md's instructor part). The student tree needs no git. OUT_DIR
-must be empty (or absent) unless ``--force``, and must not lie inside the source tree.
-
-``--force`` writes over an earlier student tree, but never over a student's work: an exercise
-file (one holding a marked region) that OUT_DIR already has and that differs from what would be
-written is not replaced; the command refuses before writing anything, naming those files (move
-them out of OUT_DIR, or delete them, and run it again). Refusing is simpler and safer than moving
-them aside: nothing of the student's is renamed or hidden, and the tree stays as it was.
+Design notes: docs/design/course.md.
 """
 
 from __future__ import annotations

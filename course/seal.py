@@ -2,36 +2,9 @@
 
 The stored file is copied into the student tree, where the student's code can read it; holding
 the outputs themselves, it would be an answer key (look the output up by the input, return it).
-So the file holds only what the comparison needs, in one of three forms, chosen by ``seal``:
-
-* ``exact`` (integer and boolean outputs, graded exactly: the masking): a SHA-256 digest of the
-  shape and the values. Equal digests mean equal outputs; the digest says nothing else.
-* ``projection`` (floating-point outputs of more than ``SMALL`` values), two parts:
-
-  - per value, a digest of its bucket ⌊x / q⌋ with q = tolerance / 2 (salted with the output's
-    name and the value's index). A value within the tolerance of the expected one falls at most
-    two buckets away, so the grader hashes the five buckets around the student's value and the
-    value passes when one of them is the stored digest: every value within the tolerance passes,
-    none more than 1.5 tolerances away does, and the grader knows which value is outside (not by
-    how much). Finding a value that matches a digest means trying bucket after bucket, value by
-    value: a search, not a lookup;
-  - the output cut into slices along its leading axes (each slice is the last axis, or the last
-    axes together when that one is shorter than ``MIN_SLICE``), each slice projected on one or
-    two fixed random directions scaled to unit ℓ1 norm. Since |u·d| ≤ ‖u‖₁·max|dᵢ| = max|dᵢ|, a
-    projected difference is never larger than the largest difference of the slice: it is a lower
-    bound of the true difference, which is what the check reports (how far, and where), and what
-    a known mistake is matched by. A slice keeps at most a quarter of its degrees of freedom
-    (one for a slice of 4 to 15 values) and no lookup can rebuild it; a vector with the stored
-    projections is easy to make, which is why the digests decide.
-
-  A known mistake's output is stored as its projections only (it names the mistake, it is not an
-  answer).
-* ``rounded`` (at most ``SMALL`` floating-point values: a loss, the sampler's α and
-  probabilities): the bucket digests alone, made slow (PBKDF2): with so few values a search
-  bucket by bucket is short, and the slow digest makes it take hours instead of seconds.
-
-The directions and the salts come from the output's name, so the generator and the grader agree
-without storing them.
+So the file holds only what the comparison needs (``seal`` chooses the form): a digest of an
+exact output; for a floating-point output, digests of its values rounded to half-tolerance
+buckets, and for a large one projections of its slices, so a check can say where it differs.
 """
 
 from __future__ import annotations

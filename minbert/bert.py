@@ -1,23 +1,13 @@
 """BERT (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for Language
 Understanding"), written out by hand so it can be read top to bottom.
 
-Shape legend
-    B   batch size
-    T   tokens per sequence (after padding)
-    D   hidden size (config.hidden_size)
-    nh  attention heads (config.num_attention_heads)
-    hs  head size, D / nh
-    F   feed-forward size (config.intermediate_size)
+Shapes: B batch size; T tokens per sequence (after padding); D hidden size (config.hidden_size); nh
+attention heads (config.num_attention_heads); hs head size, D / nh; F feed-forward size
+(config.intermediate_size).
 
 Module attribute paths are exactly Hugging Face's BERT names (``embeddings.word_embeddings``,
 ``encoder.layer.N.attention.self.query``, ...), so a pretrained checkpoint loads with
 ``load_state_dict(strict=True)`` after a small key fix-up (see ``minbert/pretrained.py``).
-
-Plug-ins (adapters, PALs, LHUC, LoRA; ``minbert/plugins/``) act at a few named sites inside each
-layer: hooks on the layer's own modules, installed when a plug-in is attached
-(``minbert/sites.py``). The code here calls its modules and knows nothing of plug-ins; with
-nothing attached no hook exists, so the plain model is exactly BERT. Its hyperparameters
-(``BertConfig``) and activations are in ``minbert/config.py``, which needs none of this file.
 """
 
 from __future__ import annotations

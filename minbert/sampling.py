@@ -12,18 +12,6 @@ sampling (Stickland & Murray 2019, "BERT and PALs: Projected Attention Layers fo
 Adaptation in Multi-Task Learning", ICML 2019) moves from one to the other over training:
 
     α(e) = 1 − 0.8 · (e − 1) / (E − 1),   e = 1..E  (α = 1 when E = 1)
-
-so epoch 1 samples proportionally and epoch E with α = 0.2, close to uniform: the model first
-learns from the data as it is and towards the end stops neglecting the small tasks.
-
-Round-robin ignores the sizes and cycles through the tasks in a fixed order (the order of
-``sizes``), one step each.
-
-A schedule (the task of every step of an epoch) is a pure function of (seed, epoch): resuming at
-an epoch, or several processes computing the schedule on their own, give the same steps without
-sharing any state.
-
-Sizes always come from the data the caller read; nothing here knows any dataset.
 """
 
 from __future__ import annotations

@@ -1,44 +1,11 @@
 """The plug-in site protocol: the named places inside an encoder layer where plug-ins act.
 
-Shape legend
-    B   batch size
-    T   tokens per sequence
-    D   hidden size
+Shapes: B batch size; T tokens per sequence; D hidden size.
 
 The layer itself knows nothing of plug-ins: it calls its own modules (``self.query(x)``,
 ``self.dropout(h)``, ``self.LayerNorm(h)``) and the sites are hooks on those modules
 (``nn.Module.register_forward_hook``), installed only when a plug-in is attached. With nothing
 attached no hook exists, so the plain model is exactly BERT and runs no code of this file.
-
-Each site is one module of a ``BertLayer``, and what a plug-in does there:
-
-  - ``linear(name, module, x, y)``: the output y = module(x) of a linear map of the layer
-    (``query``, ``key``, ``value``, ``attention_output``, ``intermediate``, ``output``;
-    ``LINEAR_SITES``), where LoRA adds its low-rank term;
-  - ``after_attention(h)``: the output of ``attention.output.dropout``, the attention output
-    projection before its add & norm (adapter);
-  - ``after_feed_forward(h)``: the output of ``output.dropout``, the feed-forward output before
-    its add & norm (adapter);
-  - ``norm(name, module, h, y)``: the output y = module(h) of an add & norm's LayerNorm
-    (``attention`` or ``feed_forward``) on the sum h, where per-task LayerNorms replace it and
-    adapters placed after the LayerNorm act;
-  - ``parallel(x, mask)``: a term computed from the layer input x (B, T, D), given the additive
-    attention mask (B, 1, 1, T), when the layer starts, and added to the input of its final
-    LayerNorm (PAL), or ``None``;
-  - ``after_layer(h)``: the layer output (LHUC);
-  - ``attentions(x, mask)``: not a hook, but what ``BertModel.encode`` asks each layer for when
-    it is asked for attention maps: the attention probabilities plug-ins compute from the layer
-    input x, by name (``{"pals": (B, nh, T, T)}``), or ``{}``.
-
-Three pieces:
-
-* ``LayerSites``: the sites of one layer for one task, each the identity; ``hook_layer`` routes a
-  layer's modules through one (the grader does so with a test ``LayerSites`` of its own).
-* ``SiteHandler``: what a plug-in implements, the same sites told the layer index and the task.
-* ``Plugins``: the container ``BertModel.plugins`` (keyed by plug-in kind). ``hook`` installs the
-  hooks of every layer once; ``activate(task)``, called by ``BertModel.encode`` with the task of
-  the forward, checks the task against every plug-in; ``sites(layer)`` composes every handler
-  in the order they were attached (``ComposedSites``).
 
 This module imports nothing from ``minbert.plugins``, so the model depends on the protocol only.
 """
@@ -54,7 +21,27 @@ from torch.utils.hooks import RemovableHandle
 
 
 class LayerSites:
-    """The sites of one layer for one task, each the identity (see the module docstring)."""
+    """The sites of one layer for one task, each the identity. Each site is one module of a
+    ``BertLayer``, and what a plug-in does there:
+
+    - ``linear(name, module, x, y)``: the output y = module(x) of a linear map of the layer
+      (``query``, ``key``, ``value``, ``attention_output``, ``intermediate``, ``output``;
+      ``LINEAR_SITES``), where LoRA adds its low-rank term;
+    - ``after_attention(h)``: the output of ``attention.output.dropout``, the attention output
+      projection before its add & norm (adapter);
+    - ``after_feed_forward(h)``: the output of ``output.dropout``, the feed-forward output before
+      its add & norm (adapter);
+    - ``norm(name, module, h, y)``: the output y = module(h) of an add & norm's LayerNorm
+      (``attention`` or ``feed_forward``) on the sum h, where per-task LayerNorms replace it and
+      adapters placed after the LayerNorm act;
+    - ``parallel(x, mask)``: a term computed from the layer input x (B, T, D), given the additive
+      attention mask (B, 1, 1, T), when the layer starts, and added to the input of its final
+      LayerNorm (PAL), or ``None``;
+    - ``after_layer(h)``: the layer output (LHUC);
+    - ``attentions(x, mask)``: not a hook, but what ``BertModel.encode`` asks each layer for when
+      it is asked for attention maps: the attention probabilities plug-ins compute from the layer
+      input x, by name (``{"pals": (B, nh, T, T)}``), or ``{}``.
+    """
 
     def linear(
         self, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor

@@ -1,88 +1,16 @@
 """SMART (Jiang et al. 2020, "SMART: Robust and Efficient Fine-Tuning for Pre-trained Natural
 Language Models through Principled Regularized Optimization"), as a loss term.
 
-Shape legend
-    B   batch size
-    T   tokens per sequence (after padding)
-    D   hidden size
-    C   head outputs (classes for "multiclass", 1 for "binary" and "regression")
-
 Objective, for the parameters θ that train (trainable plug-ins, heads, or all of BERT):
 
     min_θ  L(θ) + λ_s·R_s(θ) + μ·D_Breg(θ, θ̃_t)
-
     L(θ)             = 1/n Σ_i ℓ(f(x_i; θ), y_i)                              the task loss
     R_s(θ)           = 1/n Σ_i max_{‖x̃_i − x_i‖ ≤ ε} ℓ_s(f(x_i; θ), f(x̃_i; θ))   smoothness
     D_Breg(θ, θ̃_t)   = 1/n Σ_i ℓ_s(f(x_i; θ), f(x_i; θ̃_t))                    Bregman proximal
     θ̃_{t+1}          = β·θ̃_t + (1 − β)·θ_{t+1}                                 momentum teacher
 
-Here x_i is the output of ``BertModel.embed`` (token + position + type embeddings after
-LayerNorm), not the token ids, and ℓ_s is the divergence between two predictions:
-
-    multiclass  ℓ_s(P, Q) = KL(P‖Q) + KL(Q‖P) = Σ_c (p_c − q_c)(log p_c − log q_c),
-                P = softmax(a), Q = softmax(b)
-    binary      the same for Bernoulli(sigmoid(a)) and Bernoulli(sigmoid(b)), which simplifies
-                to (sigmoid(a) − sigmoid(b))·(a − b)
-    regression  ℓ_s(a, b) = (a − b)²
-
-summed over the C outputs and averaged over the batch. The written-out form Σ (p − q)(log p − log q)
-is the symmetric KL exactly; every term is ≥ 0, so it does not lose the O(δ²) value to cancellation
-between two O(δ) terms the way KL(P‖Q) + KL(Q‖P) computed separately does for nearby P and Q.
-
-Algorithm (one training step, Algorithm 1 of the paper with S = 1 inner step per outer step)
-    1. e ← embed(x), computed once by the caller; clean outputs f(e; θ) and the task loss L.
-    2. For each embedding tensor e_j (two for a pair encoded one sentence at a time):
-       δ_j ← Π_ε(ν_j), ν_j ~ N(0, σ²I) of shape (B, T, D).
-    3. Repeat K times (the inner ascent; the clean outputs and e are constants here):
-           g_j ← ∇_{δ_j} ℓ_s(sg[f(e; θ)], f(sg[e] + δ; θ))
-           δ_j ← Π_ε(δ_j + η · g_j / ‖g_j‖)          ‖·‖ per token (see "norm" below)
-       where sg[·] stops gradients and Π_ε projects each token's δ onto the ε-ball.
-    4. R_s ← ℓ_s(f(e; θ), f(e + sg[δ]; θ)), one more forward from the perturbed embeddings.
-    5. D_Breg ← ℓ_s(f(x; θ), sg[f(x; θ̃)]), the teacher's outputs computed under no_grad with θ̃
-       swapped into the live parameters (``MomentumTeacher.swapped_in``).
-    6. loss ← L + λ_s·R_s + μ·D_Breg; backward; optimizer step.
-    7. θ̃ ← β·θ̃ + (1 − β)·θ (``MomentumTeacher.update``), after every optimizer step.
-
-Choices where the paper leaves room (and why)
-    * Norm ("linf", the default, or "l2"): the paper normalises the gradient by its ℓ∞ norm and
-      projects onto an ℓ∞ ball. We normalise per token (over D, as mt-dnn does by default), so
-      every token moves by η along its own steepest coordinate instead of only the tokens with the
-      largest gradients; the ℓ∞ ball itself is the same per token or per example (a clamp of every
-      coordinate to [−ε, ε]). "l2" normalises and projects each token's D-vector in ℓ2.
-    * The start is projected too, so δ lies in the ε-ball after every step, K = 0 included.
-    * With the paper's η = 1e-3 ≫ ε = 1e-5, one step reaches the boundary on every coordinate
-      whose normalised gradient exceeds ε/η = 1%: K = 1 is nearly a signed-gradient step of size ε.
-    * Clean predictions: detached in the ascent (step 3: they do not depend on δ, and detaching
-      keeps ``autograd.grad`` away from the main graph), NOT detached in the final R_s (step 4):
-      the paper's ℓ_s(f(x; θ), f(x̃; θ)) is symmetric in its two arguments and the gradient of
-      R_s w.r.t. θ flows through both, pulling the two predictions towards each other. (mt-dnn
-      instead sums two KLs each with a detached target; our gradient is that of R_s itself.)
-      δ is held fixed in step 4, the usual Danskin-style treatment of the inner max.
-    * The embeddings: the ascent always starts from sg[e]; the final forward uses the tensors as
-      passed. Pass the attached output of ``embed`` and R_s also trains a trainable embedding
-      layer through its perturbed argument (the paper's full gradient); pass ``e.detach()`` and it
-      reaches the embedding layer only through the clean outputs. With a frozen embedding layer
-      (every parameter-efficient option) the two are the same.
-    * Padding is not masked. In this BERT a padding position is a key with an additive mask of
-      the most negative float, whose softmax weight is exactly 0, and heads read [CLS] or a masked
-      mean; so a padding position's δ cannot change any output, its ascent gradient is exactly 0
-      (its normalised step is 0) and only the random start stays there, harmlessly.
-    * λ_s = 1 by default: the paper tunes λ_s per task over a small grid starting at 1 (mt-dnn's
-      default ``adv_alpha`` is 1 as well); μ = 1, σ = ε = 1e-5, η = 1e-3, K = 1, β = 0.99 as in
-      the paper. β is held constant; ``SmartConfig.momentum`` is its one source.
-    * Dropout: the regulariser's forwards run in whatever mode the model is in. In training mode
-      (as in mt-dnn) the clean, perturbed and teacher forwards draw different dropout masks, so
-      R_s and D_Breg also penalise disagreement between dropout samples; with ε = 1e-5 that part
-      dominates R_s.
-
-Scale and precision. The embeddings are LayerNorm outputs with entries of size ~1, so a
-perturbation of ε = 1e-5 changes the predictions by O(ε) and R_s by O(ε²): small next to L. The
-public implementations (mt-dnn, smart-pytorch) rescale the perturbation to unit per-token norm
-instead of projecting it, a much stronger perturbation; raise ``epsilon`` (with ``step_size``)
-to get a stronger R_s: ε = η = 1 with the ∞-norm gives their size (each token's δ has largest
-entry 1). Under bf16 autocast, ε = 1e-5 is below bf16's resolution (2⁻⁸ relative),
-so the perturbation vanishes when the first linear map casts e + δ; use a larger ε or float32.
-Divergences are computed in float32.
+The defaults are the paper's: λ_s = μ = 1, σ = ε = 1e-5, η = 1e-3, K = 1, β = 0.99. Pass the
+attached output of ``embed`` and R_s also trains a trainable embedding layer; detached, only L does.
 """
 
 from __future__ import annotations

@@ -2,31 +2,6 @@
 
     python -m multitask.export RUN_DIR OUT_DIR --format adapters     # OUT_DIR/<task>/ per task
 
-AdapterHub's ``adapters`` (1.x) keeps a bottleneck adapter as ``adapter_config.json`` (a
-``BnConfig`` under ``"config"``, the adapter's name, the hidden size) and ``pytorch_adapter.bin``
-(``torch.save`` of the adapter's tensors), the two files its ``save_adapter`` writes. Its
-``BertAdapterModel`` (or ``adapters.init(BertModel)``) hands the adapter of a position the
-sub-layer's output after its projection and dropout, h, the sub-layer's input x and the layer's
-own LayerNorm, and computes (``adapters/methods/modeling.py``, ``Adapter``):
-
-    pre_forward   original_ln_before:  h <- LayerNorm(h + x)
-                  residual r = h as it was before that (residual_before_ln True) or after it
-    forward       out = r + scaling · W_up · f(W_down · ln_before(h) + b_down) + b_up
-    post_forward  original_ln_after:   out <- LayerNorm(out + x)
-
-minBERT's adapter is A(h) = h + W_up · GELU(W_down · h + b_down) + b_up
-(minbert/plugins/adapter.py), and the fields written here make the two the same:
-
-    houlsby, pfeiffer   LayerNorm(x + A(h)): original_ln_before False, residual_before_ln True,
-                        original_ln_after True
-    after_layernorm     A(LayerNorm(x + h)): original_ln_before True, residual_before_ln False,
-                        original_ln_after False
-    every placement     non_linearity "gelu" (transformers' GELUActivation: F.gelu, the exact
-                        erf GELU, as minbert.bert.gelu); scaling 1.0; no LayerNorm, gate, PHM,
-                        parallel path, invertible adapter or stochastic depth of the adapter's
-                        own (ln_before, ln_after, use_gating, phm_layer, is_parallel,
-                        inv_adapter, stochastic_depth off); dropout 0.0 (and none at inference)
-
 ``mh_adapter`` is the position after attention (``attention.output``), ``output_adapter`` the one
 after the feed-forward (``output``): houlsby and after_layernorm set both, pfeiffer the second
 only. ``reduction_factor`` is chosen so that the library's ``int(hidden_size //
@@ -36,18 +11,7 @@ adapters). The tensors carry over unchanged:
     P.adapter_down.0.weight, P.adapter_down.0.bias      W_down, b_down
     P.adapter_up.weight, P.adapter_up.bias              W_up, b_up
 
-with P = bert.encoder.layer.N.attention.output.adapters.<task> after attention and
-bert.encoder.layer.N.output.adapters.<task> after the feed-forward.
-
-What has no faithful equivalent in ``adapters`` is refused (``unexportable``): another option
-than adapter, another plug-in beside it (``--also``), the per-task LayerNorms of
-``--train_layernorms`` (the library uses the base model's LayerNorms), an encoder trained with
-``--train_encoder`` (the adapter would sit on weights that are not the checkpoint's), and every
-sharing of one adapter (``--adapter_share`` above 1, ``--adapter_share_sites``, or both): the
-library has no adapter shared across layers or positions. Copies of a shared adapter in every
-place it serves would give the same hidden states, but another model: more parameters, and
-copies that train apart once trained there; so the variant is refused rather than exported as
-something else.
+Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

@@ -5,38 +5,11 @@
         --pair "Someone plays music." --out guitar
     python -m multitask.attention --checkpoint default --input "the cat sat on the mat" --out cat
 
-RUN_DIR is a finished ``train_multitask.py`` run: the task's model is rebuilt from it as
-``multitask/trained.py`` describes, with the run's tokenizer, the task's plug-ins and the run's
-``--max_length``, and its prediction is shown. ``--checkpoint DIR`` (``default``: the packaged
-checkpoint) looks at a plain pretrained encoder instead, without a run, a task or a prediction
-(your own implementation of ``minbert/bert.py`` included); it truncates at 128 tokens.
-
 For every layer l and head h the attention probabilities are
 
     P = softmax(Q Kᵀ / √d_k + M),   Q = X W_h^Q,  K = X W_h^K,  X the layer's input
 
-after the mask and the softmax, before dropout: row i says how much token i attends to each
-token j, and sums to 1 (``BertModel.forward(..., output_attentions=True)``). With PALs the page
-also shows each PAL's own attention in its projected space (``plugin_attentions["pals"]``).
-
-What is written:
-
-    OUT.html   one self-contained page (no network, no server; the maps inlined as JSON in the
-               script element ``attention-data``): the prediction at the top, the tokens on two
-               sides with a line from each token to the tokens it attends to, as strong as the
-               weight, a layer and a head selector, all heads of a layer side by side, the head's
-               matrix; hovering a token highlights its attention
-    OUT.png    a grid of layers (rows) × heads (columns) of attention matrices with the token
-               labels (matplotlib), for slides and reports; a pair that the run encodes one
-               sentence at a time (``--pair_encoding separate``) gives one figure per sentence,
-               OUT.png and OUT-2.png
-
-A ``.html`` or ``.png`` suffix on OUT is dropped; the command says which files it writes, and
-checks them before it computes anything: OUT naming an existing folder is refused (name a file in
-it), an existing OUT.html or OUT.png is replaced only with ``--overwrite`` (``--out fig.html``
-never replaces a ``fig.png`` beside it silently), and nothing is written into a run, export or
-checkpoint folder (the run or checkpoint looked at included, at any depth). A bad run folder,
-task, flag or empty input is one ``error:`` line and exit code 2.
+Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

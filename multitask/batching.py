@@ -11,24 +11,6 @@ the same batch while keeping training random:
    batches, so at most one batch is short);
 5. shuffle the order of the batches, so that training does not see all long (or all short)
    batches together.
-
-Each pool is a random sample of the data, so batches are still random up to their length
-(the same idea as the "bucket iterator" of torchtext and the length-grouped sampler of Hugging
-Face's Trainer). With ``generator=None`` nothing is shuffled: all indices are sorted by length,
-longest first (the evaluation order; the largest batch comes first, so running out of memory
-shows at once, not at the end of an evaluation).
-
-``padding_fraction`` measures the effect: padded positions / all positions.
-
-``BatchStream`` turns one task's training set into an endless, resumable stream of such batches,
-and ``make_batch`` turns a batch of indices into the tensors a step or an evaluation runs on
-(the one place a batch is assembled: the driver, evaluation and the benchmarks use it).
-
-``derived_seed`` gives a seeded run one stream of random numbers per purpose. A draw that must
-not depend on what else the run drew (each task's batch order in each pass, PCGrad's order of
-the tasks at a step, the masks of an MLM step) gets a generator of its own, seeded by
-``derived_seed(seed, counter, stream)`` = seed·1,000,003 + stream·1,009 + counter, with the
-counter (a pass, a step) and the stream (a task's place) told apart by the two primes.
 """
 
 from __future__ import annotations
@@ -50,7 +32,12 @@ __all__ = [
 
 
 def derived_seed(seed: int, counter: int, stream: int = 0) -> int:
-    """seed·1,000,003 + stream·1,009 + counter (see the module docstring)."""
+    """seed·1,000,003 + stream·1,009 + counter: one stream of random numbers per purpose.
+
+    A draw that must not depend on what else the run drew (each task's batch order in each pass,
+    PCGrad's order of the tasks at a step, the masks of an MLM step) gets a generator of its own,
+    seeded by this, with the counter (a pass, a step) and the stream (a task's place) told apart
+    by the two primes."""
     return seed * 1_000_003 + stream * 1009 + counter
 
 

@@ -11,18 +11,7 @@ AOTAutograd the backward, Inductor fuses them into fewer kernels); mode ``reduce
 records each compiled graph once as a CUDA graph and replays it with one launch (Ansel et al.
 2024, "PyTorch 2"; NVIDIA, "CUDA Graphs").
 
-Shapes. A graph is compiled with the sequence length (dimension 1 of every token tensor) marked
-dynamic, so one graph serves every length: a new padded length costs no compilation, only (with
-CUDA graphs) one recording. ``--pad_multiple`` keeps the lengths few, so the recordings are few
-too; without it a new longest sequence would record again. The batch size is static at first: a
-task's one short batch of a pass recompiles once, with it dynamic. Compilations are counted by
-``compilations()``, which the run's summary.json reports.
-
-What stays eager: the optimizer (``ForeachAdamW`` already updates in a few multi-tensor
-launches), evaluation (no gradients, large batches: few launches per example), and every host
-step of the loop. CUDA graphs replay into memory they own, so a loss leaves the graph as a
-copy: the loop keeps losses across steps (read at --log_every) and a replay would overwrite
-them.
+Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ An eager GPU step is ~1,000 launches that cost the host more than the device's w
 captured, and every later step copies its batch into the key's ``StaticBatch`` and replays:
 nothing is read on the host (``DeviceFlagged``), the rates come from ``DeviceRates``, dropout
 draws anew from the CUDA generator each replay. What it cannot serve falls back to the eager step
-(``fallback_reason``). Design notes: docs/cuda-graphs.md.
+(``fallback_reason``). Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

@@ -10,14 +10,7 @@ Chen, Gao 2019 distil MT-DNN from ensembles of single-task models in the same wa
     python train_multitask.py --teachers sst=runs/sst,para=runs/para,sts=runs/sts
     python train_multitask.py --teachers sst=runs/sst --teacher_weight 0.5     # a constant mix
 
-1. Before anything is written, every teacher is checked: a finished run of this driver that
-   trained the task, with the student's tokenizer vocabulary and --max_length.
-2. At the start, each teacher's head outputs on the student's training examples are computed
-   once (a progress bar), with the teacher's own model, and kept in the student's run folder
-   (``teacher-outputs.safetensors``): a resume reads them back, and no teacher stays in memory.
-3. Each step, a taught task's batch carries its examples' teacher outputs and λ: with teacher
-   annealing (the default) λ = (s − 1)/(S − 1) at step s of S, rising from 0 at the first step
-   to 1 at the last; with ``--teacher_weight w`` the constant λ = 1 − w. Temperature 1, as BAM!.
+Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

@@ -5,43 +5,12 @@ run's tasks as PEFT adapters, or an adapter run's tasks as AdapterHub adapters.
     python -m multitask.export RUN_DIR OUT_DIR --format peft        # a LoRA run
     python -m multitask.export RUN_DIR OUT_DIR --format adapters    # an adapter run
 
-What is written, by the run's option:
+OUT_DIR is written in a temporary folder beside it and renamed when complete. An existing,
+non-empty OUT_DIR is replaced only with ``--overwrite`` and only when it holds an earlier export:
+a run folder, a checkpoint folder, the current directory or a folder of other files is never
+written over, nor is anything inside the run or its checkpoint.
 
-    finetune, pretrain   OUT_DIR/ the trained encoder (for pretrain: the base checkpoint's, which
-                         stayed frozen) and every task's head
-    lora                 OUT_DIR/<task>/ per task: the encoder with the task's LoRA update merged
-                         into the weights, W + (α/r)·B·A, and the task's head
-    (--train_layernorms  with lora: the task's LayerNorms replace the shared ones in its copy)
-
-Each encoder directory holds ``config.json``, ``model.safetensors``, ``vocab.txt`` and
-``tokenizer_config.json`` (``transformers.BertModel.from_pretrained`` and
-``BertTokenizer.from_pretrained`` load it), and per task ``head-<task>.safetensors`` with
-``head-<task>.json``: which sentence vector the head reads, the head's equation, its tensors and
-what its outputs mean. Adapters, PALs and LHUC add computations that a plain BERT has no place
-for: those runs are refused (an adapter run has ``--format adapters``), and their per-task files
-(``RUN_DIR/task-<task>.safetensors``) are what to use, through ``python -m multitask.predict`` or
-``multitask.trained.TrainedRun``.
-
-With ``--format peft`` (LoRA runs): OUT_DIR/<task>/ per task holds the task's LoRA unmerged as a
-PEFT adapter (``adapter_config.json``, ``adapter_model.safetensors``; multitask/peft_format.py)
-that ``peft.PeftModel.from_pretrained`` loads onto ``transformers.BertModel`` of the run's base
-checkpoint, and the task's head files as above; ``export.json`` says how to load it.
-
-With ``--format adapters`` (adapter runs): OUT_DIR/<task>/ per task holds the task's adapters as
-an AdapterHub bottleneck adapter (``adapter_config.json``, ``pytorch_adapter.bin``, as the
-``adapters`` library's ``save_adapter`` writes them; multitask/adapters_format.py says which
-``BnConfig`` computes minBERT's adapter and why) that ``BertAdapterModel.from_pretrained`` of the
-base checkpoint (or ``adapters.init(BertModel)``) loads with ``load_adapter`` and runs after
-``set_active_adapters(<task>)``, and the task's head files as above. The export never imports
-``adapters``. What a format cannot hold is refused in one line naming the setting (another
-plug-in beside it, per-task LayerNorms, a trained encoder; for adapters also a shared adapter),
-and nothing is written.
-
-OUT_DIR is written in a temporary folder beside it and renamed when complete (a temporary folder
-left by a killed export is removed by the next export to OUT_DIR), with ``export.json`` naming the
-run it came from. An existing, non-empty OUT_DIR is replaced only with ``--overwrite`` and only
-when it holds an earlier export: a run folder, a checkpoint folder, the current directory or a
-folder of other files is never written over, nor is anything inside the run or its checkpoint.
+Design notes (what is written, by option; the formats): docs/design/multitask.md.
 """
 
 from __future__ import annotations
@@ -193,7 +162,7 @@ FORMATS = {
 
 
 def export(run_dir: str, out_dir: str, overwrite: bool = False, form: str = "hf") -> list[Path]:
-    """Write the export (see the module docstring); returns the directories written."""
+    """Write the export (what, by option: docs/design/multitask.md); returns the directories."""
     run = TrainedRun(run_dir)
     refused = [k for k in run.settings.plugin_kinds if k not in MERGEABLE]
     if form in FORMATS and (why := FORMATS[form][0].unexportable(run.settings)):

@@ -1,8 +1,7 @@
 """The lab's extras: optional parts that the core runs without (the student tree leaves them out).
 
-``EXTRAS`` lists each one: its name, the module its code is in, the flags its settings add and
-the choices it adds to a core flag. A tree without the module simply does not offer them; a
-command or saved config.json that uses one ends in one line naming the missing file.
+``EXTRAS`` lists each: its name, its module, its flags and the choices it adds to a core flag. A
+tree without the module does not offer them; using one ends in one line naming the missing file.
 
 An extra's module hooks into the run through these names, each optional:
 

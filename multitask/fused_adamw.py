@@ -9,10 +9,7 @@ few dozen launches a step. On a GPU, where a step of this model waits on its lau
 It computes the same update up to float rounding (not bit for bit: its kernel orders the
 operations its own way).
 
-``step(apply_if=flag)`` gates the update on a 0-dim bool on the device without reading it, as
-``ForeachAdamW.step`` does (what ``multitask.step.DeviceFlagged`` needs): the fused kernel takes
-``found_inf``, the flag ``torch.amp.GradScaler`` sets when a scaled gradient overflowed, and
-where it is 1 leaves θ, m, v and the step count exactly as they were.
+Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

@@ -7,12 +7,7 @@ dev examples with ``AdapterFusion.record`` on; the mean softmax weight each fusi
 each source adapter is printed, one line per layer and position, and drawn: one panel per task,
 rows the layers and positions, columns the source adapters.
 
-``--out`` is checked before anything is computed, as the attention command checks its own: a PNG
-(``.png`` is added to a name without a suffix, and the name checked is the name written; another
-suffix is refused), not an existing folder, an existing file replaced only with ``--overwrite``,
-and never anything inside a run, export or checkpoint folder (the run looked at, its stage-1
-run and its checkpoint included), so ``--overwrite`` cannot replace a run's own figures. The PNG
-is written atomically: a full disk leaves the old file or none, and is one line naming it.
+Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

@@ -11,16 +11,7 @@ of transformers' ``BertModel`` the tensors
     base_model.model.encoder.layer.N.<module path>.lora_A.weight    A: r×d_in
     base_model.model.encoder.layer.N.<module path>.lora_B.weight    B: d_out×r
 
-and computes y = W x + b + (α / r) · B A x: minBERT's LoRA exactly (minbert/plugins/lora.py, Hu
-et al. 2021), so A and B carry over unchanged and only their names differ. The module paths of
-minBERT's targets are the Hugging Face names DESIGN.md keeps (``HF_PATHS``). PEFT matches a
-listed target by the end of a module's name, and ``output.dense`` also ends
-``attention.output.dense``: with the ``output`` target the targets are written as the one regular
-expression PEFT matches whole names with.
-
-What a PEFT adapter cannot hold is refused (``unexportable``): another plug-in beside LoRA, the
-per-task LayerNorms of ``--train_layernorms``, an encoder trained with ``--train_encoder`` (the
-adapter would then sit on weights that are not the base checkpoint's).
+Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

@@ -3,21 +3,6 @@
     python -m multitask.predict RUN_DIR --task sts --input pairs.txt [--output FILE]
     echo "a gorgeous, witty film" | python -m multitask.predict RUN_DIR --task sst --input -
 
-RUN_DIR is a finished ``train_multitask.py`` run of any option (``--add_to`` runs included); the
-task's model is rebuilt from it as ``multitask/trained.py`` describes (a plug-in run loads only the
-task's small file on top of the base checkpoint).
-
-Input (``--format``; by default from the file's suffix: .csv is csv, .jsonl and .json are jsonl,
-anything else and standard input are text):
-
-    text   one example per line: the sentence; for a pair task (para, sts) the two sentences
-           separated by one tab
-    csv    a header naming the columns, then one example per line: the column ``sentence``, or
-           ``sentence1`` and ``sentence2``; other columns are ignored. The delimiter is a tab when
-           the header holds one, else a comma, so the course's own data files read as they are.
-           A quoted field may not span lines (each line it touches is reported).
-    jsonl  one JSON object per line, with the key ``sentence``, or ``sentence1`` and ``sentence2``
-
 Output, to standard output or ``--output FILE``: one line per input line (a csv header gives the
 output's header), in the input's order and format, with the task's fields:
 
@@ -25,19 +10,7 @@ output's header), in the input's order and format, with the task's fields:
     para (binary)        probability: of a paraphrase
     sts (regression)     score: the similarity on the task's scale
 
-(text: the fields separated by tabs; csv: columns ``class``, ``p_0`` .. ``p_<C-1>``,
-``probability`` or ``score``; jsonl: an object with those keys, the probabilities a list).
-Numbers are written to full precision (Python's ``repr``).
-
-A line that cannot be read (an empty sentence, a wrong number of fields, invalid UTF-8 or JSON)
-is reported on standard error as ``FILE:LINE: what is wrong``, as the training reader reports a
-skipped row, and its output line is empty (text), a row of empty fields (csv) or
-``{"error": "..."}`` (jsonl): nothing is dropped, and line N of the output answers line N of the
-input. ``--strict`` makes the first such line an error instead.
-
-The examples are batched by length (the longest first), as the run's own evaluation is; with the
-run's evaluation batch size (the default: twice its --batch_size) the predictions equal the run's
-``<task>-dev-output.csv`` bit for bit.
+Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """The run folder: the one owner of everything a run writes and reads.
 
+What a run folder holds::
+
     runs/<name>/
         config.json              the resolved settings, flat: {flag name: value}
         metrics.jsonl            one line per evaluation: step, epoch, each task's metric, overall
@@ -9,14 +11,6 @@
         task-<name>.safetensors  one task's plug-ins + head (plug-in and pretrain runs)
         <task>-<split>-output.csv  predictions in the course's format
         parameters.json, skipped_rows.txt, summary.json, learning_curves.png
-
-Every file is written through ``minbert.checkpoint``'s one atomic writer (fsync + rename), except
-the two logs, which grow a line at a time and are cut back atomically on resume; every checkpoint
-is read through its one safe loader. A mistake of the user's (a missing run, a run that does not
-fit the model) is a ``UsageError`` (``multitask/errors.py``): one line, no traceback.
-
-``merge_config`` is the one rule by which a command takes settings from a saved run: ``--resume``
-(all but where it runs), ``--evaluate`` (the model and its tasks) and ``--add_to`` (the model).
 """
 
 from __future__ import annotations

@@ -7,36 +7,9 @@ module, its backward, the update as a strategy, the learning-rate schedule, and 
     losses = train_step(step, [(task, batch)], optimizer, HostChecked(), scheduler)
     log.add(at_step, [task.name], losses, examples)             # LossLog: no read of the device
 
-What the loss is belongs to the objective (the model's own loss, or SMART and distillation
-wrapped around it: ``multitask/objectives.py``). How the gradients become an update is the
-strategy ``train_step`` takes, under one contract: a step with a non-finite loss changes no
-weight (the schedule still advances, so a skipped batch costs its step). The strategies differ
-in how several batches' gradients combine and in when the run learns of a non-finite loss:
-
-    HostChecked(skip)        each loss read on the host as the step runs: a non-finite one
-                             raises ``NonFiniteLoss`` before the update, or with ``skip`` drops
-                             the step (train_step returns None); gradients of several tasks add
-    PCGrad(seed, skip)       as HostChecked, the tasks' gradients combined by PCGrad's
-                             projection (Yu et al. 2020; a lab extra)
-    DeviceFlagged(healthy,   nothing read on the host, for a GPU that should never wait for it:
-                  skip)      finiteness stays a flag on the device that the multi-tensor AdamW
-                             obeys (``step(apply_if=flag)``), and the run learns of a non-finite
-                             loss when its losses are read (``LossLog``)
-
-The loss log keeps the training losses between two log lines on the device as the steps make
-them, reads them on the host only at --log_every (and before a save or an evaluation), then logs
-a mean per task:
-
-    log = LossLog(state, means=dist.means, stop_on_nonfinite=True, skipped=report)
-    log.add(step, ["sst"], losses, examples=32)     # every step: no read of the device
-    log.read()                                       # a CPU-GPU sync point: the host waits here
-    folder.log_training(step, epoch, log.line())     # the mean loss per task since the last line
-
-What it has read lives in the run's ``TrainingState`` (``running``, the losses read since the
-last line, and ``examples``, the examples of the steps read), which last.pt saves, so a resumed
-run logs as the uninterrupted one. Reading is where a step whose loss was not finite is found
-when the steps do not check their losses on the host (``DeviceFlagged``): it took no update, and
-it is skipped with a message, or the run stops there (``NonFiniteStep``).
+What the loss is belongs to the objective (``multitask/objectives.py``). How the gradients become
+an update is the strategy ``train_step`` takes, under one contract: a step with a non-finite loss
+changes no weight (the schedule still advances, so a skipped batch costs its step).
 """
 
 from __future__ import annotations

@@ -6,18 +6,7 @@
     model = run.task_model("sts")          # eval mode, on the CPU
     tokenizer = run.tokenizer()
 
-How one task's model is rebuilt from RUN_DIR/config.json (the settings it was trained with):
-
-    --option finetune   the base checkpoint, then best.safetensors over it: every weight trained,
-                        so every weight is in the file (the other tasks' heads come along)
-    any other option    the base checkpoint with this task's plug-ins, then
-                        task-<task>.safetensors over it: the task's plug-ins and head (and the
-                        encoder under --train_encoder), nothing of the other tasks. Runs made
-                        with --add_to write a file for every task, the earlier runs' included.
-
-The model is the one that wrote the run's ``<task>-dev-output.csv``, tensor for tensor; predicted
-with the run's evaluation batch size (``eval_batch_size``: twice its --batch_size) it gives
-those predictions bit for bit.
+Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

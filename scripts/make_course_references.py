@@ -2,23 +2,9 @@
 INSTRUCTOR ONLY (``course.scaffold.INSTRUCTOR_ONLY``): with ``scripts/course_references.py``
 it is the solution, so the student tree has neither, only the data they produce.
 
-For each component check it stores the fixed inputs and weights the check feeds to the student's
-code, the outputs the reference equations (``course_references.py``) give for them, in eval mode
-and in training mode under ``course.dropout.recorded_dropout`` where the component has
-dropout (with the reference's dropout calls, for the messages), and the outputs of each known
-mistake of that exercise, under the description the grader prints when a student's output
-matches it (``MISTAKES`` below). The outputs are stored sealed (``course.seal``: digests
-and projections, with buckets set by the grading check's tolerance, ``GRADED_BY``): the file is
-copied into the student tree and must not be an answer key. It also stores the functions that
-hold an exercise, by file, so that the grader can locate an error at the student's function in a
-student tree, which has no markers.
-
     python scripts/make_course_references.py            # writes course/reference_data.pt
 
-Weights come from the full tree's constructors (the student tree has the same ones: constructors
-are never exercises), filled with seeded noise so that no zero-initialised weight hides a term.
-The script checks its own references against the full tree and against torch.optim.AdamW before
-writing, so stored data and solution never disagree.
+Design notes: docs/design/scripts.md.
 """
 
 from __future__ import annotations

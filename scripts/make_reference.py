@@ -1,25 +1,11 @@
 """Write the reference outputs that ``sanity_check.py`` compares minBERT against.
 
-Runs Hugging Face transformers' ``BertModel`` (an independent implementation, used here and
-nowhere in ``minbert/``) on the packaged checkpoint in eval mode, float32, with the written-out
-("eager") attention, on fixed inputs tokenized by transformers' own tokenizer:
-
-* ``single``: a padded batch of 3 sentences of different lengths;
-* ``pair``: a padded batch of 3 sentence pairs, with token types 0 / 1.
-
-For each it stores ``input_ids``, ``token_type_ids``, ``attention_mask``, the sentences, and
-``last_hidden_state`` (padding zeroed: it is not compared) and ``pooler_output`` sealed
-(``course/seal.py``): the file is copied into the student tree, so it holds digests and
-projections of the outputs, not the outputs, and a student's layer cannot return them by looking
-them up. ``meta`` records the versions and the checkpoint used.
-
 Regenerate (from the repository root; transformers is a reference-only dependency):
 
     pip install -r requirements-reference.txt
     python scripts/make_reference.py --out sanity_check_reference.pt
 
-``--checkpoint DIR`` makes a reference for another local checkpoint (default: the packaged one);
-pass the same directory and file to ``sanity_check.py --checkpoint DIR --reference FILE``.
+Design notes: docs/design/scripts.md.
 """
 
 from __future__ import annotations

@@ -10,21 +10,6 @@ elsewhere switches on a kind); a task file declares one instance and registers i
                     SMART divergence: symmetric KL of two Bernoullis (para)
     RegressionTask  one score ŷ; loss = (ŷ − y)²; prediction = ŷ clipped to the label range;
                     Pearson's r; SMART divergence: squared difference (sts)
-
-Heads (``make_head``): a single sentence, or a pair encoded as one sequence, gets a linear head
-on its sentence vector; a pair encoded one sentence at a time gets the Sentence-BERT feature head
-(classification) or a scaled cosine (regression); see ``tasks/heads.py``.
-
-All losses are means over the batch. Adding a task is one file in ``tasks/`` that calls
-``register(...)`` with one of these, named in ``TASK_FILES`` (``tasks/__init__.py``).
-
-Prediction files follow the CS224N default final project's starter code (its multitask and
-single-task classifier scripts) byte for byte: a header line ``id \\t <column> `` and then one row
-per example, ``<id> , <prediction> `` (note the spaces around the tab and the comma, and the
-trailing space). The columns are ``Predicted_Sentiment`` (sst and cfimdb),
-``Predicted_Is_Paraphrase`` (para) and ``Predicted_Similiarity`` (sts; the misspelling is the
-course's and is kept so that files written here are interchangeable with the course's). Floats are
-written with ``repr`` (shortest text that reads back to the same float), ints as ints.
 """
 
 from __future__ import annotations
@@ -190,7 +175,14 @@ class Task(ABC):
     def write_predictions(
         self, path: str | Path, ids: Sequence[str], predictions: Sequence[int | float]
     ) -> None:
-        """Write a prediction file in the course's format (see the module docstring)."""
+        """Write a prediction file in the course's format: that of the CS224N default final
+        project's starter code, byte for byte. A header line ``id \t <column> `` and then one row
+        per example, ``<id> , <prediction> `` (note the spaces around the tab and the comma, and
+        the trailing space). The columns are ``Predicted_Sentiment`` (sst and cfimdb),
+        ``Predicted_Is_Paraphrase`` (para) and ``Predicted_Similiarity`` (sts; the misspelling is
+        the course's, kept so that files written here are interchangeable with the course's).
+        Floats are written with ``repr`` (shortest text that reads back to the same float), ints
+        as ints."""
         if len(ids) != len(predictions):
             raise ValueError(f"{len(ids)} ids but {len(predictions)} predictions")
         path = Path(path)

@@ -2,12 +2,6 @@
 
 Shape legend: B batch, T tokens, D hidden, C head outputs (task.num_outputs).
 
-Sentence representation r(h) of a (B, T, D) encoder output (``--representation``):
-    pooler  tanh(W_p h_[CLS] + b_p), BERT's pooler
-    cls     h_[CLS], the first token's hidden state
-    mean    Σ_t m_t h_t / Σ_t m_t, the mean over real tokens (m the attention mask); the pooling
-            all-MiniLM-L6-v2 (the packaged checkpoint) was trained with
-
 Pair tasks (``--pair_encoding``):
     cross     one sequence [CLS] a [SEP] b [SEP] with token types 0/1; the head reads r(h) like a
               single-sentence task (Devlin et al. 2019)
@@ -31,11 +25,14 @@ PAIR_ENCODINGS = ("cross", "separate")
 def sentence_representation(
     outputs: dict[str, torch.Tensor], attention_mask: torch.Tensor, kind: str
 ) -> torch.Tensor:
-    """r(h) for each sequence of the batch: (B, T, D) -> (B, D); see the module docstring.
+    """r(h) for each sequence of the batch: (B, T, D) -> (B, D), by ``kind`` (``--representation``).
 
+    pooler  tanh(W_p h_[CLS] + b_p), BERT's pooler
+    cls     h_[CLS], the first token's hidden state
     mean (the ``pooling`` exercise):  r_b = Σ_t m_bt h_bt / Σ_t m_bt,  m (B, T) the attention
     mask, 1 for a real token and 0 for padding: the padding's hidden states (which are not zero)
-    do not count, and each sentence is divided by its own number of real tokens.
+    do not count, and each sentence is divided by its own number of real tokens; the pooling
+    all-MiniLM-L6-v2 (the packaged checkpoint) was trained with.
     """
     if kind == "pooler":
         return outputs["pooler_output"]

@@ -6,33 +6,10 @@ tabs. The first line is a header naming the columns; the first column is an unna
 columns this reader uses are found by NAME: ``id``, the sentence column(s) and, in labelled
 files, the label column. Every other column is ignored.
 
-How a line becomes an example (or a ``SkippedRow``; nothing is dropped without one):
-
-1. The file is split into physical lines on ``\\n`` (a trailing ``\\r`` is removed, so CRLF
-   files read the same; a UTF-8 byte-order mark before the header is removed). Each line is
-   decoded on its own, so invalid UTF-8 costs that line only, and is reported with its position.
-2. A line is split on every tab (``csv.QUOTE_NONE`` semantics). A quote character therefore never
-   joins lines or hides tabs: a stray ``"`` costs at most its own row. The original course loader
-   (``csv.DictReader`` with quotechar ``"``) reads an unbalanced quote as the start of a quoted
-   field that runs on, over tabs and line ends, to the next quote, silently merging the following
-   rows into one.
-3. A line must have exactly as many fields as the header (a blank line is reported too).
-4. Fields in the files were written with CSV quoting: a field that contains a ``"`` is wrapped in
-   quotes with inner quotes doubled (``"a ""b"" c"`` means ``a "b" c``). A field that starts with
-   ``"`` is unquoted that way, which gives the same text as the course loader. A field that starts
-   with ``"`` but is not a well-formed quoted field (no closing quote, or a lone inner quote) is
-   an "unbalanced quote": the row is skipped, since the course loader would have merged rows
-   there. A ``"`` inside an unquoted field (``a 5" screen``) is literal text, as in csv.
-5. The id and the sentences are stripped of surrounding whitespace and must not be empty; ids
-   must be unique within the file; the label, when the file has a label column, must be present
-   and accepted by ``parse_label``.
-
 A row with any problem is skipped and reported as ``SkippedRow(path, line, reason)`` (all of the
 row's problems, joined by "; "); with ``strict=True`` the first such row raises ``DataError``.
 Problems that make the whole file unusable (missing file, empty file, no rows, a header without a
 needed column) always raise ``DataError``. Messages read ``path:line: what is wrong``.
-
-Sentences are not lower-cased, tokenized or truncated here: that is the tokenizer's job.
 """
 
 from __future__ import annotations
@@ -83,7 +60,29 @@ def read_examples(
     strict: bool = False,
     require_label: bool = False,
 ) -> tuple[list[Example], list[SkippedRow]]:
-    """Read a tab-separated course data file (see the module docstring for the rules).
+    """Read a tab-separated course data file (the format: see the module docstring).
+
+    How a line becomes an example (or a ``SkippedRow``; nothing is dropped without one):
+
+    1. The file is split into physical lines on ``\\n`` (a trailing ``\\r`` is removed, so CRLF
+       files read the same; a UTF-8 byte-order mark before the header is removed). Each line is
+       decoded on its own, so invalid UTF-8 costs that line only, and is reported with its position.
+    2. A line is split on every tab (``csv.QUOTE_NONE`` semantics). A quote character therefore
+       never joins lines or hides tabs: a stray ``"`` costs at most its own row. The original course
+       loader (``csv.DictReader`` with quotechar ``"``) reads an unbalanced quote as the start of a
+       quoted field that runs on, over tabs and line ends, to the next quote, silently merging the
+       following rows into one.
+    3. A line must have exactly as many fields as the header (a blank line is reported too).
+    4. Fields in the files were written with CSV quoting: a field that contains a ``"`` is wrapped
+       in quotes with inner quotes doubled (``"a ""b"" c"`` means ``a "b" c``). A field that starts
+       with ``"`` is unquoted that way, which gives the same text as the course loader. A field that
+       starts with ``"`` but is not a well-formed quoted field (no closing quote, or a lone inner
+       quote) is an "unbalanced quote": the row is skipped, since the course loader would have
+       merged rows there. A ``"`` inside an unquoted field (``a 5" screen``) is literal text, as in
+       csv.
+    5. The id and the sentences are stripped of surrounding whitespace and must not be empty; ids
+       must be unique within the file; the label, when the file has a label column, must be present
+       and accepted by ``parse_label``.
 
     Args:
         path: the file.

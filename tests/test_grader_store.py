@@ -10,9 +10,7 @@
   use, at a fused-attention call with a wrong argument, and a written-out equation that calls the
   fused op gets a sentence instead of a RecursionError.
 
-It plants code in the solution regions through the mutant harness of
-``tests/test_grader_mutants.py``, so it is instructor-only (``INSTRUCTOR_ONLY`` of
-``course/scaffold.py``).
+Design notes: docs/design/tests.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The house: no import circle anywhere, the layering of DESIGN.md, every module importable in a
-fresh interpreter in dependency order, the driver's size, and its flags and config format.
+"""The house: no import circle anywhere, the layering of the packages (``LAYERS``), every
+module importable in a fresh interpreter in dependency order, the driver's size, and its flags
+and config format.
 
 The import graph is read from the source (``ast``), lazy imports inside functions included:
 a circle closed by a lazy import still makes the code depend on import order."""
@@ -132,6 +133,40 @@ def test_the_formatter_is_never_switched_off():
         for path in tracked_python_files()
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
         if re.search(r"#\s*" + marker, line)
+    ]
+    assert not found, found
+
+
+# A module opens with what it is, its equations, its paper and a short usage example; longer
+# notes live in docs/design/ (the module's docstring links its page, unless the student tree,
+# which has no docs/, ships the module).
+DOCSTRING_LINES = 15
+
+
+def test_every_module_docstring_is_at_most_15_lines():
+    """A reader sees the code within a screen of opening a file: no module docstring, from its
+    opening quotes to its closing ones, is longer than ``DOCSTRING_LINES``."""
+    long = []
+    for path in tracked_python_files():
+        body = ast.parse(path.read_text(encoding="utf-8")).body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            lines = body[0].end_lineno - body[0].lineno + 1
+            if isinstance(body[0].value.value, str) and lines > DOCSTRING_LINES:
+                long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert not long, long
+
+
+def test_no_text_cites_the_design_file_kept_outside_the_repository():
+    """The project's design document is not part of the repository, so no file of it may send a
+    reader there: what it says is restated where it is needed, or in docs/."""
+    name = "DESIGN" + ".md"  # spelt apart, so that this file does not name it either
+    binary = (".png", ".pt", ".safetensors", ".bin", ".zip")
+    found = [
+        str(path.relative_to(ROOT))
+        for path in tracked_text_files(".")
+        if path.is_file()
+        and not path.name.endswith(binary)
+        and name in path.read_text(encoding="utf-8", errors="replace")
     ]
     assert not found, found
 

@@ -49,7 +49,7 @@ NAMING_RULES = (
     # docs/guarantees.md, multitask/export.py, tests/test_peft_export.py (not after a word, a
     # '.', '/' or '-', so that runs/x/tasks/ or --tasks is no such path)
     ("path", re.compile(rf"(?<![\w./-])((?:{FOLDER_ALTERNATIVES})/[\w./*-]*)")),
-    # a file name of the project's kinds without a folder: RESULTS.md, DESIGN.md, memory.md,
+    # a file name of the project's kinds without a folder: RESULTS.md, GUIDE.md, memory.md,
     # pretrain_mlm.py, sanity_check_reference.pt (it must be some file of the tree)
     ("file name", re.compile(r"(?<![\w./-])([\w-]+\.(?:py|md|toml|txt|pt))\b")),
     # a script run as a program, from the tree's root: python scripts/get_data.py, python3 x.py

@@ -1,19 +1,5 @@
 """Checks of ``minbert/bert.py``: the embeddings, attention and layer exercises, each on its own
 on the project's tiny config, then the whole model against Hugging Face.
-
-* component checks load fixed weights and inputs from the stored cases
-  (``course/reference_data.pt``, written by the instructor's reference script), run the
-  student's module on them in eval mode and in training mode under recorded dropout
-  (``course/dropout.py``), and compare with the
-  stored outputs; a failure is compared with the stored outputs of known mistakes to name the
-  one made. The layer check swaps in a stand-in self-attention (not attention: a fixed map of x
-  and the mask), so it does not need the attention exercise;
-* whole-model checks (bert) compare the model with Hugging Face transformers' BertModel (eager
-  attention, float32, eval mode), whose outputs the instructor's reference script saved in
-  ``sanity_check_reference.pt`` (so transformers is not needed here), sealed
-  (``course/seal.py``): last_hidden_state on the real (non-padding) tokens and
-  pooler_output, for a padded batch of single sentences and a batch
-  of sentence pairs. They need the embeddings, attention and layer exercises all done.
 """
 
 from __future__ import annotations

@@ -2,18 +2,6 @@
 ``pair-features`` and ``cosine-head`` exercises) and each task kind's loss (``task-losses``), on
 stored inputs handed straight to the student's functions (no encoder: no other exercise runs),
 against stored outputs.
-
-* pooling: ``sentence_representation(..., "mean")`` on hidden states whose padding positions are
-  not zero, so that averaging the padding in shows;
-* pair-features: ``PairFeatureHead`` with one and with two layers, in eval mode and in training
-  mode under recorded dropout (the features must go through the head's own dropout), in float64:
-  the outputs reach 10, where equivalent float32 computations (one matrix on the concatenated
-  features, or one block of W per feature) differ by several steps;
-* cosine-head: ``CosineSimilarityHead`` on as many pairs as dimensions (8 × 8), so that a cosine
-  over the wrong axis has the right shape and is named;
-* task-losses: each kind's ``loss`` on labels as the kind's own ``label_tensor`` makes them (long
-  class ids, float 0/1, float scores such as 3.8); the loss must stay attached to the outputs'
-  graph, or training would not move the head.
 """
 
 from __future__ import annotations

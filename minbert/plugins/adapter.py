@@ -1,46 +1,11 @@
 """Houlsby bottleneck adapters (Houlsby et al. 2019, "Parameter-Efficient Transfer Learning for
 NLP").
 
-Shape legend
-    B   batch size
-    T   tokens per sequence
-    D   hidden size
-    m   adapter bottleneck size
+Shapes: B batch size; T tokens per sequence; D hidden size; m adapter bottleneck size.
 
 An adapter is a small residual bottleneck applied to a sub-layer's output before its add & norm:
 
     adapter(h) = h + W_up · GELU(W_down · h + b_down) + b_up,   W_down: m×D, W_up: D×m
-
-One adapter has 2·m·D + D + m parameters. Initialisation (``init``):
-    "identity"       W_down ~ N(0, initializer_range²), W_up and both biases zero: every
-                     adapter is exactly the identity at initialisation (the default);
-    "near_identity"  both W_down and W_up from a normal with std 1e-3 truncated at two standard
-                     deviations, biases zero, as Houlsby et al.'s released code does: close to
-                     the identity, |adapter(h) − h| ≤ m·D·(2·10⁻³)²·max|h| elementwise.
-
-Placement:
-    "houlsby"          after the attention output projection and after the feed-forward output,
-                       before each add & norm (two adapters per layer), as in the paper;
-    "pfeiffer"         after the feed-forward output only (one adapter per layer; Pfeiffer et
-                       al. 2021, "AdapterFusion");
-    "after_layernorm"  after each add & norm's LayerNorm, on the sub-layer's normalised output
-                       (two adapters per layer), the variant one of the course's reports studies.
-
-Sharing, as the adapter re-implementation study defines its variants (m = 64, D = 768, L = 12,
-BERT-base: an adapter has 2·m·D + D + m = 99,136 parameters):
-
-    share=k            k consecutive layers use one adapter per position (layers 0..k−1 the
-                       first, k..2k−1 the second, ...): positions · ⌈L / k⌉ adapters; k = 3 gives
-                       2 · 4 = 8 adapters, 793,088 parameters (not the study's "3-shared")
-    share_sites        one adapter per layer serves both positions (after attention and after
-                       the feed-forward): "Houlsby (shared in each layer)", 12 adapters,
-                       1,189,632 parameters
-    both               one adapter per block of k layers serves both positions: with k = 3 the
-                       study's "3-shared", 4 adapters, 396,544 parameters
-
-so a task has (1 if share_sites else positions) · ⌈L / k⌉ adapters (tests/test_plugins.py
-checks the counts above on a BERT-base-shaped model). The paper also trains the LayerNorms for
-each task: that is its own plug-in, ``minbert/plugins/layernorm.py`` (``--train_layernorms``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """AdapterFusion (Pfeiffer et al. 2021, "AdapterFusion: Non-Destructive Task Composition for
 Transfer Learning", EACL 2021): a task reads the knowledge of adapters trained for other tasks.
 
-Shape legend
-    B   batch size
-    T   tokens per sequence
-    D   hidden size
-    N   source adapters (one per task of the first stage)
-
 Two stages. Stage 1 trains one Houlsby adapter per task (``--option adapter``). Stage 2, for each
 target task, keeps every stage-1 adapter fixed and learns, at every adapter position of every
 layer, a fusion layer that attends over the adapters' outputs, and a new head:
@@ -17,18 +11,7 @@ layer, a fusion layer that attends over the adapters' outputs, and a new head:
     s_n = softmax_n(q · k_n)                 (B, T, N): per token, a weight over the adapters
     fusion(h) = Σ_n s_n v_n                  (B, T, D), in place of the adapter's output
 
-W_V starts at the identity (so fusion starts as a softmax-weighted mean of the adapters'
-outputs, and with one adapter exactly as that adapter), W_Q and W_K at N(0, initializer_range²),
-the biases at zero. (The paper's code also anneals a softmax temperature from 50 to 1 over
-training; here the temperature is 1 throughout.) A task has positions · L fusion layers of
-3·D² + 2·D parameters.
-
-The source adapters are held in ``self.sources`` (a ``HoulsbyAdapter`` with the stage-1 tasks),
-``fixed``: they never train, and they are not part of any task's state (a fusion run's files
-hold its fusion layers and heads; the driver loads the adapters from the stage-1 run). When
-``self.record`` is a dict, every forward adds the weights s_n it computed there, summed over its
-positions, with their count, under (task, layer, position): which adapter each task reads from,
-per layer (``python -m multitask.fusion_weights RUN`` prints and draws them).
+Design notes: docs/design/minbert.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Per-task LayerNorms (Houlsby et al. 2019, "Parameter-Efficient Transfer Learning for NLP",
 section 2.1: "we also train the layer normalization parameters" for each new task).
 
-Shape legend
-    B   batch size
-    T   tokens per sequence
-    D   hidden size
-    L   number of layers
+Shapes: B batch size; T tokens per sequence; D hidden size; L number of layers.
 
 Every encoder layer has two add & norms, LayerNorm(h) = γ ⊙ (h − μ(h)) / √(σ²(h) + ε) + β, after
 the attention sub-layer and after the feed-forward sub-layer. This plug-in gives each task its
@@ -16,9 +12,6 @@ frozen. Parameters per task: L · 2 · 2D.
 
 The embeddings' LayerNorm is not included: the embeddings are computed once for a batch before
 any task-specific part of the encoder (SMART perturbs them), so they stay the pretrained ones.
-
-The driver attaches it with ``--train_layernorms``, first of all plug-ins, so that an adapter
-placed after the LayerNorm reads the task's LayerNorm.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """LoRA, low-rank adaptation (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language
 Models").
 
-Shape legend
-    B       batch size
-    T       tokens per sequence
-    D       hidden size
-    F       feed-forward size
-    r       LoRA rank
-    d_in    input size of an adapted linear map (D, or F for "output")
-    d_out   output size of an adapted linear map (D, or F for "intermediate")
+Shapes: B batch size; T tokens per sequence; D hidden size; F feed-forward size; r LoRA rank; d_in
+input size of an adapted linear map (D, or F for "output"); d_out output size of an adapted linear
+map (D, or F for "intermediate").
 
 Per task, chosen linear maps y = W x + b of every layer get a trainable low-rank update while W
 stays frozen (and keeps its name in the state dict):
@@ -17,14 +12,6 @@ stays frozen (and keeps its name in the state dict):
 
 A is drawn Kaiming-uniform (as nn.Linear draws its weights) and B = 0, so LoRA is exactly the
 identity at initialisation. An adapted map adds r·(d_in + d_out) parameters per layer.
-
-Targets are the names of the linear sites of a layer: query, key, value, attention_output
-(D→D), intermediate (D→F) and output (F→D); the default is query and value, as in the paper.
-
-For inference, ``merge(task)`` folds one task's update into the base weights, W ← W + (α/r)·B A,
-and the update is then skipped for that task; running another task while merged is an error.
-``unmerge()`` restores the saved base weights exactly (bit for bit). While merged, the model's
-full state dict holds the merged weights: unmerge before saving it or loading a task's tensors.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """Projected attention layers, PALs (Stickland & Murray 2019, "BERT and PALs: Projected Attention
 Layers for Efficient Adaptation in Multi-Task Learning").
 
-Shape legend
-    B   batch size
-    T   tokens per sequence
-    D   hidden size
-    s   PAL size (the projected space)
-    nh  attention heads inside a PAL
-    hs  PAL head size, s / nh
-    L   number of layers
 
 Per task, an encoder V_E (s×D) and a decoder V_D (D×s) are shared by all layers; each layer l
 has its own multi-head self-attention g_l that works inside the s-dimensional space. The PAL
@@ -18,28 +10,8 @@ final LayerNorm:
     PAL_l(x) = V_D · g_l(V_E · x)
     y = LayerNorm(a + FFN(a) + PAL_l(x)),   a = the attention sub-layer's output
 
-g_l is attention without an output projection (V_D already maps the concatenated heads back):
-g_l(z) = [Attention(z W_i^Q, z W_i^K, z W_i^V)]_{i=1..nh}, with the layer's padding mask.
-V_D and its bias start at zero, so a PAL is exactly the identity at initialisation. The
-authors' released code also applies a GELU after V_D, PAL_l(x) = GELU(V_D · g_l(V_E · x)); the
-paper's equation has none. ``gelu=True`` (``--pal_gelu``) adds it; GELU(0) = 0, so the PAL is
-still exactly the identity at initialisation.
-
-g_l's attention probabilities are what ``BertModel.forward(..., output_attentions=True)`` returns
-under ``plugin_attentions["pals"]`` (one (B, nh, T, T) tensor per layer, beside the encoder's own
-under ``attentions``).
-
-Attention dropout inside g_l is ``dropout_p``: the encoder's attention dropout when the PAL is
-built, and whatever the driver's ``--dropout`` sets on the model afterwards.
-
-Parameters per task: V_E and V_D with biases, 2·D·s + D + s, plus L layers of query, key and
-value maps s→s with biases, 3·L·(s² + s).
-
-Default size: the paper uses s = 204 for BERT-base (D = 768), i.e. s ≈ 0.266·D. The default keeps
-that ratio and the model's own head count (the authors' released code uses 6 heads), rounding
-down to a multiple of the heads: s = nh · ⌊204·D / (768·nh)⌋, nh = num_attention_heads. That is
-204 (12 heads of 17) for D = 768, and 96 (12 heads of 8) for the packaged D = 384 checkpoint,
-where the proportional 102 is not divisible by 12.
+Default size: s = nh · ⌊204·D / (768·nh)⌋ with nh the model's head count (the paper's s = 204 for
+BERT-base, D = 768); for the packaged D = 384 checkpoint, 96 (12 heads of 8).
 """
 
 from __future__ import annotations
