@@ -316,43 +316,21 @@ class BertModel(nn.Module):
         return self.embeddings(input_ids, token_type_ids)
 
     def encode(
-        self,
-        embeddings: torch.Tensor,
-        attention_mask: torch.Tensor,
-        task: str | None = None,
-        output_attentions: bool = False,
+        self, embeddings: torch.Tensor, attention_mask: torch.Tensor, task: str | None = None
     ) -> dict[str, Any]:
         """Run the encoder layers and the pooler on input vectors (B, T, D).
 
         attention_mask: (B, T), 1 for real tokens and 0 for padding.
         task: the active task; plug-ins use it to choose their per-task parameters.
-        output_attentions: also return, under ``attentions``, a tuple of one (B, nh, T, T) tensor
-            per layer, P = softmax(QKᵀ / √d_k + M) after the mask and softmax, before dropout
-            (``BertSelfAttention.probabilities``), as Hugging Face's ``output_attentions`` does;
-            and under ``plugin_attentions`` the attention plug-ins compute inside each layer, by
-            name, one tuple of per-layer tensors each: with PALs attached,
-            ``plugin_attentions["pals"][l]`` is layer l's PAL attention in the projected space,
-            (B, nh_PAL, T, T). Nothing is computed or kept when it is False.
+        (The attention maps are captured by hooks on the layers, outside the model.)
         """
-        B, T, D = embeddings.shape
         mask = extended_attention_mask(attention_mask, embeddings.dtype)  # (B, T) -> (B, 1, 1, T)
         if len(self.plugins):
             self.plugins.activate(task)
         hidden = embeddings
-        attentions: list[torch.Tensor] = []
-        plugin_attentions: dict[str, list[torch.Tensor]] = {}
-        for i, layer in enumerate(self.encoder.layer):
-            if output_attentions:  # from the layer input, before the layer runs
-                attentions.append(layer.attention.self.probabilities(hidden, mask))
-                if len(self.plugins):
-                    for name, probs in self.plugins.sites(i).attentions(hidden, mask).items():
-                        plugin_attentions.setdefault(name, []).append(probs)
+        for layer in self.encoder.layer:
             hidden = layer(hidden, mask)
-        out: dict[str, Any] = {"last_hidden_state": hidden, "pooler_output": self.pooler(hidden)}
-        if output_attentions:
-            out["attentions"] = tuple(attentions)
-            out["plugin_attentions"] = {k: tuple(v) for k, v in plugin_attentions.items()}
-        return out
+        return {"last_hidden_state": hidden, "pooler_output": self.pooler(hidden)}
 
     def forward(
         self,
@@ -360,11 +338,10 @@ class BertModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         task: str | None = None,
-        output_attentions: bool = False,
     ) -> dict[str, Any]:
-        """``encode(embed(input_ids, token_type_ids), attention_mask, task, output_attentions)``;
-        attention_mask defaults to all ones."""
+        """``encode(embed(input_ids, token_type_ids), attention_mask, task)``; attention_mask
+        defaults to all ones."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         embeddings = self.embed(input_ids, token_type_ids)
-        return self.encode(embeddings, attention_mask, task, output_attentions)
+        return self.encode(embeddings, attention_mask, task)

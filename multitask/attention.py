@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from minbert.attention_maps import attention_maps
 from minbert.bert import BertModel
 from minbert.checkpoint import atomic_write, atomic_write_text
 from minbert.flags import ArgumentParser
@@ -146,11 +147,12 @@ def look(subject: Subject, sentences: list[str]) -> tuple[list[Encoded], dict[st
     for label, batch in zip(labels, batches):
         inputs = {k: v for k, v in batch.items() if k != "num_truncated"}
         try:
-            out = subject.bert(**inputs, task=task_name, output_attentions=True)
+            with attention_maps(subject.bert) as captured:
+                subject.bert(**inputs, task=task_name)
         except NotImplementedError as err:  # the course's student tree, an exercise not done yet
             raise UsageError(f"the model needs an exercise that is not done yet: {err}") from None
-        maps = {ENCODER: torch.stack(out["attentions"])[:, 0]}  # L × (1, nh, T, T) -> (L, nh, T, T)
-        for name, per_layer in out["plugin_attentions"].items():
+        maps = {ENCODER: torch.stack(captured.attentions)[:, 0]}  # L×(1, nh, T, T) -> (L, nh, T, T)
+        for name, per_layer in captured.plugin_attentions.items():
             maps[name] = torch.stack(per_layer)[:, 0]
         for name, probs in maps.items():
             if not torch.isfinite(probs).all():

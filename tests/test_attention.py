@@ -1,4 +1,4 @@
-"""Attention maps: ``BertModel(..., output_attentions=True)`` against transformers'
+"""Attention maps: ``attention_maps(model)`` (hooks on the layers) against transformers'
 ``output_attentions`` on the packaged checkpoint (within 1e-5), LoRA and PAL attention consistent
 with the layers' own outputs, and ``python -m multitask.attention``: the page's inlined data equals
 the model's attention, the figure's grid is layers × heads, bad inputs are one ``error:`` line,
@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from minbert.attention_maps import attention_maps
 from minbert.bert import BertConfig, BertModel, BertSelfAttention, extended_attention_mask
 from minbert.plugins import add_plugin
 from minbert.pretrained import default_checkpoint_dir, load_pretrained
@@ -33,6 +34,14 @@ PAIR = ("How do I learn to cook?", "What is the best way to learn cooking?")
 
 
 # -- the model's attention -------------------------------------------------------------------
+
+
+def with_maps(model, **inputs) -> dict:
+    """The model's outputs with the attention maps it computed, as tuples per layer."""
+    with attention_maps(model) as maps:
+        out = model(**inputs)
+    plugins = {name: tuple(per_layer) for name, per_layer in maps.plugin_attentions.items()}
+    return out | {"attentions": tuple(maps.attentions), "plugin_attentions": plugins}
 
 
 def transformers_attentions(batch: dict) -> tuple[torch.Tensor, ...]:
@@ -53,7 +62,7 @@ def test_attentions_equal_transformers_on_the_packaged_checkpoint(pair):
     theirs = transformers_attentions(batch)
     model = load_pretrained("default").eval()
     with torch.no_grad():
-        ours = model(**batch, output_attentions=True)
+        ours = with_maps(model, **batch)
     L, nh = model.config.num_hidden_layers, model.config.num_attention_heads
     B, T = batch["input_ids"].shape
     assert len(ours["attentions"]) == len(theirs) == L
@@ -120,12 +129,12 @@ def test_lora_on_query_and_key_is_in_the_attention():
     model = BertModel(BertConfig.tiny()).eval()
     batch = tiny_batch()
     with torch.no_grad():
-        plain = model(**batch, output_attentions=True)["attentions"]
+        plain = with_maps(model, **batch)["attentions"]
     lora = add_plugin(model, "lora", ["sst"], targets=["query", "key", "value"])
     with torch.no_grad():
         for p in lora.parameters():
             p.normal_(0.0, 0.5)
-        out = model(**batch, task="sst", output_attentions=True)
+        out = with_maps(model, **batch, task="sst")
     mask = extended_attention_mask(batch["attention_mask"], torch.float32)
     for i, (layer, x) in enumerate(zip(model.encoder.layer, layer_inputs(model, batch, "sst"))):
         attention = layer.attention.self  # LoRA acts through hooks on its query, key and value
@@ -151,7 +160,7 @@ def test_pal_attention_is_returned_beside_the_encoders():
             p.normal_(0.0, 0.5)
     batch = tiny_batch()
     with torch.no_grad():
-        out = model(**batch, task="sts", output_attentions=True)
+        out = with_maps(model, **batch, task="sts")
     assert set(out["plugin_attentions"]) == {"pals"}
     pal_maps = out["plugin_attentions"]["pals"]
     assert len(pal_maps) == len(out["attentions"]) == config.num_hidden_layers
@@ -203,7 +212,7 @@ def model_attention(run_dir: Path, task: str, *sentences: str) -> list[tuple[lis
     for batch in batches:
         batch.pop("num_truncated")
         with torch.no_grad():
-            out = model.bert(**batch, task=task, output_attentions=True)
+            out = with_maps(model.bert, **batch, task=task)
         maps = {"encoder": torch.stack(out["attentions"])[:, 0]}
         if "pals" in out["plugin_attentions"]:
             maps["PAL (projected space)"] = torch.stack(out["plugin_attentions"]["pals"])[:, 0]
@@ -307,7 +316,7 @@ def test_checkpoint_without_a_run(tiny_checkpoint, tmp_path, capsys):
     batch = Tokenizer.from_checkpoint(tiny_checkpoint)([PAIR[0]], [PAIR[1]])
     batch.pop("num_truncated")
     with torch.no_grad():
-        expected = torch.stack(bert(**batch, output_attentions=True)["attentions"])[:, 0]
+        expected = torch.stack(with_maps(bert, **batch)["attentions"])[:, 0]
     assert torch.equal(torch.tensor(sequence["maps"]["encoder"]), expected)
 
 
@@ -466,3 +475,19 @@ def test_nan_in_the_trained_weights_is_named_not_drawn(runs, tmp_path, capsys):
     )
     assert code == 3 and f"{path} holds NaN or inf" in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_attention_maps_are_captured_only_inside_and_change_no_output():
+    """The capture is hooks on the layers for the duration: the outputs are the model's own, bit
+    for bit, and no hook is left after it."""
+    torch.manual_seed(0)
+    model = BertModel(BertConfig.tiny()).eval()
+    batch = tiny_batch()
+    with torch.no_grad():
+        bare = model(**batch)
+        with attention_maps(model) as maps:
+            captured = model(**batch)
+    assert len(maps.attentions) == model.config.num_hidden_layers
+    for key in ("last_hidden_state", "pooler_output"):
+        assert torch.equal(captured[key], bare[key])
+    assert not any(layer._forward_pre_hooks for layer in model.encoder.layer)

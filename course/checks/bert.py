@@ -51,7 +51,8 @@ EMBEDDINGS_SEEN = {
 )
 def check_embeddings(ctx: Context) -> Outputs:
     """BertEmbeddings on stored weights and ids, eval and training mode, against the stored
-    dropout(LayerNorm(word[ids] + position[0..T−1] + type[ids]))."""
+    dropout(LayerNorm(word[ids] + position[0..T−1] + type[ids])); the ids and the buffers must
+    stay as they were, and in training mode the backward pass must go through."""
     from minbert.bert import BertConfig, BertEmbeddings
 
     data = ctx.course_data["embeddings"]
@@ -63,7 +64,10 @@ def check_embeddings(ctx: Context) -> Outputs:
         ids = {n: data[n].clone() for n in ("input_ids", "token_type_ids")}
         kept = Untouched(ids, embeddings, {n: ("sentence", "token") for n in ids})
         try:
-            with mode(embeddings, name, ctx.course_data["seed"]) as recorder:
+            with (
+                mode(embeddings, name, ctx.course_data["seed"]) as recorder,
+                torch.set_grad_enabled(name == "train"),
+            ):
                 got = embeddings(ids["input_ids"], ids["token_type_ids"])
         except RuntimeError as err:
             if not positions_not_cut(err, config.max_position_embeddings):
@@ -72,6 +76,8 @@ def check_embeddings(ctx: Context) -> Outputs:
             return problem(said, "positions not cut")
         if said := kept.problem():
             return problem(f"BertEmbeddings ({name} mode) {said}")
+        if name == "train" and (said := backward_problem(got, list(embeddings.parameters()))):
+            return problem(said)
         shown = {"embeddings": f"the embeddings ({name} mode)"}
         found.append(graded({"embeddings": got}, calls=recorder.calls, names=shown))
     return outputs(*found)
