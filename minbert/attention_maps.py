@@ -39,7 +39,8 @@ def attention_maps(model: nn.Module) -> Iterator[AttentionMaps]:
         hidden, mask = args
         maps.attentions.append(layer.attention.self.probabilities(hidden, mask))
         if len(model.plugins):
-            for name, probs in model.plugins.sites(i).attentions(hidden, mask).items():
+            plugins = model.plugins
+            for name, probs in plugins.attentions(i, plugins.task, hidden, mask).items():
                 maps.plugin_attentions.setdefault(name, []).append(probs)
 
     layers = model.encoder.layer

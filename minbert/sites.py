@@ -12,7 +12,7 @@ This module imports nothing from ``minbert.plugins``, so the model depends on th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from functools import partial
 
 import torch
@@ -20,57 +20,23 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 
-class LayerSites:
-    """The sites of one layer for one task, each the identity. Each site is one module of a
-    ``BertLayer``, and what a plug-in does there:
+class SiteHandler:
+    """The site protocol: what a plug-in does at each site of layer ``layer`` for ``task``, each
+    the identity here. Each site is one module of a ``BertLayer``:
 
     - ``linear(name, module, x, y)``: the output y = module(x) of a linear map of the layer
       (``query``, ``key``, ``value``, ``attention_output``, ``intermediate``, ``output``;
       ``LINEAR_SITES``), where LoRA adds its low-rank term;
-    - ``after_attention(h)``: the output of ``attention.output.dropout``, the attention output
-      projection before its add & norm (adapter);
-    - ``after_feed_forward(h)``: the output of ``output.dropout``, the feed-forward output before
-      its add & norm (adapter);
-    - ``norm(name, module, h, y)``: the output y = module(h) of an add & norm's LayerNorm
-      (``attention`` or ``feed_forward``) on the sum h, where per-task LayerNorms replace it and
-      adapters placed after the LayerNorm act;
-    - ``parallel(x, mask)``: a term computed from the layer input x (B, T, D), given the additive
-      attention mask (B, 1, 1, T), when the layer starts, and added to the input of its final
-      LayerNorm (PAL), or ``None``;
+    - ``after_attention(h)``, ``after_feed_forward(h)``: the output of ``attention.output.dropout``
+      and of ``output.dropout``, each sub-layer's output before its add & norm (adapter);
+    - ``norm(name, module, h, y)``: the output y so far of an add & norm's LayerNorm
+      (``attention`` or ``feed_forward``) on the sum h (per-task LayerNorms, adapters after it);
+    - ``parallel(x, mask)``: a term from the layer input x (B, T, D) and the additive mask
+      (B, 1, 1, T), added to the input of the layer's final LayerNorm (PAL), or ``None``;
     - ``after_layer(h)``: the layer output (LHUC);
-    - ``attentions(x, mask)``: not a hook, but what ``BertModel.encode`` asks each layer for when
-      it is asked for attention maps: the attention probabilities plug-ins compute from the layer
-      input x, by name (``{"pals": (B, nh, T, T)}``), or ``{}``.
+    - ``attentions(x, mask)``: not a hook, what ``minbert/attention_maps.py`` asks for: the
+      attention probabilities (B, nh, T, T) computed from the layer input, by name, or ``{}``.
     """
-
-    def linear(
-        self, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        return y
-
-    def after_attention(self, h: torch.Tensor) -> torch.Tensor:
-        return h
-
-    def after_feed_forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h
-
-    def norm(
-        self, name: str, module: nn.LayerNorm, h: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        return y
-
-    def parallel(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
-        return None
-
-    def after_layer(self, h: torch.Tensor) -> torch.Tensor:
-        return h
-
-    def attentions(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {}
-
-
-class SiteHandler:
-    """The per-layer, per-task side of the protocol that a plug-in overrides."""
 
     def check_task(self, task: str | None) -> None:
         """Raise a ValueError unless ``task`` is one this handler knows."""
@@ -78,7 +44,6 @@ class SiteHandler:
     def linear(
         self, layer: int, task: str, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
-        """``y = module(x)`` of the linear map ``name``; returns the (possibly changed) output."""
         return y
 
     def after_attention(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
@@ -96,8 +61,6 @@ class SiteHandler:
         h: torch.Tensor,
         y: torch.Tensor,
     ) -> torch.Tensor:
-        """``y`` is the output so far of the LayerNorm ``name`` on the sum ``h``: ``module(h)``,
-        or what an earlier handler made of it; returns the (possibly changed) output."""
         return y
 
     def parallel(
@@ -111,62 +74,7 @@ class SiteHandler:
     def attentions(
         self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        """The attention probabilities (B, nh, T, T) this plug-in computes in ``layer`` from its
-        input x, by name; only called when the model is asked for its attention."""
         return {}
-
-
-class ComposedSites(LayerSites):
-    """The sites of layer ``layer`` for ``task``, each composing every handler in order."""
-
-    def __init__(self, handlers: Sequence[SiteHandler], layer: int, task: str | None) -> None:
-        self.handlers = handlers
-        self.layer = layer
-        self.task = task
-
-    def linear(
-        self, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        for handler in self.handlers:
-            y = handler.linear(self.layer, self.task, name, module, x, y)
-        return y
-
-    def after_attention(self, h: torch.Tensor) -> torch.Tensor:
-        for handler in self.handlers:
-            h = handler.after_attention(self.layer, self.task, h)
-        return h
-
-    def after_feed_forward(self, h: torch.Tensor) -> torch.Tensor:
-        for handler in self.handlers:
-            h = handler.after_feed_forward(self.layer, self.task, h)
-        return h
-
-    def norm(
-        self, name: str, module: nn.LayerNorm, h: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        for handler in self.handlers:
-            y = handler.norm(self.layer, self.task, name, module, h, y)
-        return y
-
-    def parallel(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor | None:
-        """The sum of the handlers' parallel terms (B, T, D), or None when none contributes."""
-        total = None
-        for handler in self.handlers:
-            term = handler.parallel(self.layer, self.task, x, mask)
-            if term is not None:
-                total = term if total is None else total + term
-        return total
-
-    def after_layer(self, h: torch.Tensor) -> torch.Tensor:
-        for handler in self.handlers:
-            h = handler.after_layer(self.layer, self.task, h)
-        return h
-
-    def attentions(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        found: dict[str, torch.Tensor] = {}
-        for handler in self.handlers:
-            found |= handler.attentions(self.layer, self.task, x, mask)
-        return found
 
 
 def module_at(layer: nn.Module, path: str) -> nn.Module:
@@ -188,41 +96,50 @@ LINEAR_SITES = {
 
 
 def hook_layer(
-    layer: nn.Module, sites: Callable[[], LayerSites], linears: Iterable[str] = LINEAR_SITES
+    layer: nn.Module, index: int, sites: SiteHandler, linears: Iterable[str] = LINEAR_SITES
 ) -> list[RemovableHandle]:
-    """Route the modules of ``layer`` (a ``BertLayer``) through ``sites()``, asked at every call:
-    the hooks of the module docstring, on the linear sites named in ``linears``. Returns the
-    hooks' handles (``handle.remove()`` takes one away)."""
+    """Route the modules of ``layer`` (a ``BertLayer``, number ``index``) through ``sites`` (the
+    attached plug-ins, or a check's own sites) for the task ``sites.task`` of the forward: the
+    hooks of the module docstring, on the linear sites named in ``linears``. Returns the hooks'
+    handles (``handle.remove()`` takes one away)."""
     parallel: dict[str, torch.Tensor] = {}  # the PAL term, from the layer's start to its norm
-    hooks = [(module_at(layer, LINEAR_SITES[n]), partial(on_linear, sites, n)) for n in linears]
+    at = partial(Site, sites, index)
+    hooks = [(module_at(layer, LINEAR_SITES[n]), at(n).linear) for n in linears]
     hooks += [
-        (layer.attention.output.dropout, partial(on_output, sites, "after_attention")),
-        (layer.attention.output.LayerNorm, partial(on_norm, sites, "attention")),
-        (layer.output.dropout, partial(on_output, sites, "after_feed_forward")),
-        (layer.output.LayerNorm, partial(on_norm, sites, "feed_forward")),
-        (layer, partial(on_output, sites, "after_layer")),
+        (layer.attention.output.dropout, at("after_attention").output),
+        (layer.attention.output.LayerNorm, at("attention").norm),
+        (layer.output.dropout, at("after_feed_forward").output),
+        (layer.output.LayerNorm, at("feed_forward").norm),
+        (layer, at("after_layer").output),
     ]
     handles = [module.register_forward_hook(hook) for module, hook in hooks]
-    handles.append(layer.register_forward_pre_hook(partial(on_layer_input, sites, parallel)))
+    handles.append(layer.register_forward_pre_hook(partial(on_layer_input, sites, index, parallel)))
     handles.append(layer.output.LayerNorm.register_forward_pre_hook(partial(add_term, parallel)))
     return handles
 
 
-def on_linear(sites, name: str, module: nn.Linear, args: tuple, y: torch.Tensor) -> torch.Tensor:
-    return sites().linear(name, module, args[0], y)
+class Site:
+    """One site of layer ``index`` as a forward hook: ``name`` is the linear map's or the norm's
+    name, or the output site's method."""
+
+    def __init__(self, sites: SiteHandler, index: int, name: str) -> None:
+        self.sites, self.index, self.name = sites, index, name
+
+    def linear(self, module: nn.Linear, args: tuple, y: torch.Tensor) -> torch.Tensor:
+        return self.sites.linear(self.index, self.sites.task, self.name, module, args[0], y)
+
+    def output(self, module: nn.Module, args: tuple, h: torch.Tensor) -> torch.Tensor:
+        return getattr(self.sites, self.name)(self.index, self.sites.task, h)
+
+    def norm(self, module: nn.LayerNorm, args: tuple, y: torch.Tensor) -> torch.Tensor:
+        return self.sites.norm(self.index, self.sites.task, self.name, module, args[0], y)
 
 
-def on_output(sites, site: str, module: nn.Module, args: tuple, h: torch.Tensor) -> torch.Tensor:
-    return getattr(sites(), site)(h)
-
-
-def on_norm(sites, name: str, module: nn.LayerNorm, args: tuple, y: torch.Tensor) -> torch.Tensor:
-    return sites().norm(name, module, args[0], y)
-
-
-def on_layer_input(sites, parallel: dict[str, torch.Tensor], layer: nn.Module, args: tuple) -> None:
+def on_layer_input(
+    sites: SiteHandler, index: int, parallel: dict[str, torch.Tensor], layer: nn.Module, args: tuple
+) -> None:
     """At the layer's start: the parallel term from its input x and mask, kept for its norm."""
-    term = sites().parallel(*args[:2])
+    term = sites.parallel(index, sites.task, *args[:2])
     if term is not None:
         parallel["term"] = term
 
@@ -233,7 +150,7 @@ def add_term(parallel: dict[str, torch.Tensor], norm: nn.LayerNorm, args: tuple)
     return None if term is None else (args[0] + term,)
 
 
-class Plugins(nn.ModuleDict):
+class Plugins(nn.ModuleDict, SiteHandler):
     """``BertModel.plugins``: the attached plug-ins by kind, and the task they act for."""
 
     def __init__(self) -> None:
@@ -245,7 +162,7 @@ class Plugins(nn.ModuleDict):
         """Install the sites of every layer, once (``add_plugin`` calls it)."""
         if not self.handles:
             for i, layer in enumerate(layers):
-                self.handles += hook_layer(layer, partial(self.sites, i))
+                self.handles += hook_layer(layer, i, self)
 
     def unhook(self) -> None:
         """Take every layer's hooks away: the model is the bare model again
@@ -261,6 +178,58 @@ class Plugins(nn.ModuleDict):
             handler.check_task(task)
         self.task = task
 
-    def sites(self, layer: int) -> LayerSites:
-        """The sites of ``layer`` for the active task, every plug-in in the order attached."""
-        return ComposedSites(list(self.values()), layer, self.task)
+    # The sites, each composing every plug-in in the order attached (SiteHandler's protocol).
+
+    def linear(
+        self, layer: int, task: str, name: str, module: nn.Linear, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        for handler in self.values():
+            y = handler.linear(layer, task, name, module, x, y)
+        return y
+
+    def after_attention(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        for handler in self.values():
+            h = handler.after_attention(layer, task, h)
+        return h
+
+    def after_feed_forward(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        for handler in self.values():
+            h = handler.after_feed_forward(layer, task, h)
+        return h
+
+    def norm(
+        self,
+        layer: int,
+        task: str,
+        name: str,
+        module: nn.LayerNorm,
+        h: torch.Tensor,
+        y: torch.Tensor,
+    ) -> torch.Tensor:
+        for handler in self.values():
+            y = handler.norm(layer, task, name, module, h, y)
+        return y
+
+    def parallel(
+        self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """The sum of the plug-ins' parallel terms (B, T, D), or None when none contributes."""
+        total = None
+        for handler in self.values():
+            term = handler.parallel(layer, task, x, mask)
+            if term is not None:
+                total = term if total is None else total + term
+        return total
+
+    def after_layer(self, layer: int, task: str, h: torch.Tensor) -> torch.Tensor:
+        for handler in self.values():
+            h = handler.after_layer(layer, task, h)
+        return h
+
+    def attentions(
+        self, layer: int, task: str, x: torch.Tensor, mask: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        found: dict[str, torch.Tensor] = {}
+        for handler in self.values():
+            found |= handler.attentions(layer, task, x, mask)
+        return found

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +16,7 @@ from course.measure import Measurement, Observed, backward_problem, compare, mea
 from course.outcome import Outputs, graded, observed, outputs, problem, stored_cases
 from course.registry import Context, check, student_functions
 from course.untouched import Untouched
+from minbert.sites import SiteHandler
 
 # BertConfig.tiny overrides of each component check (a small vocabulary keeps the stored
 # embedding table small).
@@ -128,11 +128,12 @@ def check_attention_function(ctx: Context) -> Outputs:
     return outputs(*found)
 
 
-class ScalingSites:
+class ScalingSites(SiteHandler):
     """Plug-in sites that change every value they see, each in its own way, so that a site not
     called, called twice or called in the wrong place changes the output. Written here: nothing
     in it comes from the plug-ins the course exercises."""
 
+    task = None  # the task of the forward, as the attached plug-ins hold it: none here
     LINEAR_SCALE = {
         "query": 1.1,
         "key": 0.9,
@@ -142,28 +143,24 @@ class ScalingSites:
         "output": 0.7,
     }
 
-    def linear(
-        self, name: str, module: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def linear(self, layer, task, name, module, x, y):
         return (x @ module.weight.T + module.bias) * self.LINEAR_SCALE[name] + 0.05
 
-    def after_attention(self, h: torch.Tensor) -> torch.Tensor:
+    def after_attention(self, layer, task, h):
         return h + 0.5 * torch.tanh(h)
 
-    def after_feed_forward(self, h: torch.Tensor) -> torch.Tensor:
+    def after_feed_forward(self, layer, task, h):
         return 0.6 * h - 0.1
 
-    def norm(
-        self, name: str, module: torch.nn.LayerNorm, h: torch.Tensor, y: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def norm(self, layer, task, name, module, h, y):
         normed = F.layer_norm(h, module.normalized_shape, module.weight, module.bias, module.eps)
         return normed * (1.15 if name == "attention" else 0.85) + 0.03
 
-    def parallel(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def parallel(self, layer, task, x, mask):
         keep = (mask[:, 0, 0, :, None] == 0).to(x.dtype)  # (B, 1, 1, T) -> (B, T, 1)
         return 0.3 * torch.sin(x) * keep
 
-    def after_layer(self, h: torch.Tensor) -> torch.Tensor:
+    def after_layer(self, layer, task, h):
         return h * (1.0 + 0.25 * torch.cos(torch.arange(h.shape[-1], dtype=h.dtype)))
 
 
@@ -185,15 +182,14 @@ def sites_hooked(module: torch.nn.Module, sites: ScalingSites | None) -> Iterato
     own modules (``minbert/sites.py``): a BertSelfAttention's query, key and value, or a layer's
     (its self-attention the stand-in) other linear maps, dropouts, LayerNorms and output. The
     student's code calls its modules and the sites follow; None: nothing hooked."""
-    from minbert.sites import hook_layer, on_linear
+    from minbert.sites import Site, hook_layer
 
     handles = []
     if sites is not None and hasattr(module, "attention"):
-        linears = ("attention_output", "intermediate", "output")
-        handles = hook_layer(module, lambda: sites, linears)
+        handles = hook_layer(module, 0, sites, ("attention_output", "intermediate", "output"))
     elif sites is not None:
         handles = [
-            getattr(module, name).register_forward_hook(partial(on_linear, lambda: sites, name))
+            getattr(module, name).register_forward_hook(Site(sites, 0, name).linear)
             for name in ("query", "key", "value")
         ]
     try:
