@@ -19,7 +19,7 @@ import sys
 import time
 from collections import Counter
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -46,10 +46,12 @@ from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.evaluation import calibrate_similarity_heads, evaluate, write_predictions
 from multitask.model import MultitaskModel, build_model
 from multitask.objectives import Smart, objective_for
+from multitask.plots import plot_learning_curves
 from multitask.run import RunFolder
 from multitask.state import TrainingState
 from multitask.step import (
     DeviceFlagged,
+    FiniteWeights,
     HostChecked,
     LossLog,
     NonFiniteLoss,
@@ -83,7 +85,7 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
     if cfg.add_to:
         RunFolder(cfg.add_to).load_into(model)
     if cfg.init_from and not cfg.resume:  # a resumed run restores its weights from last.pt
-        RunFolder(cfg.init_from).load_start(model)
+        RunFolder(cfg.init_from).load_best(model, "--init_from", fit="overlap")
     init_lora = extras.setting_of(cfg, "peft_format", "init_lora")
     if init_lora and not cfg.resume:  # each task's LoRA from a PEFT folder
         peft = extras.load("peft_format", "--init_lora")
@@ -123,6 +125,7 @@ class Run:
     log: LossLog  # the losses since the last read and line (multitask/step.py)
     reporters: list[Any]  # the extras' reporters (multitask/extras.py), told what the log says
     graphs: Any = None  # the step as CUDA graphs (the cuda_graphs extra), or None: eager
+    finite: FiniteWeights = field(default_factory=FiniteWeights)  # checked before each save
 
     def parts(self) -> dict[str, Any]:
         """What last.pt saves and restores besides the step (multitask/run.py: save_last)."""
@@ -425,6 +428,7 @@ def save_last(run: Run) -> None:
     """last.pt, with every loss read from the device first so that a resume logs as the
     uninterrupted run does."""
     read_losses(run)
+    run.finite.check(run.model, run.state.step, run.folder)
     run.folder.save_last(run.state, run.parts())
 
 
@@ -432,7 +436,7 @@ def evaluate_and_save(run: Run, epoch: int) -> None:
     """Evaluate on the dev sets, log, keep the best checkpoint (``state.best``), write last.pt."""
     state = run.state
     read_losses(run)  # a run stopped by a non-finite loss stops before its evaluation
-    run.folder.check_finite(run.model, state.step)  # no evaluation of a broken model
+    run.finite.check(run.model, state.step, run.folder)  # no evaluation of a broken model
     started = time.time()
     metrics = dev_metrics(run.model, run.data, run.tokenizer, run.cfg, run.device, run.dev)
     state.eval_seconds += time.time() - started
@@ -443,7 +447,7 @@ def evaluate_and_save(run: Run, epoch: int) -> None:
     tqdm.write(f"step {state.step} epoch {epoch}: {scores}", file=sys.stdout)
     if metrics["overall"] > state.best:
         state.best = metrics["overall"]
-        run.folder.save_best(run.model, state.step)
+        run.folder.save_best(run.model)
     save_last(run)
 
 
@@ -488,7 +492,7 @@ def finish(run: Run) -> dict[str, Any]:
         folder.save_task_checkpoints(run.model)
     folder.write_summary(summary)
     if not cfg.no_plots:
-        folder.plot_learning_curves(cfg.tasks)
+        plot_learning_curves(folder, cfg.tasks)
     print(f"done: {summary}")
     for reporter in run.reporters:
         reporter.close()

@@ -34,7 +34,7 @@ from minbert.checkpoint import (
     save_tensors,
 )
 from minbert.flags import unflatten
-from multitask.errors import HELD, RunStopped, UsageError
+from multitask.errors import HELD, UsageError
 from multitask.model import MultitaskModel
 from multitask.state import TrainingState
 
@@ -325,8 +325,8 @@ class RunFolder:
         """last.pt: everything that resuming at ``state.step`` needs: the trained tensors, the
         optimizer and schedule, each batch stream's position, the random state (CPU and CUDA),
         SMART's teacher, and the training state (``multitask/state.py``). ``parts`` as
-        ``resume`` takes them."""
-        self.check_finite(parts["model"], state.step)
+        ``resume`` takes them. The caller checks the weights are finite first
+        (``FiniteWeights``, multitask/step.py)."""
         if not self.writes:
             return
         saved = {
@@ -388,79 +388,59 @@ class RunFolder:
         print(f"resumed {self.path} at step {state.step}")
         return state
 
-    finite_at: int | None = None  # the step whose weights check_finite last found finite
-
-    def check_finite(self, model: MultitaskModel, step: int) -> None:
-        """A NaN or infinity in a trained tensor stops the run before anything is saved. The
-        weights are read once per step however many saves follow (one read of the device)."""
-        if self.finite_at == step:
-            return
-        trained = [p for p in model.parameters() if p.requires_grad]
-        if trained and not torch.stack([torch.isfinite(p).all() for p in trained]).all():
-            raise RunStopped(
-                f"non-finite weights after step {step} (is --lr too large?); nothing was saved "
-                f"at this step; {self.on_disk()}",
-                3,
-            )
-        self.finite_at = step
-
-    def save_best(self, model: MultitaskModel, step: int) -> None:
-        self.check_finite(model, step)
+    def save_best(self, model: MultitaskModel) -> None:
         if self.writes:
             save_tensors(model.trainable_state_dict(), self.file("best.safetensors"))
 
-    def load_best(self, model: MultitaskModel, flag: str = "--evaluate") -> None:
-        """Load best.safetensors (the trained tensors) over a model built from the run's config;
-        ``flag`` names the option that pointed here, for messages."""
-        state = self._read_best(flag)
-        expected = model.trainable_state_dict()
-        differ = sorted(
-            k
-            for k in set(state) | set(expected)
-            if k not in state or k not in expected or state[k].shape != expected[k].shape
-        )
-        if differ:
-            raise UsageError(
-                f"{self.file('best.safetensors')} does not match the model built from "
-                f"{self.file('config.json')}: {len(differ)} tensors differ in name or shape, "
-                f"e.g. {differ[0]}"
+    def load_best(
+        self, model: MultitaskModel, flag: str = "--evaluate", fit: str = "exact"
+    ) -> dict[str, torch.Tensor]:
+        """Load best.safetensors over ``model`` and return the tensors loaded; ``flag`` names the
+        option that pointed here, for messages; ``fit`` is how the file must fit the model:
+
+            exact    the model's trainable tensors, no more, no fewer (--evaluate: a model built
+                     from the run's config.json)
+            within   each of the file's tensors is one of the model's (--add_to: more tasks)
+            overlap  the tensors the model has; the rest stay out (--init_from: the encoder and
+                     the heads of the tasks both have)
+        """
+        state, own = self._read_best(flag), model.state_dict()
+        kept = {k: v for k, v in state.items() if fit != "overlap" or k in own}
+        if fit == "exact":
+            expected = model.trainable_state_dict()
+            wrong = sorted(
+                k
+                for k in set(kept) | set(expected)
+                if k not in kept or k not in expected or kept[k].shape != expected[k].shape
             )
-        model.load_state_dict(state, strict=False)
+        else:
+            wrong = [k for k, v in kept.items() if k not in own or own[k].shape != v.shape]
+        if wrong:
+            raise UsageError(self.misfit(flag, fit, wrong))
+        model.load_state_dict(kept, strict=False)
+        if fit == "overlap":
+            heads = sorted({k.split(".")[1] for k in kept if k.startswith("heads.")})
+            print(
+                f"started from {self.file('best.safetensors')}: {len(kept)} of its {len(state)} "
+                f"tensors (the encoder, and the heads of {', '.join(heads) or 'no task'})"
+            )
+        return kept
+
+    def misfit(self, flag: str, fit: str, wrong: list[str]) -> str:
+        """What a best.safetensors that does not fit the model says (``load_best``)."""
+        path = self.file("best.safetensors")
+        if fit == "exact":
+            return (
+                f"{path} does not match the model built from {self.file('config.json')}: "
+                f"{len(wrong)} tensors differ in name or shape, e.g. {wrong[0]}"
+            )
+        return f"{flag}: {path} does not fit the model, e.g. tensor {wrong[0]}"
 
     def load_into(self, model: MultitaskModel) -> None:
         """``--add_to``: load this run's trained tensors, and those of the runs it was itself
         added to, into a model that holds their tasks and more."""
-        for earlier in reversed(self.chain()[1:]):
-            earlier._load_own(model)
-        self._load_own(model)
-
-    def load_start(self, model: MultitaskModel) -> None:
-        """``--init_from``: this finetune run's trained tensors as the starting weights of
-        ``model`` (same settings, its own tasks): the encoder, and the head of each task both
-        have; the heads of tasks ``model`` lacks stay out, a new task's head starts fresh."""
-        state, own = self._read_best("--init_from"), model.state_dict()
-        kept = {k: v for k, v in state.items() if k in own}
-        if wrong := [k for k, v in kept.items() if own[k].shape != v.shape]:
-            raise UsageError(
-                f"--init_from: {self.file('best.safetensors')} does not fit the model, e.g. "
-                f"tensor {wrong[0]}"
-            )
-        model.load_state_dict(kept, strict=False)
-        heads = sorted({k.split(".")[1] for k in kept if k.startswith("heads.")})
-        print(
-            f"started from {self.file('best.safetensors')}: {len(kept)} of its {len(state)} "
-            f"tensors (the encoder, and the heads of {', '.join(heads) or 'no task'})"
-        )
-
-    def _load_own(self, model: MultitaskModel) -> None:
-        """This run's best.safetensors alone, over ``model``."""
-        state, own = self._read_best("--add_to"), model.state_dict()
-        if wrong := [k for k, v in state.items() if k not in own or own[k].shape != v.shape]:
-            raise UsageError(
-                f"--add_to: {self.file('best.safetensors')} does not fit the model, e.g. tensor "
-                f"{wrong[0]}"
-            )
-        model.load_state_dict(state, strict=False)
+        for folder in [*reversed(self.chain()[1:]), self]:
+            folder.load_best(model, "--add_to", fit="within")
 
     def save_task_checkpoints(self, model: MultitaskModel) -> None:
         """task-<name>.safetensors: one task's plug-ins + head, loadable onto the pretrained
@@ -491,36 +471,6 @@ class RunFolder:
         if self.writes:
             atomic_write_text(self.file("skipped_rows.txt"), report + "\n")
         return self.file("skipped_rows.txt")
-
-    def plot_learning_curves(self, tasks: list[str]) -> None:
-        """learning_curves.png: training loss per task and each dev metric against the step."""
-        if not self.writes:
-            return
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        train = self.read_log("train_log.jsonl", ("task", "loss"))
-        evals = self.read_log("metrics.jsonl")
-        fig, (ax_loss, ax_dev) = plt.subplots(1, 2, figsize=(12, 4.5))
-        for name in tasks:
-            points = [(r["step"], r["loss"]) for r in train if r["task"] == name]
-            if points:
-                ax_loss.plot(*zip(*points), label=name)
-        ax_loss.set(
-            xlabel="step", ylabel="training loss (mean since last point)", title="Training loss"
-        )
-        ax_loss.legend()
-        for key in [*tasks, "overall"]:
-            points = [(r["step"], r[key]) for r in evals if key in r]
-            if points:
-                ax_dev.plot(*zip(*points), marker="o", label=key)
-        ax_dev.set(xlabel="step", ylabel="dev metric", title="Dev metrics (acc; Pearson r for sts)")
-        ax_dev.legend()
-        fig.tight_layout()
-        fig.savefig(self.file("learning_curves.png"), dpi=100)
-        plt.close(fig)
 
     def write_json(self, name: str, value: Any) -> None:
         if self.writes:

@@ -25,7 +25,9 @@ from torch.optim.lr_scheduler import LambdaLR
 from minbert.optimizer import AdamW, param_groups
 from multitask import extras
 from multitask.collate import Batch
+from multitask.errors import RunStopped
 from multitask.model import MultitaskModel
+from multitask.run import RunFolder
 from multitask.state import TrainingState
 from tasks.base import Task
 
@@ -306,6 +308,27 @@ def linear_warmup_decay(
     group's lr, and the optimizer's saved state puts the saved lr back.
     """
     return LambdaLR(optimizer, LinearWarmupDecay(warmup_steps, total_steps))
+
+
+class FiniteWeights:
+    """A NaN or infinity in a trained tensor stops the run before anything is saved or evaluated;
+    the weights are read once per step however many saves follow (one read of the device)."""
+
+    def __init__(self) -> None:
+        self.checked_at: int | None = None  # the step whose weights were last found finite
+
+    def check(self, model: MultitaskModel, step: int, folder: RunFolder) -> None:
+        """A ``RunStopped`` (exit 3) naming the step and what ``folder`` holds, unless finite."""
+        if self.checked_at == step:
+            return
+        trained = [p for p in model.parameters() if p.requires_grad]
+        if trained and not torch.stack([torch.isfinite(p).all() for p in trained]).all():
+            raise RunStopped(
+                f"non-finite weights after step {step} (is --lr too large?); nothing was saved "
+                f"at this step; {folder.on_disk()}",
+                3,
+            )
+        self.checked_at = step
 
 
 class NonFiniteStep(Exception):
