@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -47,6 +47,8 @@ class Check:
     exercises: the course exercises (GUIDE.md's ids) whose code this check runs; with
         any of them missing the check is NOT IMPLEMENTED, with all of them done it can pass.
     judge: measures those outputs against the references; runs no student code.
+    raises: the mistakes known by what they raise: a phrase of the error (torch's words) ->
+        the diagnosis, the mistake in the student's terms.
     """
 
     name: str
@@ -55,6 +57,7 @@ class Check:
     hint: str = ""
     exercises: tuple[str, ...] = ()
     judge: Callable[[Context, Outputs], Measurement] | None = None
+    raises: dict[str, str] = field(default_factory=dict)
 
     @property
     def component(self) -> str:
@@ -156,6 +159,7 @@ def check(
     judge: Callable[[Context, Outputs], Measurement],
     hint: str = "",
     exercises: tuple[str, ...] = (),
+    raises: dict[str, str] | None = None,
 ) -> Callable[[ComputeFunction], ComputeFunction]:
     """Register the decorated function as the ``compute`` of the check ``name``, judged by
     ``judge`` (see ``Check``); the function is returned unchanged. Two checks of one name are a
@@ -164,7 +168,7 @@ def check(
     def register(compute: ComputeFunction) -> ComputeFunction:
         if any(c.name == name for c in CHECKS):
             raise ValueError(f"a check named {name!r} is already registered")
-        CHECKS.append(Check(name, tolerance, compute, hint, tuple(exercises), judge))
+        CHECKS.append(Check(name, tolerance, compute, hint, tuple(exercises), judge, raises or {}))
         return compute
 
     return register
@@ -224,7 +228,10 @@ def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
     if "error" in computed:
         status = NOT_IMPLEMENTED if computed.get("not_implemented") is True else FAIL
         uncompiled = str(computed.get("uncompiled") or "")
-        return Result(check, status, None, str(computed["error"]), uncompiled=uncompiled)
+        error = str(computed["error"])
+        named = [said for phrase, said in check.raises.items() if phrase in error]
+        diagnosis = "" if uncompiled or not named else named[0]
+        return Result(check, status, None, error, diagnosis, uncompiled)
     try:
         measurement = check.judge(ctx, computed["outputs"])
     except Exception as err:

@@ -361,7 +361,13 @@ MUTANTS = [
         ),
         named="after the Adam update",
     ),
-    m("adamw-t-zero", "adamw", OPT, ('t = float(state["step"])', 't = float(state["step"]) - 1')),
+    m(
+        "adamw-t-zero",
+        "adamw",
+        OPT,
+        ('t = float(state["step"])', 't = float(state["step"]) - 1'),
+        named="step count t is 0",
+    ),
     m("adamw-no-lr", "adamw", OPT, ("value=-step_size", "value=-1 / bias_correction1")),
     # sampler
     m(
@@ -503,7 +509,13 @@ MUTANTS = [
         (TRAIN_P, "dropout_p = self.dropout_p"),
         named="dropout still acts in eval mode",
     ),
-    m("pals-no-encoder", "pals", PALS, ("z = pal.encoder(x)", "z = x")),
+    m(
+        "pals-no-encoder",
+        "pals",
+        PALS,
+        ("z = pal.encoder(x)", "z = x"),
+        named="without the encoder V_E",
+    ),
     # SMART
     m(
         "kl-one-sided",
@@ -969,6 +981,7 @@ MUTANTS += [
         "smart",
         SMART,
         (ASCENT, "".join(line[4:] + "\n" for line in ASCENT.splitlines()[1:])),
+        named="torch.enable_grad()",
     ),
     m(  # input: the old check had no embedding the outputs ignore
         "smart-unused-not-allowed",
@@ -978,6 +991,7 @@ MUTANTS += [
             "torch.autograd.grad(ascent_objective, deltas, allow_unused=True)",
             "torch.autograd.grad(ascent_objective, deltas)",
         ),
+        named="allow_unused=True",
     ),
     m(  # input: as above, the None gradient of an unused embedding reaches the step
         "smart-step-on-none",
@@ -987,6 +1001,7 @@ MUTANTS += [
             "    if grad is not None:\n        delta = delta + " + SMART_STEP + "\n",
             "    delta = delta + " + SMART_STEP + "\n",
         ),
+        named="take a zero step there",
     ),
 ]
 
@@ -1218,6 +1233,7 @@ HEADS_MUTANTS = [
             "m = attention_mask.unsqueeze(-1).to(hidden.dtype)",
             "m = attention_mask.to(hidden.dtype)",
         ),
+        named="has no last axis",
     ),
     m(
         "pair-no-abs",
@@ -1238,6 +1254,7 @@ HEADS_MUTANTS = [
         "pair-features",
         HEADS,
         (f"return super().forward({FEATURES})", f"return self.linear({FEATURES})"),
+        named="not straight to its last layer",
     ),
     m(
         "cosine-wrong-dim",
@@ -1305,6 +1322,7 @@ HEADS_MUTANTS = [
         "task-losses",
         BASE,
         (CE, "return F.cross_entropy(outputs.float(), labels.float())"),
+        named="labels of the wrong dtype",
     ),
     m(  # long labels: binary_cross_entropy_with_logits raises
         "loss-bce-long-labels",
@@ -1314,6 +1332,7 @@ HEADS_MUTANTS = [
             BCE,
             "return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), labels.long())",
         ),
+        named="labels of the wrong dtype",
     ),
 ]
 MUTANTS += HEADS_MUTANTS

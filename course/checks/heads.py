@@ -33,6 +33,10 @@ HEADS_TOLERANCE = 1e-5
     hint="weight each token's hidden state by its mask value (0 for padding), sum over the tokens "
     "and divide each sentence by its own number of real tokens",
     exercises=("pooling",),
+    raises={
+        "must match the size of tensor": "the mask (B, T) has no last axis to broadcast over the "
+        "hidden states (B, T, D): m = attention_mask.unsqueeze(-1)",
+    },
 )
 def check_pooling(ctx: Context) -> Outputs:
     """sentence_representation(..., "mean") on stored (B, T, D) hidden states and a padded mask
@@ -80,6 +84,11 @@ def pair_heads(state: dict | None = None) -> torch.nn.ModuleDict:
     hint="concatenate u, v, |u − v| and u ⊙ v along the last axis in that order, and give them "
     "to LinearHead's forward (its dropout and layers)",
     exercises=("pair-features",),
+    raises={
+        "mat1 and mat2 shapes cannot be multiplied": "the features reach a layer of the wrong "
+        "width: [u; v; |u − v|; u ⊙ v] is 4·D wide and goes through LinearHead's forward (its "
+        "dropout and every layer), not straight to its last layer",
+    },
 )
 def check_pair_features(ctx: Context) -> Outputs:
     """PairFeatureHead (one and two layers) on stored (B, D) pairs in float64 against the stored
@@ -160,6 +169,12 @@ def loss_tasks() -> dict:
     "logit (with logits: no sigmoid first); RegressionTask: the mean of (ŷ − y)² with ŷ the (B,) "
     "column 0; each a mean over the batch, labels as label_tensor makes them",
     exercises=("task-losses",),
+    raises={
+        "expected target dtype": "labels of the wrong dtype: cross-entropy takes class indices "
+        "(torch.long), as label_tensor makes them",
+        "can't be cast to the desired output type": "labels of the wrong dtype: binary "
+        "cross-entropy on logits takes float labels (0.0 or 1.0), as label_tensor makes them",
+    },
 )
 def check_task_losses(ctx: Context) -> Outputs:
     """Each kind's ``loss`` on stored head outputs and labels (``label_tensor``'s dtypes) against

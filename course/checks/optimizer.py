@@ -76,6 +76,10 @@ def judge_adamw(ctx: Context, out: Outputs) -> Measurement:
     hint="steps 1-6 of the AdamW docstring, in order: decoupled weight decay scaled by the "
     "learning rate, both moments, their bias corrections with the step count t, then the update",
     exercises=("adamw",),
+    raises={
+        "ZeroDivisionError": "the step count t is 0 in the bias corrections (1 − β^t = 0): count "
+        "the step first, t ← t + 1, then use it",
+    },
 )
 def check_adamw(ctx: Context) -> Outputs:
     """Hand AdamW on a float64 regression problem with two parameter groups (different lr and

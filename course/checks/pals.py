@@ -54,6 +54,10 @@ def graded_pal(config, tasks) -> torch.nn.Module:
     hint="encode into the PAL space (V_E), this layer's projected attention with the mask and, in "
     "training only, the attention dropout, then decode (V_D)",
     exercises=("pals",),
+    raises={
+        "mat1 and mat2 shapes cannot be multiplied": "x reached the projected attention without "
+        "the encoder V_E (D → s) or the decoder V_D (s → D) in its place",
+    },
 )
 def check_pals(ctx: Context) -> Outputs:
     """The PAL term of every layer against the stored V_D · g_l(V_E · x), eval and training;

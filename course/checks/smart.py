@@ -110,6 +110,14 @@ def noting_graphs(forward: Callable, graphs: list[int]) -> Callable:
     "of size η along it normalised per token (a zero step where the gradient is zero, as on "
     "padding), then back onto the ε-ball",
     exercises=("smart",),
+    raises={
+        "does not require grad": "δ's gradient is taken with gradients off (the caller may run "
+        "under torch.no_grad()): take it inside torch.enable_grad()",
+        "appears to not have been used in the graph": "an embedding the outputs do not read has "
+        "no gradient: ask torch.autograd.grad with allow_unused=True, and step 0 there",
+        "not NoneType": "the gradient of an embedding the outputs do not read is None: take a "
+        "zero step there",
+    },
 )
 def check_smart(ctx: Context) -> Outputs:
     """adversarial_perturbation on the small fixed models of ``smart_problem`` against the stored
