@@ -14,6 +14,7 @@ grader can say which mistake a student's output matches. Dropout is called as
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
@@ -141,15 +142,17 @@ def layer(layer_module, heads, x, mask, sites, training, mistake=None):
     p = layer_module.attention.output.dropout.p
 
     def lin(name, module, t):
-        return linear(t, module) if sites is None else sites.linear(name, module, t)
+        return linear(t, module) if sites is None else sites.linear(0, None, name, module, t, None)
 
     def norm(name, module, t):
-        return layer_norm(t, module) if sites is None else sites.norm(name, module, t)
+        return (
+            layer_norm(t, module) if sites is None else sites.norm(0, None, name, module, t, None)
+        )
 
     identity = lambda t: t  # noqa: E731
-    after_attention = identity if sites is None else sites.after_attention
-    after_feed_forward = identity if sites is None else sites.after_feed_forward
-    after_layer = identity if sites is None else sites.after_layer
+    after_attention = identity if sites is None else partial(sites.after_attention, 0, None)
+    after_feed_forward = identity if sites is None else partial(sites.after_feed_forward, 0, None)
+    after_layer = identity if sites is None else partial(sites.after_layer, 0, None)
 
     out1 = layer_module.attention.output
     h = lin("attention_output", out1.dense, heads)
@@ -173,7 +176,7 @@ def layer(layer_module, heads, x, mask, sites, training, mistake=None):
     if mistake not in ("no_output_dropout", "dropout_after_add"):
         h = dropout(h, p, training)
     residual = x if mistake == "ffn_residual_from_x" else a
-    parallel = 0.0 if sites is None else sites.parallel(x, mask)
+    parallel = 0.0 if sites is None else sites.parallel(0, None, x, mask)
     if mistake in ("norm_before_residual", "norm_before_residual_ffn"):
         y = residual + norm("feed_forward", out2.LayerNorm, after_feed_forward(h) + parallel)
     elif mistake == "no_ffn_residual":

@@ -428,7 +428,7 @@ def self_attention_data() -> dict:
                 lin = getattr(module, name)
                 if sites is None:
                     return lambda t: ref.linear(t, lin)
-                return lambda t: sites.linear(name, lin, t)
+                return lambda t: sites.linear(0, None, name, lin, t, None)
 
             y = ref.multi_head(
                 x,
