@@ -33,7 +33,7 @@ from multitask.devices import THREADS_RANGE, pick_device
 from multitask.errors import UsageError
 from multitask.model import ModelSettings
 from multitask.run import RunFolder, folder_kind, merge_config, overlapping
-from multitask.step import loss_weights
+from multitask.step import DEFAULT_OPTIMIZER, loss_weights
 from tasks import TASKS, get_task
 from tasks.base import SPLITS, RegressionTask, Task
 from tasks.metrics import OVERALL_TASKS
@@ -67,7 +67,11 @@ class TrainConfig:
     )
     step_gradient: Literal[("one-task", "summed", *extras.choices("step_gradient"))] = setting(
         "one-task",
-        ("one-task: each step trains one drawn task; summed, pcgrad: a batch of every task a step"),
+        extras.described(
+            "step_gradient",
+            "one-task: one drawn task a step; summed: every task's batch",
+            {"pcgrad": "summed, conflicts projected"},
+        ),
         needs=extras.needs("step_gradient"),
     )
     tasks: list[str] = setting(
@@ -119,9 +123,13 @@ class TrainConfig:
         None, "peak learning rate (default: 5e-5 for finetune, else 1e-3)", within="(0, 10]"
     )
     warmup: float = setting(0.1, "warm-up steps, as a fraction of all steps", within="[0, 1)")
-    optimizer: Literal[("foreach", *extras.choices("optimizer"))] = setting(
-        "foreach",
-        "foreach: the hand-written AdamW in multi-tensor operations; fused: torch's fused AdamW",
+    optimizer: Literal[("adamw", *extras.choices("optimizer"))] = setting(
+        DEFAULT_OPTIMIZER,
+        extras.described(
+            "optimizer",
+            "adamw: the hand-written AdamW loop",
+            {"foreach": "the same, multi-tensor", "fused": "torch's fused AdamW"},
+        ),
         needs=extras.needs("optimizer"),
     )
     weight_decay: float = setting(0.01, "AdamW decoupled weight decay", within="[0, inf)")

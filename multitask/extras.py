@@ -54,8 +54,8 @@ EXTRAS = (
     Extra("fusion", "multitask.fusion", choices=(("option", "fusion"),)),
     Extra("pcgrad", "minbert.pcgrad", choices=(("step_gradient", "pcgrad"),)),
     Extra("compiled", "multitask.compiled", flags=(("compile", False), ("compile_mode", "auto"))),
+    Extra("optimizer_foreach", "minbert.optimizer_foreach", choices=(("optimizer", "foreach"),)),
     Extra("fused_adamw", "multitask.fused_adamw", choices=(("optimizer", "fused"),)),
-    Extra("optimizer_foreach", "minbert.optimizer_foreach"),
     Extra("peft_format", "multitask.peft_format", flags=(("init_lora", []),)),
     Extra("tensorboard", "multitask.tensorboard_report", flags=(("report_to", "none"),)),
     Extra("cuda_graphs", "multitask.cuda_graphs", flags=(("cuda_graphs", "auto"),)),
@@ -146,3 +146,22 @@ def setting_of(cfg: Any, name: str, setting: str) -> Any:
     lacks the extra."""
     settings = cfg.extras.get(name)
     return getattr(settings, setting) if settings is not None else None
+
+
+def described(flag: str, core: str, choices: dict[str, str]) -> str:
+    """The help of the core's ``flag``: ``core`` (its own choices) and "choice: what it does"
+    for each choice in ``choices`` that an extra this tree has adds, so --help names only what
+    the tree can run."""
+    here = {choice for extra in present() for name, choice in extra.choices if name == flag}
+    return "; ".join([core, *(f"{c}: {what}" for c, what in choices.items() if c in here)])
+
+
+def first_present(flag: str, choice: str, otherwise: str) -> str:
+    """``choice`` where this tree has the extra that adds it to ``flag``, else ``otherwise``: a
+    default that is never a choice the tree lacks."""
+    return choice if extra_for(flag, choice).present() else otherwise
+
+
+def extra_for(flag: str, choice: str) -> Extra:
+    """The extra that adds ``choice`` to the core's ``flag``."""
+    return next(e for e in EXTRAS if (flag, choice) in e.choices)

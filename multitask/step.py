@@ -220,22 +220,27 @@ def loss_weights(entries: Sequence[str], tasks: Sequence[str]) -> dict[str, floa
     return weights
 
 
+# The optimizer a run trains with unless --optimizer says otherwise: the multi-tensor AdamW where
+# this tree has it, else the hand-written loop (the student tree), never a choice it lacks.
+DEFAULT_OPTIMIZER = extras.first_present("optimizer", "foreach", otherwise="adamw")
+
+
 def optimizer_for(
     model: nn.Module,
     lr: float,
     weight_decay: float,
     layer_decay: float = 1.0,
     encoder_lr: float | None = None,
-    kind: str = "foreach",
+    kind: str | None = None,
 ) -> torch.optim.Optimizer:
-    """The optimizer the driver trains with: the hand-written AdamW over
-    ``param_groups(model, weight_decay, lr, layer_decay)``, through its multi-tensor path (the
-    extra ``minbert.optimizer_foreach``: the same numbers, far fewer kernel launches) where the
-    tree has it; the student tree leaves that module out, and then the student's own loop
-    (``minbert.optimizer.AdamW``) trains. With ``encoder_lr`` (``--train_encoder``), the
-    encoder's own weights (every BERT parameter but the plug-ins') train at ``encoder_lr`` in
-    place of ``lr``, times their layer's decay; plug-ins and heads at ``lr``. ``kind`` fused
-    (``--optimizer fused``): torch's fused AdamW instead (a lab extra)."""
+    """The optimizer the driver trains with, the hand-written AdamW over ``param_groups(model,
+    weight_decay, lr, layer_decay)``, of ``kind``: adamw, its loop (``minbert.optimizer.AdamW``,
+    the student's own in the student tree); foreach, the same numbers in multi-tensor operations,
+    far fewer kernel launches (the extra ``minbert.optimizer_foreach``); fused, torch's fused
+    AdamW (an extra); None, ``DEFAULT_OPTIMIZER``. With ``encoder_lr`` (``--train_encoder``),
+    the encoder's own weights (every BERT parameter but the plug-ins') train at ``encoder_lr`` in
+    place of ``lr``, times their layer's decay; plug-ins and heads at ``lr``."""
+    kind = kind or DEFAULT_OPTIMIZER
     groups = param_groups(model, weight_decay, lr, layer_decay)
     if encoder_lr is not None:
         bert = model.bert
@@ -243,9 +248,9 @@ def optimizer_for(
         groups = rescaled(groups, encoder, lr, encoder_lr / lr)
     if kind == "fused":
         return extras.load("fused_adamw", "--optimizer fused").FusedAdamW(groups, lr=lr)
-    if not extras.named("optimizer_foreach").present():  # the student tree
-        return AdamW(groups, lr=lr)
-    return extras.load("optimizer_foreach", "--optimizer foreach").ForeachAdamW(groups, lr=lr)
+    if kind == "foreach":
+        return extras.load("optimizer_foreach", "--optimizer foreach").ForeachAdamW(groups, lr=lr)
+    return AdamW(groups, lr=lr)
 
 
 def rescaled(groups: list[dict], chosen: set[int], lr: float, factor: float) -> list[dict]:

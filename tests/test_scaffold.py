@@ -569,6 +569,10 @@ def test_the_student_trees_help_offers_only_what_it_can_run(student_tree: Path) 
         assert listed(name, full) and not listed(name, student), name
     assert "pals,fusion}" in full and "pals}" in student  # --option's choices
     assert "summed,pcgrad}" in full and "summed}" in student  # --step_gradient's
-    assert "foreach,fused}" in full and "{foreach}" in student  # --optimizer's
+    assert "{adamw,foreach,fused}" in full and "{adamw}" in student  # --optimizer's
+    words = " ".join(full.split()), " ".join(student.split())  # the help as wrapped, unwrapped
+    assert "(default: foreach)" in words[0] and "(default: adamw)" in words[1]  # none it lacks
+    for extra_choice in ("pcgrad:", "foreach:", "fused:"):  # nor described in its help
+        assert extra_choice in full and extra_choice not in student, extra_choice
     used = run(["train_multitask.py", "--teachers", "sst=x"], student_tree)
     assert used.returncode == 2 and "needs multitask/distillation.py" in used.stderr
