@@ -58,15 +58,12 @@ def stored(data: dict, path: Sequence[str]) -> dict:
     return data
 
 
-def stored_cases(*paths: tuple[str, ...], known: dict[str, str] | None = None) -> Callable:
-    """The judgement of a check that grades the stored cases at ``paths``: its problem if it has
-    one (naming the mistake it shows, one of ``known``: ``observed``), else the worst of its
-    cases (``grade``). The paths are the check's own, never the runner's: outputs cannot choose
-    the case they are compared with."""
+def stored_cases(*paths: tuple[str, ...]) -> Callable:
+    """The judgement of a check that grades the stored cases at ``paths``: the worst of its cases
+    (``grade``). The paths are the check's own, never the runner's: outputs cannot choose the
+    case they are compared with."""
 
     def judge(ctx, out: Outputs) -> Measurement:
-        if out.get("problem") is not None:
-            return observed(out, known)
         cases = out["cases"]
         if len(cases) != len(paths):
             raise ValueError(f"{len(cases)} cases computed, {len(paths)} expected")

@@ -23,7 +23,7 @@ import torch
 
 from course.locate import locate, relative_to_project
 from course.measure import Measurement, diagnose
-from course.outcome import Outputs
+from course.outcome import Outputs, observed
 from course.untouched import Untouched
 from minbert.checkpoint import load_trusted
 
@@ -49,6 +49,8 @@ class Check:
     judge: measures those outputs against the references; runs no student code.
     raises: the mistakes known by what they raise: a phrase of the error (torch's words) ->
         the diagnosis, the mistake in the student's terms.
+    seen: the mistakes a ``problem`` of ``compute`` shows by itself: its key -> the diagnosis
+        (``course/outcome.py``: ``observed``). The judge gets no problem: it is judged here.
     """
 
     name: str
@@ -58,6 +60,7 @@ class Check:
     exercises: tuple[str, ...] = ()
     judge: Callable[[Context, Outputs], Measurement] | None = None
     raises: dict[str, str] = field(default_factory=dict)
+    seen: dict[str, str] = field(default_factory=dict)
 
     @property
     def component(self) -> str:
@@ -160,6 +163,7 @@ def check(
     hint: str = "",
     exercises: tuple[str, ...] = (),
     raises: dict[str, str] | None = None,
+    seen: dict[str, str] | None = None,
 ) -> Callable[[ComputeFunction], ComputeFunction]:
     """Register the decorated function as the ``compute`` of the check ``name``, judged by
     ``judge`` (see ``Check``); the function is returned unchanged. Two checks of one name are a
@@ -168,7 +172,8 @@ def check(
     def register(compute: ComputeFunction) -> ComputeFunction:
         if any(c.name == name for c in CHECKS):
             raise ValueError(f"a check named {name!r} is already registered")
-        CHECKS.append(Check(name, tolerance, compute, hint, tuple(exercises), judge, raises or {}))
+        known = {"raises": raises or {}, "seen": seen or {}}
+        CHECKS.append(Check(name, tolerance, compute, hint, tuple(exercises), judge, **known))
         return compute
 
     return register
@@ -232,10 +237,14 @@ def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
         named = [said for phrase, said in check.raises.items() if phrase in error]
         diagnosis = "" if uncompiled or not named else named[0]
         return Result(check, status, None, error, diagnosis, uncompiled)
+    outputs = computed.get("outputs")
     try:
-        measurement = check.judge(ctx, computed["outputs"])
+        if isinstance(outputs, dict) and outputs.get("problem") is not None:
+            measurement = observed(outputs, check.seen)  # what compute saw, e.g. a side effect
+        else:
+            measurement = check.judge(ctx, outputs)
     except Exception as err:
-        if (odd := not_a_tensor(computed.get("outputs"))) is not None:
+        if (odd := not_a_tensor(outputs)) is not None:
             name, value = odd
             said = f"{name} is of type {type(value).__name__}, expected a tensor"
             return Result(check, FAIL, None, f"{said}: see what your function returns")

@@ -11,7 +11,7 @@ import torch
 from course.dropout import MODES, mode
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import Context, check
-from course.untouched import Untouched, unchanged_problem
+from course.untouched import Untouched
 
 # The stored inputs: mean pooling of (B, T, D) hidden states with these sentence lengths;
 # pairs of D-vectors for the pair heads.
@@ -45,15 +45,15 @@ def check_pooling(ctx: Context) -> Outputs:
 
     data = ctx.course_data["heads"]["pooling"]
     hidden, mask = data["hidden"].clone(), data["attention_mask"].clone()
+    axes = {
+        "last_hidden_state": ("sentence", "token", "dim"),
+        "attention_mask": ("sentence", "token"),
+    }
+    kept = Untouched({"last_hidden_state": hidden, "attention_mask": mask}, axes=axes)
     with torch.no_grad():
         r = sentence_representation({"last_hidden_state": hidden}, mask, "mean")
-    arguments = (
-        ("last_hidden_state", data["hidden"], hidden, ("sentence", "token", "dim")),
-        ("attention_mask", data["attention_mask"], mask, ("sentence", "token")),
-    )
-    for name, before, after, axes in arguments:
-        if changed := unchanged_problem(name, before, after, axes):
-            return problem(f"sentence_representation {changed}")
+    if changed := kept.problem():
+        return problem(f"sentence_representation {changed}")
     return outputs(graded({"mean pooling r": r}, axes=("sentence", "dim")))
 
 

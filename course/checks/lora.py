@@ -16,7 +16,7 @@ import torch
 
 from course.dropout import MODES, mode
 from course.measure import Measurement, compare, site_backward_problem, worst_of
-from course.outcome import Outputs, graded, observed, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
 from course.untouched import Untouched
 
@@ -91,9 +91,7 @@ LORA_MERGE_SEEN = {
 
 def judge_lora_merge(ctx: Context, out: Outputs) -> Measurement:
     """The merged weights against the stored ones, and each weight after unmerging against the
-    weight before merging; a ΔW of the wrong shape named (``LORA_MERGE_SEEN``)."""
-    if out.get("problem") is not None:
-        return observed(out, LORA_MERGE_SEEN)
+    weight before merging (a ΔW of the wrong shape is a problem, ``LORA_MERGE_SEEN``)."""
     found = [
         compare(f"unmerged {name} weight", after, before, axes=("out", "in"))
         for name, (after, before) in out["unmerged"].items()
@@ -109,6 +107,7 @@ def judge_lora_merge(ctx: Context, out: Outputs) -> Measurement:
     hint="the merged weight adds the update's matrix, (d_out, d_in) like the base weight, "
     "scaled by α/r",
     exercises=("lora",),
+    seen=LORA_MERGE_SEEN,
 )
 def check_lora_merge(ctx: Context) -> Outputs:
     """LoRA.merge(task) against the stored W + (α/r)·B A for every adapted weight; unmerge
