@@ -10,8 +10,10 @@ and two scripts at its top:
   student tree; the same judge and contained runner), and writes the judge's results.json to
   ``/autograder/results/results.json``. ``AUTOGRADER_ROOT`` replaces ``/autograder`` (a test
   lays out a scratch folder), ``AUTOGRADER_ARGS`` adds flags of ``course.grade`` (``--timeout``,
-  ``--only``). Where the container offers no namespaces, it grades with ``--trusted``: the
-  container is then the only wall between the submission and its results.
+  ``--only``). Where the container offers no namespaces (a stock Docker container), the
+  runner is a user of its own as ``course/sandbox.py`` says, and the grader's files are closed
+  to it; it never grades uncontained: where no containment at all is possible, results.json
+  says so and nothing is graded.
 """
 
 from __future__ import annotations
@@ -44,20 +46,19 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch/class" "$root/results"
 cp -r "$root/submission" "$scratch/class/submission"
+# Without namespaces a runner is a user of its own: it may read none of this.
+chmod -R go-rwx "$root/source" "$root/submission" "$root/results" "$scratch"
 cd "$root/source"
-trusted=""
-if ! python3 -c 'import sys; from course.sandbox import containment
-sys.exit(containment() is None)'; then
-    trusted="--trusted"  # no namespaces here: the container is the wall
-fi
 # shellcheck disable=SC2086
-python3 -m course.grade "$scratch/class" --out "$scratch/grades.csv" --hide "$root" $trusted \\
-    ${AUTOGRADER_ARGS:-} || true
+python3 -m course.grade "$scratch/class" --out "$scratch/grades.csv" --jobs 1 \\
+    ${AUTOGRADER_ARGS:-} 2> "$scratch/said" || true
+cat "$scratch/said" >&2
 if [ -f "$scratch/grades-results/submission.json" ]; then
     cp "$scratch/grades-results/submission.json" "$root/results/results.json"
 else
-    echo '{"score": 0, "output": "the grader did not finish; see its output"}' \\
-        > "$root/results/results.json"
+    python3 -c 'import json, sys; said = open(sys.argv[1]).read().strip().splitlines()
+print(json.dumps({"score": 0, "output": "nothing graded: " + (said[-1] if said else "?")}))' \\
+        "$scratch/said" > "$root/results/results.json"
 fi
 """
 

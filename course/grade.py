@@ -12,17 +12,24 @@ import csv
 import io
 import json
 import math
+import os
+import shlex
 import sys
 import tempfile
-import zipfile
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tqdm import tqdm
 
 from course import sandbox
 from course.checks import CHECKS
 from course.gradescope import POINTS, read_points, results_json
+from course.inert import csv_cell
+from course.intake import COLLIDES, Submission, list_class
 from course.judge import Limits, judge_submission
-from course.registry import Context, format_result, select
+from course.registry import WITHHELD, Context, format_result, select
 from course.scaffold import PROJECT_ROOT, ScaffoldError, find_exercises, write_student_tree
 from minbert.checkpoint import atomic_write_text
 from minbert.flags import ArgumentParser, nonempty_path
@@ -40,68 +47,12 @@ class Graded:
     status: str = "graded"
     points: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Submission:
-    """One entry of SUBMISSIONS_DIR: its printable name, its exercise files, or why none."""
-
-    name: str
-    files: dict[str, bytes]
-    problem: str = ""
-    note: str = ""
+    withheld: list[str] = field(default_factory=list)  # exercises the grader could not score
 
 
 def exercise_files(root: Path = PROJECT_ROOT) -> list[str]:
     """The files that hold exercises, relative to the project root."""
     return sorted({r.path for regions in find_exercises(root).values() for r in regions})
-
-
-def read_submission(entry: Path, wanted: list[str]) -> dict[str, bytes]:
-    """The exercise files of one submission (a folder or a zip): at their relative path, or
-    else by name anywhere in it; a file found twice by name only is not taken."""
-    if entry.is_dir():
-        found = {
-            p.relative_to(entry).as_posix(): p.read_bytes()
-            for p in entry.rglob("*.py")
-            if p.is_file() and not p.is_symlink()
-        }
-    else:
-        with zipfile.ZipFile(entry) as archive:
-            found = {
-                n: archive.read(n) for n in archive.namelist() if n.endswith(".py") and n[-1] != "/"
-            }
-    taken = {}
-    for rel in wanted:
-        exact = [k for k in found if k == rel or k.endswith("/" + rel)]
-        named = [k for k in found if Path(k).name == Path(rel).name]
-        if len(exact) == 1 or len(named) == 1:
-            taken[rel] = found[(exact or named)[0]]
-    return taken
-
-
-def printable(name: str) -> str:
-    """A file name as text: bytes that are not UTF-8 escaped as \\xNN."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def read_class(folder: Path, wanted: list[str]) -> list[Submission]:
-    """Every entry of SUBMISSIONS_DIR, read before anything runs, in name order; an entry that
-    is not a submission gets a row that says what it is."""
-    found = []
-    for entry in sorted(folder.iterdir()):
-        name = printable(entry.stem if entry.suffix == ".zip" else entry.name)
-        if entry.is_symlink() or not (entry.is_dir() or entry.suffix == ".zip"):
-            kind = "a link" if entry.is_symlink() else "a plain file"
-            found.append(Submission(name, {}, f"not a folder or a .zip ({kind})"))
-            continue
-        try:
-            found.append(Submission(name, read_submission(entry, wanted)))
-        except (OSError, zipfile.BadZipFile, UnicodeDecodeError) as err:
-            found.append(Submission(name, {}, f"not readable ({type(err).__name__}: {err})"))
-        if printable(entry.name) != entry.name:
-            found[-1].note = "its name is not UTF-8 (shown with \\x escapes)"
-    return found
 
 
 def pristine_tree() -> dict[str, bytes]:
@@ -137,8 +88,9 @@ def grade_one(submission: Submission, pristine: dict[str, bytes], args) -> Grade
     if submission.problem or not submission.files:
         row.status = submission.problem or "no exercise files found"
         row.notes.append("nothing graded")
-        said = {"score": 0.0, "output": f"{row.status}: nothing graded", "tests": []}
-        atomic_write_text(results_file, json.dumps(said, indent=2) + "\n")
+        if not submission.problem.startswith(COLLIDES):  # both rows, no shared results file
+            said = {"score": 0.0, "output": f"{row.status}: nothing graded", "tests": []}
+            atomic_write_text(results_file, json.dumps(said, indent=2) + "\n")
         return row
     with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
         tree = Path(scratch) / "tree"
@@ -146,7 +98,7 @@ def grade_one(submission: Submission, pristine: dict[str, bytes], args) -> Grade
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             (tree / rel).write_bytes(data)
         output = Path(scratch) / "output"
-        limits = Limits(args.timeout, args.memory_gb, args.level)
+        limits = Limits(args.timeout, args.memory_gb, args.level, args.student_timeout)
         with open(output, "wb") as log:
             verdict = judge_submission(tree, args.checks, args.ctx, args.private, limits, log)
         with open(output, "rb") as log:
@@ -159,19 +111,27 @@ def grade_one(submission: Submission, pristine: dict[str, bytes], args) -> Grade
     atomic_write_text(args.results / f"{submission.name}.log", f"{printed}\n{report}\n")
     row.points = exercise_points(results)
     row.notes += verdict.notes
-    if verdict.not_started:
-        row.status = f"not graded: {verdict.not_started} (see {submission.name}.log)"
+    row.withheld = sorted(
+        {e for r in verdict.results if r.status == WITHHELD for e in r.check.exercises}
+    )
+    if verdict.faults:
+        row.status = f"grader fault: {verdict.faults[0]} (see {submission.name}.log)"
     return row
 
 
 def write_grades(rows: list[Graded], exercises: list[str], out: Path) -> None:
+    """The CSV, every text cell inert (``course/inert.py``); a withheld exercise says so."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["student", "status", "total", *exercises, "notes"])
     for row in rows:
-        points = [f"{row.points.get(e, 0.0):g}" for e in exercises]
+        points = [
+            "withheld" if e in row.withheld else f"{row.points.get(e, 0.0):g}" for e in exercises
+        ]
         total = f"{sum(row.points.values()):g}"
-        writer.writerow([row.student, row.status, total, *points, "; ".join(row.notes)])
+        notes = "; ".join(row.notes)
+        cells = [csv_cell(row.student), csv_cell(row.status), total, *points, csv_cell(notes)]
+        writer.writerow(cells)
     atomic_write_text(out, text.getvalue())
 
 
@@ -233,19 +193,30 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--timeout", default="60", help="seconds per check (finite, > 0)")
     p.add_argument("--memory_gb", default="8", help="GiB of address space per runner")
     p.add_argument(
+        "--student_timeout", default="600", help="seconds for all of one student's checks"
+    )
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="students graded at once")
+    p.add_argument(
+        "--student",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="grade only this entry of SUBMISSIONS_DIR (repeatable): to grade some again",
+    )
+    p.add_argument(
         "--hide",
         metavar="FOLDER",
         action="append",
         type=nonempty_path,
         default=[],
-        help="also keep FOLDER out of the runners' reach (beside this project, the submissions, "
-        "the results, your home, the working folder and /tmp); repeatable",
+        help="a folder of yours the runners must not read where the machine has no namespaces "
+        "(with namespaces they see only Python, its packages and their copy); repeatable",
     )
     p.add_argument(
         "--trusted",
         action="store_true",
-        help="where the machine offers no containment, run the submissions as plain processes "
-        "of your user (only for code you trust)",
+        help="where the machine offers no containment (not root, no namespaces), run the "
+        "submissions as plain processes of your user (only for code you trust)",
     )
     return p
 
@@ -255,14 +226,23 @@ def set_up(argv: list[str] | None) -> object:
     args = build_parser().parse_args(argv)
     args.timeout = positive("--timeout")(args.timeout)
     args.memory_gb = positive("--memory_gb")(args.memory_gb)
+    args.student_timeout = positive("--student_timeout")(args.student_timeout)
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give a whole number >= 1")
     if not args.submissions.is_dir():
         raise UsageError(f"SUBMISSIONS_DIR {args.submissions}: not a folder")
+    for folder in args.hide:
+        if not folder.is_dir():
+            raise UsageError(f"--hide {folder}: not a folder")
     exercises = sorted({e for c in CHECKS for e in c.exercises})
     try:
         args.points_table = read_points(args.points, exercises)
+    except ValueError as err:
+        raise UsageError(f"--points: {err}") from None
+    try:
         args.checks = select(CHECKS, args.only) if args.only else CHECKS
     except ValueError as err:
-        raise UsageError(f"{'--only' if args.only else '--points'}: {err}") from None
+        raise UsageError(f"--only: {err}") from None
     args.results = args.out.parent / f"{args.out.stem}-results"
     check_paths(args)
     args.level = sandbox.containment()
@@ -274,44 +254,102 @@ def set_up(argv: list[str] | None) -> object:
         )
     args.exercises = exercises
     args.ctx = Context(None, REFERENCE)
-    args.private = [
-        PROJECT_ROOT,
-        args.submissions,
-        args.results,
-        args.out.parent,
-        args.points.parent,
-        Path.home(),
-        Path.cwd(),
-        Path(tempfile.gettempdir()),
-        *args.hide,
-    ]
+    mine = [PROJECT_ROOT, args.submissions, args.out.parent, args.points.parent, *args.hide]
+    if args.level == sandbox.OWN_USER:
+        must_be_private(mine)
+    args.private = [*mine, args.results, Path.home(), Path.cwd()]
     return args
 
 
+def must_be_private(paths: list[Path]) -> None:
+    """Without namespaces a runner is just another user: what it must not read has to be
+    closed to other users (the Gradescope autograder closes its own)."""
+    for path in paths:
+        if not sandbox.unreachable(path):
+            raise UsageError(
+                f"{path} is readable by every user, and this machine has no namespaces (the "
+                f"runners run as users of their own): close it (chmod o-rwx {path}) or grade "
+                "where unshare works"
+            )
+
+
+class Class:
+    """The rows of a class graded so far, in name order, the CSV rewritten after each."""
+
+    def __init__(self, size: int, args) -> None:
+        self.rows: list[Graded | None] = [None] * size
+        self.args = args
+        self.lock = threading.Lock()
+
+    def add(self, index: int, row: Graded) -> None:
+        with self.lock:
+            self.rows[index] = row
+            write_grades(self.done(), self.args.exercises, self.args.out)
+
+    def done(self) -> list[Graded]:
+        return [row for row in self.rows if row is not None]
+
+
 def grade(args) -> list[Graded]:
-    """Every submission in name order; the CSV rewritten after each."""
-    submissions = read_class(args.submissions, exercise_files())
+    """Every submission, ``--jobs`` at once, each read only when it is graded; a progress bar
+    over the class; the CSV rewritten after each."""
+    entries = list_class(args.submissions)
+    if args.student:
+        entries = [e for e in entries if e.name in args.student]
     if args.level is None:
         print("warning: --trusted: submissions run uncontained", file=sys.stderr)
-    pristine = pristine_tree()
-    rows = []
-    for submission in submissions:
-        print(f"grading {submission.name}", file=sys.stderr, flush=True)
-        rows.append(grade_one(submission, pristine, args))
-        write_grades(rows, args.exercises, args.out)
-    write_grades(rows, args.exercises, args.out)
-    return rows
+    pristine, wanted = pristine_tree(), exercise_files()
+    graded = Class(len(entries), args)
+    sandbox.STOPPING.clear()  # a grading before this one in the process may have been stopped
+
+    def one(index: int) -> None:
+        graded.add(index, grade_one(entries[index].read(wanted), pristine, args))
+
+    bar = tqdm(total=len(entries), unit="student", desc="grading", file=sys.stderr)
+    with ThreadPoolExecutor(max_workers=min(args.jobs, max(len(entries), 1))) as pool:
+        try:
+            for future in as_completed([pool.submit(one, i) for i in range(len(entries))]):
+                future.result()
+                bar.update()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            sandbox.stop_all()
+            raise
+        finally:
+            bar.close()
+    write_grades(graded.done(), args.exercises, args.out)
+    return graded.done()
+
+
+def refusal_of_faults(rows: list[Graded], args) -> str:
+    """What to re-run when the grader lost runners (a withheld check), or ""."""
+    faulted = [r.student for r in rows if r.withheld]
+    if not faulted:
+        return ""
+    again = " ".join(f"--student {shlex.quote(name)}" for name in faulted)
+    return (
+        f"grader fault for {len(faulted)} student(s) ({', '.join(faulted)}): their withheld "
+        f"checks are not scored; grade them again with: python -m course.grade "
+        f"{shlex.quote(str(args.submissions))} --out OTHER.csv {again}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
+    faults = []
+
     def body() -> None:
         args = set_up(argv)
         rows = grade(args)
         print(f"wrote {args.out} ({len(rows)} students) and {args.results}/")
+        faults.append(refusal_of_faults(rows, args))
 
-    return run_command(
+    code = run_command(
         body, "every student graded so far has their row in --out and their results file"
     )
+    if code == 0 and faults and faults[0]:
+        print(f"error: {faults[0]}", file=sys.stderr)
+        return 3
+    return code
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The first process of a runner's namespaces: it hides what the runner must not reach, gives up
-root, and becomes the runner. Standard library only (it runs before anything is hidden, as
+"""The first process of a runner's namespaces: it builds the runner a root of its own, gives up
+root, and becomes the runner. Standard library only (it runs before the new root exists, as
 ``python -I course/jail.py SETTINGS_JSON``, started by ``course/sandbox.py`` under ``unshare``).
 
 Design notes: docs/design/course.md.
@@ -10,50 +10,106 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import platform
 import resource
 import shutil
 import signal
 import sys
 
 TREE = "/tmp/submission"  # where the runner sees its copy of the tree
-TREE_BYTES = 512 * 2**20  # the copy's file system: what the runner writes there is bounded
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+ROOT_BYTES = 512 * 2**20  # the new root's file system: what the runner writes there is bounded
+BUILD_AT = "/tmp"  # a folder every machine has; the new root is mounted over it, in here only
+DEVICES = ("null", "zero", "urandom", "random")
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+# statvfs's f_flag bits that a bind's read-only remount must keep (a user namespace may not
+# clear a flag its parent's mount has): (ST_ bit, MS_ flag)
+KEPT_FLAGS = (
+    (2, MS_NOSUID),
+    (4, MS_NODEV),
+    (8, MS_NOEXEC),
+    (1024, 1024),
+    (2048, 2048),
+    (4096, 1 << 21),
+)
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 
 libc = ctypes.CDLL(None, use_errno=True)
 
 
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
     """mount(2), an OSError naming the target when it fails."""
     args = [None if v is None else v.encode() for v in (source, target, fstype, data or None)]
-    if libc.mount(args[0], args[1], args[2], flags, args[3]) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount on {target}: {os.strerror(err)}")
+    _check(libc.mount(args[0], args[1], args[2], flags, args[3]), f"mount on {target}")
 
 
-def within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
+def bind_read_only(fd: int, target: str) -> None:
+    """Bind the file or folder open as ``fd`` at ``target``, read-only, no set-user-ID."""
+    source = f"/proc/self/fd/{fd}"
+    mount(source, target, None, MS_BIND | MS_REC)
+    kept = sum(ms for st, ms in KEPT_FLAGS if os.statvfs(source).f_flag & st)
+    mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | kept)
 
 
-def hide_and_expose(hide: list[str], expose: list[str], tree: str) -> None:
-    """Step 1 of the module docstring (every path absolute and resolved)."""
-    kept = {path: os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path in expose}
+def place(path: str, new_root: str, fd: int) -> None:
+    """``path`` of this machine at the same path in the new root (read-only)."""
+    target = new_root + path
+    if os.path.isdir(f"/proc/self/fd/{fd}"):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()  # noqa: SIM115 (a mount point, closed at once)
+    bind_read_only(fd, target)
+
+
+def build_root(expose: list[str], links: dict[str, str], tree: str) -> None:
+    """Step 1 of the design notes: a tmpfs holding only what the runner needs, made the root.
+
+    ``expose``: paths (files or folders) bound read-only at the same path; ``links``: symbolic
+    links to recreate (``/bin`` -> ``usr/bin``); ``tree``: the folder copied to ``TREE``."""
+    kept = {path: os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in expose}
+    devices = {name: os.open(f"/dev/{name}", os.O_RDONLY | os.O_CLOEXEC) for name in DEVICES}
     tree_fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
-    for path in sorted(hide, key=len):  # an outer folder first: an inner one is then gone
-        if os.path.isdir(path):
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m")
-    for path, fd in kept.items():
-        if any(within(path, folder) for folder in hide):
-            os.makedirs(path, exist_ok=True)
-            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-            mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
-    os.makedirs(TREE, exist_ok=True)
-    mount("tmpfs", TREE, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={TREE_BYTES}")
-    shutil.copytree(f"/proc/self/fd/{tree_fd}", TREE, symlinks=True, dirs_exist_ok=True)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the machine
+    mount("tmpfs", BUILD_AT, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={ROOT_BYTES}")
+    for path in sorted(kept, key=len):  # an outer folder first: an inner one binds inside it
+        place(path, BUILD_AT, kept[path])
+    for path, target in links.items():
+        os.makedirs(os.path.dirname(BUILD_AT + path), exist_ok=True)
+        os.symlink(target, BUILD_AT + path)
+    os.makedirs(f"{BUILD_AT}/dev", exist_ok=True)
+    for name, fd in devices.items():
+        place(f"/dev/{name}", BUILD_AT, fd)
+    for name, target in (("fd", "/proc/self/fd"), ("stdout", "/proc/self/fd/1")):
+        os.symlink(target, f"{BUILD_AT}/dev/{name}")
+    os.makedirs(f"{BUILD_AT}/proc")
+    mount("proc", f"{BUILD_AT}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.makedirs(BUILD_AT + TREE)
+    os.chmod(os.path.dirname(BUILD_AT + TREE), 0o1777)  # the runner's empty /tmp
+    shutil.copytree(f"/proc/self/fd/{tree_fd}", BUILD_AT + TREE, symlinks=True, dirs_exist_ok=True)
+    os.close(tree_fd)
+    pivot_into(BUILD_AT)
+
+
+def pivot_into(new_root: str) -> None:
+    """Make ``new_root`` the root and detach the machine's (pivot_root(".", ".") then umount)."""
+    os.chdir(new_root)
+    number = PIVOT_ROOT[platform.machine()]
+    _check(libc.syscall(number, b".", b"."), "pivot_root")
+    _check(libc.umount2(b".", MNT_DETACH), "umount of the old root")
+    os.chdir("/")
 
 
 def give(tree: str, uid: int) -> None:
-    """The runner's copy of the tree to its user: it writes there and nowhere else."""
+    """The runner's copy of the tree to its user: it writes there and in /tmp, nowhere else."""
     for folder, _, files in os.walk(tree):
         os.chown(folder, uid, uid)
         for name in files:
@@ -61,7 +117,7 @@ def give(tree: str, uid: int) -> None:
 
 
 def give_up_root(uid: int) -> None:
-    """Step 2 of the module docstring."""
+    """Step 2 of the design notes."""
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
@@ -69,7 +125,7 @@ def give_up_root(uid: int) -> None:
 
 def main() -> None:
     settings = json.loads(sys.argv[1])
-    hide_and_expose(settings["hide"], settings["expose"], settings["tree"])
+    build_root(settings["expose"], settings["links"], settings["tree"])
     for capability in range(64):  # none after exec, even as a user namespace's root: no unmount
         libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
     limits = {resource.RLIMIT_AS: settings["memory"], resource.RLIMIT_FSIZE: settings["file_size"]}

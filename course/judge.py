@@ -6,21 +6,27 @@ asks the submission's runner (``course/runner.py``, started contained by ``cours
 for the check's outputs and judges them itself (``Check.judge``): what the runner sends is
 data (``course/wire.py``), and a pass needs the outputs themselves, which the seal hides.
 
-Each check has its own time limit. A runner that does not answer in time, dies, or answers
-what is not a message costs that check alone: the check fails with what happened ("timed out
-after 20 s in adamw: ..."), the runner and every process it started are killed, and a fresh
-runner answers the checks after it.
+Each check has its own time limit, and the student a budget for all of them. A runner that
+does not answer in time, dies, or answers what is not a message costs that check alone: the
+check fails with what happened ("timed out after 20 s in adamw: ..."), the runner and every
+process it started are killed, and a fresh runner answers the checks after it.
+
+A fault of the grader is never the student's zero: a runner that does not start, or that was
+killed by a signal nobody in its own tree could send, is tried again (``TRIES`` in all); if it
+still fails, the check is ``WITHHELD`` with the reason, and ``Verdict.faults`` says so.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from course import sandbox, wire
-from course.registry import FAIL, Check, Context, Result, judge_check
+from course.registry import FAIL, WITHHELD, Check, Context, Result, judge_check
 
 READY_SECONDS = 120.0  # a runner's start: Python, torch and the checks imported
+TRIES = 3  # starts of a runner for one check, where the grader lost the ones before
 
 
 @dataclass
@@ -29,20 +35,38 @@ class Verdict:
 
     results: list[Result] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    not_started: str = ""  # why no runner started: the grader's fault, never the submission's
+    faults: list[str] = field(default_factory=list)  # the grader's, never the submission's
+
+    def add(self, result: Result) -> None:
+        """A check's result; what happened to its runner, or a file that does not compile, in
+        the notes (once each); a withheld check in the faults."""
+        lost = result.max_abs_diff is None and result.detail.endswith(f"in {result.check.name}")
+        said = result.detail if lost and result.status == FAIL else ""
+        for note in (said, result.uncompiled):
+            if note and note not in self.notes:
+                self.notes.append(note)
+        if result.status == WITHHELD:
+            self.faults.append(f"{result.check.name}: {result.detail}")
+        self.results.append(result)
 
 
 @dataclass
 class Limits:
-    """Per check: seconds; per runner: GiB of address space; the containment level."""
+    """Per check: seconds; per student: seconds; per runner: GiB of memory; the containment."""
 
     seconds: float
     memory_gb: float
     level: str | None
+    student_seconds: float = 600.0
 
 
 class RunnerFailed(Exception):
-    """The runner did not answer a check (timed out, ended, or answered garbage)."""
+    """The runner did not answer a check (timed out, ended, or answered garbage).
+    ``grader_fault``: it was lost through no doing of the submission's."""
+
+    def __init__(self, said: str, grader_fault: bool = False) -> None:
+        super().__init__(said)
+        self.grader_fault = grader_fault
 
 
 def ask(runner: sandbox.Runner, name: str, seconds: float) -> dict:
@@ -54,7 +78,7 @@ def ask(runner: sandbox.Runner, name: str, seconds: float) -> dict:
     except TimeoutError:
         raise RunnerFailed(f"timed out after {seconds:g} s") from None
     except (EOFError, BrokenPipeError):
-        raise RunnerFailed(ended(runner)) from None
+        raise RunnerFailed(ended(runner), runner.ended_from_outside()) from None
     except wire.WireError as err:
         raise RunnerFailed(f"the runner's answer was not a message ({err})") from None
     if not isinstance(answer, dict):
@@ -68,26 +92,89 @@ def ended(runner: sandbox.Runner) -> str:
         code = runner.process.wait(timeout=5)
     except Exception:  # still running, its answer pipe closed
         return "the runner closed its answers"
+    if runner.watch is not None and runner.watch.broke:
+        return f"the runner was stopped: {runner.watch.broke}"
+    if runner.ended_from_outside():
+        return f"the runner was killed from outside its sandbox (signal {-code})"
     if code < 0:
         return f"the runner was killed (signal {-code})"
     return f"the runner exited with code {code}"
 
 
 def start(tree: Path, private: list[Path], limits: Limits, log) -> sandbox.Runner:
-    """A runner that said it is ready; RunnerFailed if it did not."""
+    """A runner that said it is ready; RunnerFailed (a grader fault) if it did not."""
     runner = sandbox.start(tree, private, limits.level, limits.memory_gb, log)
     try:
         ready = wire.read_frame(runner.answers, READY_SECONDS)
     except TimeoutError:
         runner.stop()
-        raise RunnerFailed(f"the runner did not start within {READY_SECONDS:g} s") from None
+        raise RunnerFailed(f"the runner did not start within {READY_SECONDS:g} s", True) from None
     except (EOFError, wire.WireError):
+        said = ended(runner)
         runner.stop()
-        raise RunnerFailed(f"the runner did not start ({ended(runner)})") from None
+        raise RunnerFailed(f"the runner did not start ({said})", True) from None
     if ready != {"ready": True}:
         runner.stop()
-        raise RunnerFailed("the runner did not start (its first answer was not 'ready')")
+        raise RunnerFailed("the runner did not start (its first answer was not 'ready')", True)
     return runner
+
+
+class Session:
+    """One submission's runners: at most one alive, started when a check needs one."""
+
+    def __init__(self, tree: Path, private: list[Path], limits: Limits, log) -> None:
+        self.tree, self.private, self.limits, self.log = tree, private, limits, log
+        self.runner: sandbox.Runner | None = None
+        self.cannot_start = ""  # why no runner started, after every try: the checks left wait
+
+    def ask(self, check: Check, seconds: float) -> dict:
+        """The runner's answer to ``check``, a runner started (again) as needed."""
+        if self.runner is None:
+            self.runner = start(self.tree, self.private, self.limits, self.log)
+        try:
+            return ask(self.runner, check.name, seconds)
+        except RunnerFailed:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+            self.runner = None
+
+
+def judge_one(check: Check, session: Session, ctx: Context, seconds: float) -> Result:
+    """One check, tried again where the grader lost its runner (see the module docstring)."""
+    lost = []
+    for _ in range(TRIES):
+        try:
+            computed = session.ask(check, seconds)
+        except RunnerFailed as err:
+            if not err.grader_fault:
+                return Result(check, FAIL, None, f"{err} in {check.name}")
+            lost.append(str(err))
+            continue
+        return judge_check(check, ctx, computed)
+    said = f"grader fault: {lost[-1]} ({TRIES} tries); withheld, not scored"
+    return Result(check, WITHHELD, None, said)
+
+
+def judge_within(
+    check: Check, session: Session, ctx: Context, limits: Limits, deadline: float
+) -> Result:
+    """One check within what is left of the student's budget (``deadline``, monotonic)."""
+    spent = f"student budget of {limits.student_seconds:g} s spent"
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return Result(check, FAIL, None, f"{spent} before {check.name}")
+    if session.cannot_start:
+        return Result(check, WITHHELD, None, session.cannot_start)
+    result = judge_one(check, session, ctx, min(limits.seconds, left))
+    if left < limits.seconds and result.detail.startswith("timed out"):
+        result.detail += f" ({spent})"
+    if result.status == WITHHELD and "did not start" in result.detail:
+        session.cannot_start = result.detail
+    return result
 
 
 def judge_submission(
@@ -95,30 +182,11 @@ def judge_submission(
 ) -> Verdict:
     """Every check of ``checks`` for the submission in ``tree`` (see the module docstring);
     ``private``: the paths its runner must not reach; ``log``: where its output goes."""
-    verdict, runner = Verdict(), None
+    verdict, session = Verdict(), Session(tree, private, limits, log)
+    deadline = time.monotonic() + limits.student_seconds
     try:
         for check in checks:
-            if runner is None:
-                try:
-                    runner = start(tree, private, limits, log)
-                except RunnerFailed as err:
-                    failed = [Result(c, FAIL, None, str(err)) for c in checks]
-                    verdict.results += failed[len(verdict.results) :]
-                    verdict.not_started = str(err)
-                    return verdict
-            try:
-                computed = ask(runner, check.name, limits.seconds)
-            except RunnerFailed as err:
-                runner.stop()
-                runner = None
-                said = f"{err} in {check.name}"
-                verdict.results.append(Result(check, FAIL, None, said))
-                verdict.notes.append(said)
-                continue
-            verdict.results.append(judge_check(check, ctx, computed))
-            if (said := verdict.results[-1].uncompiled) and said not in verdict.notes:
-                verdict.notes.append(said)
+            verdict.add(judge_within(check, session, ctx, limits, deadline))
     finally:
-        if runner is not None:
-            runner.stop()
+        session.close()
     return verdict

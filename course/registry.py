@@ -28,6 +28,7 @@ from course.untouched import Untouched
 from minbert.checkpoint import load_trusted
 
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
+WITHHELD = "WITHHELD"  # class grading only: the grader lost the runner, the check is not scored
 
 # The stored cases of the component checks, written by the instructor's reference script.
 COURSE_DATA = Path(__file__).resolve().parent / "reference_data.pt"
@@ -70,7 +71,7 @@ class Check:
 @dataclass
 class Result:
     check: Check
-    status: str  # PASS, FAIL or NOT IMPLEMENTED
+    status: str  # PASS, FAIL, NOT IMPLEMENTED or WITHHELD
     max_abs_diff: float | None  # None when the check raised
     detail: str = ""  # the tensor that differs, or the exception and where it was raised
     diagnosis: str = ""  # the known mistake the output matches, if one does
@@ -307,6 +308,8 @@ def format_result(result: Result, width: int, shown_hints: set[str] | None = Non
                 shown_hints.add(check.hint)
     elif result.status == NOT_IMPLEMENTED:
         line += f"\n    hint: {result.detail}"
+    elif result.status == WITHHELD:
+        line += f"\n    {result.detail}"
     return line
 
 

@@ -1,11 +1,28 @@
 """Where a submission's runner runs: the containment this machine offers, and the process that
-starts it there.
+starts it there, watches it and ends it.
+
+Levels, best first (``containment()``):
+
+* ``root``: the grader is root and ``unshare`` works: new namespaces, a root of the runner's
+  own (``course/jail.py``: only Python, its packages and the tree's copy, read-only but the
+  copy), a user id of its own from ``RUNNER_UIDS``;
+* ``user namespace``: not root, but user namespaces work: the same root of its own, as the
+  instructor's user mapped to root inside, with every capability dropped;
+* ``own user``: root without namespaces (a stock Docker container, Gradescope): a user id of
+  its own, a copy of the tree that user owns, no new privileges; the grader's files must not
+  be readable by other users (``unreachable``);
+* ``None``: no containment (``--trusted`` only).
+
+Each runner takes a user id from ``RUNNER_UIDS`` under a lock of that id (two graders on one
+machine never share one), kills only that id's processes, and is watched: its processes'
+memory together and their number are held to the limits (``Watch``).
 
 Design notes: docs/design/course.md.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
@@ -13,41 +30,39 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.jail import TREE
+from course import landlock
+from course.jail import DEVICES, PR_SET_NO_NEW_PRIVS, TREE, libc
 
 JAIL = Path(__file__).resolve().with_name("jail.py")
-RUNNER_UID = 61_000  # the runner's user where the grader is root: no account has it
+RUNNER_UIDS = range(61_000, 62_000)  # runners' users where the grader is root: no account has one
+LOCKS = ("/run/lock/minbert-runners", "/tmp/minbert-runners")  # the first that can be made
 FILE_SIZE = 64 * 2**20  # bytes: the largest file a runner may write (its log included)
-PROCESSES = 256  # the runner user's processes, where it has a user of its own
-SYSTEM = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/dev", "/sys")
-# Hidden from every runner, beside the instructor's own paths (``course/judge.py``).
-SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run")
-ROOT, USER_NAMESPACE = "root", "user namespace"
+PROCESSES = 64  # a runner's processes at once, all of them
+WATCH_SECONDS = 0.1  # how often a runner's processes are counted and measured
+# The system's programs and libraries: read-only in every runner's root.
+SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+LOADER = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
+ROOT, USER_NAMESPACE, OWN_USER = "root", "user namespace", "own user"
 UNSHARE = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts"]
-
-
-@dataclass(frozen=True)
-class Runner:
-    """A started runner: its process, and the pipe end its answers come out of."""
-
-    process: subprocess.Popen
-    answers: int  # a file descriptor
-    level: str | None
-
-    def stop(self) -> None:
-        """Kill the runner and everything it started; close the pipe."""
-        if self.level is None:
-            with _quietly():
-                os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.kill()
-        self.process.wait()
-        if self.level == ROOT:
-            kill_user(RUNNER_UID)
-        os.close(self.answers)
+# Signals that only another process sends. In a PID namespace the runner is its init, which no
+# process inside may send them to: such an end came from outside (see ``ended_from_outside``).
+SENT_FROM_OUTSIDE = {
+    signal.SIGKILL,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+}
 
 
 class _quietly:
@@ -62,13 +77,13 @@ class _quietly:
 
 def containment() -> str | None:
     """The best level this machine offers (see the module docstring), or None."""
-    if shutil.which("unshare") is None:
-        return None
-    if os.geteuid() == 0 and _works(UNSHARE + ["--mount-proc", "true"]):
-        return ROOT
-    if _works(UNSHARE + ["--user", "--map-root-user", "--mount-proc", "true"]):
-        return USER_NAMESPACE
-    return None
+    root = os.geteuid() == 0
+    if shutil.which("unshare") is not None:
+        if root and _works(UNSHARE + ["--mount-proc", "true"]):
+            return ROOT
+        if _works(UNSHARE + ["--user", "--map-root-user", "--mount-proc", "true"]):
+            return USER_NAMESPACE
+    return OWN_USER if root else None
 
 
 def _works(command: list[str]) -> bool:
@@ -77,6 +92,40 @@ def _works(command: list[str]) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
+
+
+class UserIds:
+    """Runner user ids, each held under an exclusive lock on its own file while a runner has it
+    (isolate's box ids): a second grader on this machine takes others."""
+
+    def __init__(self) -> None:
+        self.folder = _lock_folder()
+
+    def claim(self) -> tuple[int, int]:
+        """(a free user id, the open lock file that holds it); its leftovers killed first."""
+        for uid in RUNNER_UIDS:
+            fd = os.open(self.folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            kill_user(uid)  # a grader that died left them: nobody holds this id
+            return uid, fd
+        raise RuntimeError(
+            f"every runner user id {RUNNER_UIDS.start}-{RUNNER_UIDS.stop - 1} is busy"
+        )
+
+
+def _lock_folder() -> Path:
+    for candidate in LOCKS:
+        try:
+            os.makedirs(candidate, mode=0o755, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(candidate, os.W_OK):
+            return Path(candidate)
+    raise RuntimeError(f"no folder for the runners' locks: none of {', '.join(LOCKS)} is writable")
 
 
 def kill_user(uid: int, seconds: float = 10.0) -> None:
@@ -90,67 +139,217 @@ def kill_user(uid: int, seconds: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def processes_of(uid: int) -> list[int]:
-    """The live (not zombie) processes whose real user is ``uid``."""
+def _status(pid: str) -> dict[str, str]:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def _pids() -> list[str]:
+    return [p.name for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def processes_of(uid: int | range) -> list[int]:
+    """The live (not zombie) processes whose real user is ``uid`` (or in that range)."""
+    uids = uid if isinstance(uid, range) else range(uid, uid + 1)
     found = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
-        except (OSError, ValueError):
+    for pid in _pids():
+        fields = _status(pid)
+        if not fields or fields["State"].strip().startswith("Z"):
             continue
-        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
-            found.append(int(status.parent.name))
+        if int(fields["Uid"].split()[0]) in uids:
+            found.append(int(pid))
     return found
 
 
-def python_paths() -> list[str]:
-    """What a runner must be able to read: Python and its packages."""
-    found = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)}
+def _pid_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def members(uid: int | None, namespace: str | None) -> list[str]:
+    """A runner's live processes: those of its user id, else those of its PID namespace."""
+    found = []
+    for pid in _pids():
+        fields = _status(pid)
+        if not fields or fields["State"].strip().startswith("Z"):
+            continue
+        if uid is not None and int(fields["Uid"].split()[0]) == uid:
+            found.append(pid)
+        elif uid is None and namespace is not None and _pid_namespace(pid) == namespace:
+            found.append(pid)
+    return found
+
+
+def resident_bytes(pids: list[str]) -> int:
+    total = 0
+    for pid in pids:
+        rss = _status(pid).get("VmRSS", "0 kB").split()
+        total += int(rss[0]) * 1024 if rss else 0
+    return total
+
+
+def within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def python_paths(private: list[Path]) -> list[str]:
+    """What a runner must read: the interpreter's prefixes (a venv's and its base's, conda,
+    pyenv, the system's) and every folder on ``sys.path``, but none inside the instructor's
+    ``private`` paths (the project's own root is on ``sys.path``) unless inside a prefix."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    prefixes |= {os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    found = {os.path.realpath(p) for p in prefixes} | {os.path.abspath(p) for p in prefixes}
+    hidden = [os.path.realpath(p) for p in private]
     for entry in sys.path:
-        if (
-            entry
-            and Path(entry).is_dir()
-            and Path(entry).name in ("site-packages", "dist-packages")
-        ):
-            found.add(os.path.realpath(entry))
-    return sorted(found)
+        if not entry or not os.path.exists(entry):
+            continue
+        path = os.path.realpath(entry)
+        in_prefix = any(within(path, prefix) for prefix in found)
+        if in_prefix or not any(within(path, folder) for folder in hidden):
+            found.add(path)
+    return sorted(p for p in found if p != "/")
 
 
-def hidden_paths(private: list[Path], exposed: list[str], level: str) -> list[str]:
-    """Every path to cover: the instructor's (``private``), the places every user can write, and
-    (as another user) each folder above an exposed path that only its owner may enter."""
-    paths = {os.path.realpath(p) for p in private} | set(SHARED_WRITABLE)
-    if level == ROOT:
-        for path in exposed:
-            for folder in Path(path).parents:
-                if folder != Path("/") and not folder.stat().st_mode & 0o001:
-                    paths.add(str(folder))
-    return sorted(p for p in paths if not _holds_the_system(p))
+def root_contents(private: list[Path]) -> tuple[list[str], dict[str, str]]:
+    """(paths bound read-only, symbolic links recreated) of a runner's root."""
+    expose, links = [], {}
+    for path in SYSTEM + LOADER:
+        if os.path.islink(path):
+            links[path] = os.readlink(path)
+        elif os.path.exists(path):
+            expose.append(path)
+    for path in python_paths(private):
+        if not any(within(path, system) for system in expose) and not os.path.islink(path):
+            expose.append(path)
+    return expose, links
 
 
-def _holds_the_system(path: str) -> bool:
-    """Covering ``path`` would take the system's own files away (``/`` or a folder above one)."""
-    return any(s == path or s.startswith(path.rstrip("/") + "/") for s in SYSTEM)
+def unreachable(path: Path) -> bool:
+    """No other user can read ``path``: a folder above it shuts them out (no o+x), or it does
+    (no o+r)."""
+    path = path.resolve()
+    if any(folder.stat().st_mode & 0o001 == 0 for folder in path.parents):
+        return True
+    return path.stat().st_mode & 0o004 == 0
+
+
+@dataclass
+class Watch:
+    """Every ``WATCH_SECONDS``: a runner's processes, all of them together, within ``memory``
+    bytes and ``PROCESSES`` processes, else the runner is killed and ``broke`` says why."""
+
+    kill: Callable[[], None]  # ends the runner
+    uid: int | None
+    namespace: str | None
+    memory: int
+    broke: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.done.wait(WATCH_SECONDS):
+            if self.namespace is None and self.uid is None:
+                return
+            pids = members(self.uid, self.namespace)
+            if len(pids) > PROCESSES:
+                self.broke = f"its processes numbered more than {PROCESSES}"
+            elif (held := resident_bytes(pids)) > self.memory:
+                gib = self.memory / 2**30
+                self.broke = f"its processes held {held / 2**30:.1f} GiB together, over {gib:g}"
+            if self.broke:
+                self.kill()
+                return
+
+
+class RunnerStopped(Exception):
+    """No runner starts: the grader is stopping."""
+
+
+@dataclass(eq=False)
+class Runner:
+    """A started runner: its process, the pipe end its answers come out of, and what it holds
+    (a user id and its lock, a copy of the tree)."""
+
+    process: subprocess.Popen
+    answers: int  # a file descriptor
+    level: str | None
+    uid: int | None = None
+    lock: int | None = None
+    copy: str | None = None
+    watch: Watch | None = None
+
+    def kill(self) -> None:
+        """The runner and everything it started, at once (the watch calls this too)."""
+        if self.level in (None, OWN_USER):
+            with _quietly():
+                os.killpg(self.process.pid, signal.SIGKILL)
+        with _quietly():
+            self.process.kill()
+        if self.uid is not None:
+            kill_user(self.uid)
+
+    def stop(self) -> None:
+        """Kill the runner and everything it started, wait for them, release what it held."""
+        if self.watch is not None:
+            self.watch.done.set()
+        self.kill()
+        self.process.wait()
+        if self.uid is not None:
+            kill_user(self.uid)  # waited for: none alive before anyone writes a grade
+        if self.copy is not None:
+            shutil.rmtree(self.copy, ignore_errors=True)
+        if self.lock is not None:
+            os.close(self.lock)
+        os.close(self.answers)
+        ACTIVE.discard(self)
+
+    def ended_from_outside(self) -> bool:
+        """The runner (the init of its PID namespace) was ended by a signal only another
+        process sends, and not by its watch: nobody in its own tree sent it."""
+        code = self.process.poll()
+        if code is None or code >= 0 or self.level not in (ROOT, USER_NAMESPACE):
+            return False
+        return -code in SENT_FROM_OUTSIDE and not (self.watch and self.watch.broke)
+
+
+ACTIVE: set[Runner] = set()  # every runner this grader has started and not yet stopped
+STOPPING = threading.Event()  # set by stop_all: no runner starts after it
+
+
+def stop_all() -> None:
+    """Kill every runner of this grader (Ctrl-C): their judges see them end, and none starts."""
+    STOPPING.set()
+    for runner in list(ACTIVE):
+        runner.kill()
 
 
 def start(tree: Path, private: list[Path], level: str | None, memory_gb: float, log) -> Runner:
     """A runner of ``tree`` (a copy of the student tree with the submission's files), its output
     to the file ``log``; contained at ``level`` (None: not contained, ``--trusted``)."""
-    read, write = os.pipe()
+    if STOPPING.is_set():
+        raise RunnerStopped("grading was stopped")
     memory = int(memory_gb * 2**30)
-    python = os.path.realpath(sys.executable)
-    inside = TREE if level is not None else str(tree)
-    argv = [python, "-I", "-B", f"{inside}/course/runner.py", str(write)]
+    uid, lock = UserIds().claim() if level in (ROOT, OWN_USER) else (None, None)
+    copy = _own_copy(tree, uid) if level == OWN_USER else None
+    inside = TREE if level in (ROOT, USER_NAMESPACE) else str(copy or tree)
+    argv = [sys.executable, "-I", "-B", f"{inside}/course/runner.py"]
     env = {"HOME": inside, "TMPDIR": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    if level is None:
-        command, setup = argv, _plain_limits(memory)
-    else:
-        exposed = python_paths()
+    read, write = os.pipe()
+    argv.append(str(write))
+    if level in (ROOT, USER_NAMESPACE):
+        expose, links = root_contents(private)
         settings = {
-            "hide": hidden_paths(private, exposed, level),
-            "expose": exposed,
+            "expose": expose,
+            "links": links,
             "tree": str(tree),
-            "uid": RUNNER_UID if level == ROOT else None,
+            "uid": uid,
             "memory": memory,
             "file_size": FILE_SIZE,
             "processes": PROCESSES,
@@ -158,31 +357,93 @@ def start(tree: Path, private: list[Path], level: str | None, memory_gb: float, 
             "env": env,
         }
         user = ["--user", "--map-root-user"] if level == USER_NAMESPACE else []
-        jail = [python, "-I", "-B", str(JAIL), json.dumps(settings)]
+        jail = [sys.executable, "-I", "-B", str(JAIL), json.dumps(settings)]
         command, setup = [*UNSHARE, *user, "--mount-proc", "--", *jail], None
+    else:
+        confine = own_user_confinement(private, copy) if copy is not None else None
+        if copy is not None:
+            env["TMPDIR"] = f"{copy}/.tmp"
+            os.makedirs(env["TMPDIR"])
+            os.chown(env["TMPDIR"], uid, uid)
+        command, setup = argv, _plain_limits(memory, uid, confine)
     try:
         process = subprocess.Popen(
             command,
-            cwd=tree,
+            cwd=copy or tree,
             env=env,
             stdin=subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,
             pass_fds=(write,),
             preexec_fn=setup,
-            start_new_session=setup is None,
         )
     finally:
         os.close(write)
-    return Runner(process, read, level)
+    runner = Runner(process, read, level, uid, lock, copy)
+    runner.watch = Watch(runner.kill, uid, _runner_namespace(process, level), memory)
+    runner.watch.start()
+    ACTIVE.add(runner)
+    return runner
 
 
-def _plain_limits(memory: int):
-    """The uncontained runner's set-up: its own session, limited address space and file size."""
+def _runner_namespace(process: subprocess.Popen, level: str | None) -> str | None:
+    """The PID namespace of a user-namespace runner (``unshare``'s child), found within 5 s."""
+    if level != USER_NAMESPACE:
+        return None
+    deadline, own = time.monotonic() + 5, _pid_namespace("self")
+    while time.monotonic() < deadline and process.poll() is None:
+        for pid in _pids():
+            if _status(pid).get("PPid", "").strip() == str(process.pid):
+                namespace = _pid_namespace(pid)
+                if namespace is not None and namespace != own:
+                    return namespace
+        time.sleep(0.01)
+    return None
+
+
+def _own_copy(tree: Path, uid: int) -> str:
+    """The ``own user`` level's copy of the tree: a fresh folder only ``uid`` (and root) enters."""
+    copy = tempfile.mkdtemp(prefix="minbert-runner-")
+    shutil.copytree(tree, copy, symlinks=True, dirs_exist_ok=True)
+    for folder, _, files in os.walk(copy):
+        os.chown(folder, uid, uid)
+        for name in files:
+            os.lchown(os.path.join(folder, name), uid, uid)
+    return copy
+
+
+def _plain_limits(memory: int, uid: int | None, confine: dict | None = None):
+    """An uncontained or ``own user`` runner's set-up: its own session, limited address space,
+    file size and processes, and (``own user``) Landlock's confinement (where the kernel has
+    it), its own user id, no new privileges."""
 
     def apply() -> None:
         os.setsid()
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE, FILE_SIZE))
+        if uid is None:
+            return
+        resource.setrlimit(resource.RLIMIT_NPROC, (PROCESSES, PROCESSES))
+        if confine is not None and landlock.abi() >= 1:
+            landlock.confine(**confine)  # fds opened as root: before the change of user
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
     return apply
+
+
+def own_user_confinement(private: list[Path], copy: str) -> dict:
+    """What an ``own user`` runner may touch (``landlock.confine``'s arguments): read Python,
+    its packages, the system's libraries and the kernel's views; write its copy alone."""
+    expose, _ = root_contents(private)
+    views = ["/proc", "/sys/devices/system/cpu"]
+    devices = [f"/dev/{name}" for name in DEVICES]
+    return {"read": expose + views, "write": [copy], "devices": devices}
+
+
+def reachable_by_others(path: str) -> bool:
+    """Another user can reach ``path`` (every folder above it lets them through, it lets them
+    read): a runner without namespaces, a user of its own, can run what is there."""
+    return not unreachable(Path(path))

@@ -194,7 +194,7 @@ def test_ctrl_c_ends_the_grader_in_one_line_and_leaves_no_runner(tmp_path):
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: interrupted")
     assert processes_with(f"{MARKER}-ctrl-c") == []
     if LEVEL == sandbox.ROOT:
-        assert sandbox.processes_of(sandbox.RUNNER_UID) == []
+        assert sandbox.processes_of(sandbox.RUNNER_UIDS) == []
 
 
 CARELESS = [
