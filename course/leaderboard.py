@@ -1,5 +1,4 @@
-"""The final project's leaderboard: each student's test predictions scored on labels they never
-see, with the project's own metrics, and ranked.
+"""The final project's leaderboard: test predictions scored on hidden labels, and ranked.
 
     python -m course.leaderboard SUBMISSIONS_DIR --labels LABELS_DIR --out board.csv
 
@@ -8,7 +7,9 @@ SUBMISSIONS_DIR holds a folder per student with the driver's ``sst-test-output.c
 their labels (course/predictions.py says which names). Writes the ranked CSV, ``board.html``
 beside it (one offline page) and ``results/<student>.json`` beside it (Gradescope's format:
 scores only, never a label). A bad file scores its task 0 and says why on the student's row; the
-other tasks still count. Only data is read from a submission: nothing of it runs.
+other tasks still count. The scores are the project's own metrics (``Task.metric``, what the
+driver's evaluation uses, and ``tasks.metrics.overall_score``). Only data is read from a
+submission: nothing of it runs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import io
 import json
 import math
 import sys
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +39,7 @@ from tasks.metrics import overall_score
 
 COLUMNS = ("rank", "student", "overall", *SCORED_TASKS, "problems")
 FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting so as a formula
-NAME_CHARS = 100  # a student's shown name, and the stem of their results file
+NAME_BYTES = 200  # a student's shown name, the stem of their results file (a file name <= 255)
 
 
 @dataclass
@@ -56,13 +58,16 @@ class Standing:
         return "; ".join(self.problems)
 
 
-def student_name(entry: str, taken: set[str] = frozenset()) -> str:
+def student_name(entry: str, taken: AbstractSet[str] = frozenset()) -> str:
     """A folder name as one line of text: what is not printable (controls, line and
     bidirectional marks, bytes that are not UTF-8) written as its escape, ``\\x1b``; at most
-    ``NAME_CHARS`` characters; a name already ``taken`` gets a number, so that no two
-    students share a row's name or a results file."""
+    ``NAME_BYTES`` bytes; a name already ``taken`` gets a number, so that no two students
+    share a row's name or a results file."""
     name = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in entry)
-    name = name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 3] + "..."
+    if len(name.encode()) > NAME_BYTES:
+        while len(name.encode()) > NAME_BYTES - 3:
+            name = name[:-1]
+        name += "..."
     number, unique = 2, name
     while unique in taken:
         unique, number = f"{name} ({number})", number + 1
@@ -118,6 +123,10 @@ def results_json(standing: Standing, points: float) -> dict:
     }
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def csv_text(text: str) -> str:
     """A text cell that a spreadsheet shows as text: a ``'`` before a would-be formula."""
     return "'" + text if text.lstrip(" ").startswith(FORMULA_START) else text
@@ -165,7 +174,7 @@ def write_html(standings: list[Standing], labels: dict[str, Labels], path: Path)
     """The board as one offline page (no script, no link); every student's text escaped."""
     sizes = ", ".join(f"{name} {len(own.values)}" for name, own in labels.items())
     summary = (
-        f"{len(standings)} students. Test rows: {sizes}. overall = (sst accuracy + para "
+        f"{plural(len(standings), 'student')}. Test rows: {sizes}. overall = (sst accuracy + para "
         "accuracy + (sts Pearson r + 1) / 2) / 3; a bad file scores its task 0."
     )
     header = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
@@ -190,7 +199,10 @@ def score_upload(
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m course.leaderboard", description=__doc__.split("\n")[0])
+    p = ArgumentParser(
+        prog="python -m course.leaderboard",
+        description=__doc__.split("\n")[0] + " A bad file scores its task 0; the others count.",
+    )
     p.add_argument(
         "submissions",
         metavar="SUBMISSIONS_DIR",
@@ -202,19 +214,24 @@ def build_parser() -> ArgumentParser:
         metavar="LABELS_DIR",
         type=nonempty_path,
         required=True,
-        help="the test files with labels: ids-sst-test.csv, quora-test.csv, sts-test.csv",
+        help="the test files with their labels: ids-sst-test.csv, quora-test.csv, sts-test.csv "
+        "(or the -test-student names), with the dev files' columns",
     )
     p.add_argument(
         "--out",
         type=nonempty_path,
         required=True,
-        help="the ranked CSV to write; <stem>.html and results/ are written beside it",
+        help="the ranked CSV to write; beside it <stem>.html, the page, and results/, a "
+        "Gradescope results JSON per student",
     )
     p.add_argument(
         "--points", default="100", help="Gradescope score of a perfect overall score (default: 100)"
     )
     p.add_argument(
-        "--overwrite", action="store_true", help="replace an earlier board (CSV, page, results)"
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier board (CSV, page, results files); without it an earlier one "
+        "is refused",
     )
     return p
 
@@ -228,6 +245,8 @@ def check_outputs(args) -> None:
     """--out, its page and its results folder: outside SUBMISSIONS_DIR, and new unless
     --overwrite; a UsageError before anything is written otherwise."""
     out = args.out
+    if out.suffix == ".html":
+        raise UsageError(f"--out {out}: give the CSV file; the page is written beside it")
     if out.is_dir():
         raise UsageError(f"--out {out}: a folder; give the CSV file to write")
     if not out.parent.is_dir():
@@ -278,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(args.results / f"{s.student}.json", record + "\n")
         write_html(standings, args.label_sets, args.page)
         write_csv(standings, args.out)
-        print(f"wrote {args.out}, {args.page} and {args.results}/ ({len(standings)} students)")
+        count = plural(len(standings), "student")
+        print(f"wrote {args.out}, {args.page} and {args.results}/ ({count})")
 
     return run_command(body)
 

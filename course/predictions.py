@@ -1,13 +1,13 @@
 """The leaderboard's reading: the instructor's label files, and a student's prediction files
 checked line by line and scored with the tasks' own metrics. Only data is read, never run.
 
-A prediction file is what the driver writes (``Task.write_predictions``): ``<task>-test-output.csv``
-with a header ``id \\t <column>`` and one ``<id> , <prediction>`` line per test example. A file
-that is not exactly one prediction per test id, each in the task's range (the range the task's
-own label parser accepts: SST 0..4, Quora 0/1, STS a finite number in [0, 5]), is bad, and its
-task scores the floor of its metric (accuracy 0, Pearson r −1), which counts 0 in the overall
-score; the problem is said in one line. The file is opened without following a link, and one
-larger than a prediction file of its test set can be is refused before a byte is read.
+A prediction file is what the driver writes (``Task.write_predictions``), named
+``<task>-test-output.csv``: a header ``id \\t <column>``, one ``<id> , <prediction>`` line per
+test example. A file that is not one prediction per test id, each in the task's range (what the
+task's label parser accepts: SST 0..4, Quora 0/1, STS a finite number in [0, 5]), is bad: its
+task scores the floor of its metric (accuracy 0, Pearson r −1), a term of 0 in the overall score,
+and the problem is said in one line. A file is opened without following a link, and one larger
+than a prediction file of its test set can be is refused before a byte is read.
 
     labels = read_labels(Path("labels"))                 # LabelsError when unusable
     scores = score_folder(Path("subs/ada"), labels)      # task -> TaskScore
