@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from course import sandbox
+from course import landlock, sandbox
 from course.checks import CHECKS
 from course.gradescope import POINTS, read_points, results_json
 from course.inert import csv_cell
@@ -97,12 +97,10 @@ def grade_one(submission: Submission, pristine: dict[str, bytes], args) -> Grade
         for rel, data in (pristine | submission.files).items():
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             (tree / rel).write_bytes(data)
-        output = Path(scratch) / "output"
         limits = Limits(args.timeout, args.memory_gb, args.level, args.student_timeout)
-        with open(output, "wb") as log:
-            verdict = judge_submission(tree, args.checks, args.ctx, args.private, limits, log)
-        with open(output, "rb") as log:
-            printed = log.read(OUTPUT_LIMIT).decode("utf-8", errors="replace")
+        log = sandbox.Output(OUTPUT_LIMIT)
+        verdict = judge_submission(tree, args.checks, args.ctx, args.private, limits, log)
+        printed = log.text()
     width = max(len(c.name) for c in args.checks)
     lines = [(result, format_result(result, width)) for result in verdict.results]
     report = "\n".join(line for _, line in lines)
@@ -257,8 +255,27 @@ def set_up(argv: list[str] | None) -> object:
     mine = [PROJECT_ROOT, args.submissions, args.out.parent, args.points.parent, *args.hide]
     if args.level == sandbox.OWN_USER:
         must_be_private(mine)
+        runnable_by_others(sandbox.python_paths(mine))
     args.private = [*mine, args.results, Path.home(), Path.cwd()]
     return args
+
+
+def runnable_by_others(paths: list[str]) -> None:
+    """Without namespaces the runners, users of their own, must reach Python and its packages;
+    without Landlock they could also read every file other users may (said, not refused)."""
+    for path in [os.path.realpath(sys.executable), *paths]:
+        if os.path.exists(path) and not sandbox.reachable_by_others(path):
+            raise UsageError(
+                f"{path} is closed to other users, and this machine has no namespaces: the "
+                "runners (users of their own) cannot run Python from there; grade with a Python "
+                "every user can reach (a venv outside /root, the system's)"
+            )
+    if landlock.abi() < 1:
+        print(
+            "warning: no namespaces and no Landlock here: each runner is a user of its own, but "
+            "can read every file that every user may read",
+            file=sys.stderr,
+        )
 
 
 def must_be_private(paths: list[Path]) -> None:

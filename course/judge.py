@@ -83,6 +83,8 @@ def ask(runner: sandbox.Runner, name: str, seconds: float) -> dict:
         raise RunnerFailed(f"the runner's answer was not a message ({err})") from None
     if not isinstance(answer, dict):
         raise RunnerFailed("the runner's answer was not a message")
+    if answer.pop("check", None) != name:  # written ahead by the submission's own code
+        raise RunnerFailed("the runner's answer was not the answer to this check")
     return answer
 
 
@@ -181,7 +183,7 @@ def judge_submission(
     tree: Path, checks: list[Check], ctx: Context, private: list[Path], limits: Limits, log
 ) -> Verdict:
     """Every check of ``checks`` for the submission in ``tree`` (see the module docstring);
-    ``private``: the paths its runner must not reach; ``log``: where its output goes."""
+    ``private``: the paths its runner must not reach; ``log``: keeps what its runners print."""
     verdict, session = Verdict(), Session(tree, private, limits, log)
     deadline = time.monotonic() + limits.student_seconds
     try:

@@ -35,7 +35,9 @@ def main() -> None:
             wire.write_frame(answers, {"error": f"no check named {name!r}"})
             continue
         print(f"-- {name}", flush=True)
-        wire.write_frame(answers, compute_check(checks[name], ctx))
+        answer = compute_check(checks[name], ctx)
+        answer["check"] = name  # what the judge asked: an answer written ahead is not this one
+        wire.write_frame(answers, answer)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ JAIL = Path(__file__).resolve().with_name("jail.py")
 RUNNER_UIDS = range(61_000, 62_000)  # runners' users where the grader is root: no account has one
 LOCKS = ("/run/lock/minbert-runners", "/tmp/minbert-runners")  # the first that can be made
 FILE_SIZE = 64 * 2**20  # bytes: the largest file a runner may write (its log included)
-PROCESSES = 64  # a runner's processes at once, all of them
+PROCESSES = 64  # a runner's processes at once, all of them (counted by its watch)
+THREADS = 1024  # RLIMIT_NPROC counts threads: torch and BLAS start one per core in each process
 WATCH_SECONDS = 0.1  # how often a runner's processes are counted and measured
 # The system's programs and libraries: read-only in every runner's root.
 SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
@@ -76,14 +77,23 @@ class _quietly:
 
 
 def containment() -> str | None:
-    """The best level this machine offers (see the module docstring), or None."""
+    """The best level this machine offers (see the module docstring), or None.
+
+    ``MINBERT_CONTAINMENT`` (a level's name) asks for a weaker level than the best, where the
+    machine offers it: to try a class at the level another machine will grade it at."""
     root = os.geteuid() == 0
+    offered = []
     if shutil.which("unshare") is not None:
         if root and _works(UNSHARE + ["--mount-proc", "true"]):
-            return ROOT
+            offered.append(ROOT)
         if _works(UNSHARE + ["--user", "--map-root-user", "--mount-proc", "true"]):
-            return USER_NAMESPACE
-    return OWN_USER if root else None
+            offered.append(USER_NAMESPACE)
+    if root:
+        offered.append(OWN_USER)
+    asked = os.environ.get("MINBERT_CONTAINMENT")
+    if asked in offered:
+        return asked
+    return offered[0] if offered else None
 
 
 def _works(command: list[str]) -> bool:
@@ -186,10 +196,17 @@ def members(uid: int | None, namespace: str | None) -> list[str]:
 
 
 def resident_bytes(pids: list[str]) -> int:
+    """The memory ``pids`` hold together: each one's proportional share (Pss: a page shared by n
+    processes counts 1/n in each, so forked children are not counted again), else its RSS."""
     total = 0
     for pid in pids:
-        rss = _status(pid).get("VmRSS", "0 kB").split()
-        total += int(rss[0]) * 1024 if rss else 0
+        try:
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            text = ""
+        field = next((line for line in text.splitlines() if line.startswith("Pss:")), "")
+        kib = field.split()[1] if field else _status(pid).get("VmRSS", "0 kB").split()[0]
+        total += int(kib) * 1024
     return total
 
 
@@ -238,6 +255,31 @@ def unreachable(path: Path) -> bool:
     return path.stat().st_mode & 0o004 == 0
 
 
+class Output:
+    """What a submission's runners print, the first ``limit`` bytes kept, the rest read and
+    dropped: a runner that prints without end neither fills a disk nor stops the runners after
+    it (each drained by a thread of its own until its last process is gone)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        self.lock = threading.Lock()
+
+    def drain(self, stream) -> threading.Thread:
+        def run() -> None:
+            while chunk := stream.read1(65536):
+                with self.lock:
+                    self.kept += chunk[: max(self.limit - len(self.kept), 0)]
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def text(self) -> str:
+        with self.lock:
+            return self.kept.decode("utf-8", errors="replace")
+
+
 @dataclass
 class Watch:
     """Every ``WATCH_SECONDS``: a runner's processes, all of them together, within ``memory``
@@ -284,6 +326,7 @@ class Runner:
     lock: int | None = None
     copy: str | None = None
     watch: Watch | None = None
+    drained: threading.Thread | None = None
 
     def kill(self) -> None:
         """The runner and everything it started, at once (the watch calls this too)."""
@@ -303,6 +346,9 @@ class Runner:
         self.process.wait()
         if self.uid is not None:
             kill_user(self.uid)  # waited for: none alive before anyone writes a grade
+        if self.drained is not None:
+            self.drained.join(timeout=10)  # its last writer is gone: the pipe has ended
+            self.process.stdout.close()
         if self.copy is not None:
             shutil.rmtree(self.copy, ignore_errors=True)
         if self.lock is not None:
@@ -330,9 +376,11 @@ def stop_all() -> None:
         runner.kill()
 
 
-def start(tree: Path, private: list[Path], level: str | None, memory_gb: float, log) -> Runner:
+def start(
+    tree: Path, private: list[Path], level: str | None, memory_gb: float, log: Output
+) -> Runner:
     """A runner of ``tree`` (a copy of the student tree with the submission's files), its output
-    to the file ``log``; contained at ``level`` (None: not contained, ``--trusted``)."""
+    kept in ``log``; contained at ``level`` (None: not contained, ``--trusted``)."""
     if STOPPING.is_set():
         raise RunnerStopped("grading was stopped")
     memory = int(memory_gb * 2**30)
@@ -352,13 +400,14 @@ def start(tree: Path, private: list[Path], level: str | None, memory_gb: float, 
             "uid": uid,
             "memory": memory,
             "file_size": FILE_SIZE,
-            "processes": PROCESSES,
+            "processes": THREADS,
             "argv": argv,
             "env": env,
         }
         user = ["--user", "--map-root-user"] if level == USER_NAMESPACE else []
         jail = [sys.executable, "-I", "-B", str(JAIL), json.dumps(settings)]
-        command, setup = [*UNSHARE, *user, "--mount-proc", "--", *jail], None
+        unshare = [shutil.which("unshare") or "unshare", *UNSHARE[1:]]  # found on the grader's PATH
+        command, setup = [*unshare, *user, "--mount-proc", "--", *jail], None
     else:
         confine = own_user_confinement(private, copy) if copy is not None else None
         if copy is not None:
@@ -372,14 +421,14 @@ def start(tree: Path, private: list[Path], level: str | None, memory_gb: float, 
             cwd=copy or tree,
             env=env,
             stdin=subprocess.PIPE,
-            stdout=log,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             pass_fds=(write,),
             preexec_fn=setup,
         )
     finally:
         os.close(write)
-    runner = Runner(process, read, level, uid, lock, copy)
+    runner = Runner(process, read, level, uid, lock, copy, drained=log.drain(process.stdout))
     runner.watch = Watch(runner.kill, uid, _runner_namespace(process, level), memory)
     runner.watch.start()
     ACTIVE.add(runner)
@@ -423,7 +472,7 @@ def _plain_limits(memory: int, uid: int | None, confine: dict | None = None):
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE, FILE_SIZE))
         if uid is None:
             return
-        resource.setrlimit(resource.RLIMIT_NPROC, (PROCESSES, PROCESSES))
+        resource.setrlimit(resource.RLIMIT_NPROC, (THREADS, THREADS))
         if confine is not None and landlock.abi() >= 1:
             landlock.confine(**confine)  # fds opened as root: before the change of user
         os.setgroups([])
