@@ -1,19 +1,13 @@
 """A Gradescope autograder in one command: ``python -m course.gradescope OUT.zip``.
 
-The zip holds this project's grader and student tree (``source/`` once Gradescope unpacks it)
-and two scripts at its top:
+The zip holds this project's grader and student tree (``source/`` once Gradescope unpacks it),
+``setup.sh`` (run once when Gradescope builds the image: the requirements and the packaged
+checkpoint, as ``make install`` does) and ``run_autograder`` (run for each submission: the
+submission graded by ``course.grade`` as a class of one, its results.json copied to
+``/autograder/results/results.json``). ``AUTOGRADER_ROOT`` replaces ``/autograder`` (a test lays
+out a scratch folder), ``AUTOGRADER_ARGS`` adds flags of ``course.grade``.
 
-* ``setup.sh`` (run once when Gradescope builds the image): installs the requirements and the
-  packaged checkpoint, as ``make install`` does;
-* ``run_autograder`` (run for each submission): lays the submission out as a class of one,
-  grades it with ``course.grade`` (only the exercise files are taken, over a clean copy of the
-  student tree; the same judge and contained runner), and writes the judge's results.json to
-  ``/autograder/results/results.json``. ``AUTOGRADER_ROOT`` replaces ``/autograder`` (a test
-  lays out a scratch folder), ``AUTOGRADER_ARGS`` adds flags of ``course.grade`` (``--timeout``,
-  ``--only``). Where the container offers no namespaces (a stock Docker container), the
-  runner is a user of its own as ``course/sandbox.py`` says, and the grader's files are closed
-  to it; it never grades uncontained: where no containment at all is possible, results.json
-  says so and nothing is graded.
+Design notes: docs/design/course.md.
 """
 
 from __future__ import annotations
@@ -33,6 +27,7 @@ SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, in /autograder/source: install what grading needs.
 set -euo pipefail
 cd "$(dirname "$0")"
+export PIP_BREAK_SYSTEM_PACKAGES=1  # an image's own Python, as root: Ubuntu 24.04 says PEP 668
 apt-get install -y -q python3-pip util-linux >/dev/null 2>&1 || true
 python3 -m pip install --quiet -r requirements.txt
 python3 -m pip install --quiet --no-deps -r requirements-checkpoint.txt

@@ -237,6 +237,8 @@ def set_up(argv: list[str] | None) -> object:
         args.points_table = read_points(args.points, exercises)
     except ValueError as err:
         raise UsageError(f"--points: {err}") from None
+    if any(not name.strip() for name in args.only):
+        raise UsageError("--only '': give a check or an exercise (python sanity_check.py --list)")
     try:
         args.checks = select(CHECKS, args.only) if args.only else CHECKS
     except ValueError as err:

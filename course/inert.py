@@ -11,8 +11,7 @@ obeys instructions hidden in text:
   (``=HYPERLINK(...)``, OWASP's "CSV injection"), and bidirectional overrides make a cell read
   other than it is (the "Trojan Source" trick).
 
-``clean`` removes every such character; ``csv_cell`` also defuses a formula. Standard library
-only, so that the grader's reading half needs nothing installed.
+``clean`` removes every such character; ``csv_cell`` also defuses a formula. Standard library.
 """
 
 from __future__ import annotations

@@ -1,37 +1,15 @@
 """Read a class of submissions, every one of them treated as hostile.
 
-SUBMISSIONS_DIR holds one entry per student, a folder or a .zip, and the grader takes from each
-only the exercise files (``minbert/optimizer.py`` ...). A student controls everything in their
-entry: its name, the names inside it, what those names are (links, FIFOs, devices, sparse files
-of 64 GiB) and, in a zip, every header field. Reading must neither hang, nor fill the memory or
-the disk, nor follow a link out of the entry, nor let one entry overwrite another's results, nor
-raise: whatever a submission does becomes a one-line ``Submission.problem`` on its own row.
+SUBMISSIONS_DIR holds one entry per student, a folder or a .zip; the grader takes from each
+only the exercise files. Reading neither hangs, nor fills the memory or the disk, nor follows a
+link out of the entry, nor lets one entry overwrite another's results, nor raises: whatever a
+submission does becomes a one-line ``Submission.problem`` on its own row.
 
     entries = list_class(folder)         # names only: no file is opened yet
     for entry in entries:
         submission = entry.read(wanted)  # its exercise files, or the problem that stopped it
 
-How each hazard is met:
-
-- names: shown with bytes that are not UTF-8 as ``\\xNN`` and without control characters
-  (``inert.clean``); two entries whose names then meet (``v-bob/`` and ``v-bob.zip``, or names
-  equal but for case, which a case-insensitive disk would merge) are both refused, so neither
-  writes over the other's results file;
-- folders: walked entry by entry with ``os.scandir`` (``os.walk`` lists a whole folder before it
-  yields, so a folder of ten million names would take the memory before any cap could act),
-  never through a link, stopping after ``ENTRIES`` names; a file is checked with ``lstat``
-  before it is opened (a link, a FIFO, which blocks on open, a device, a file over
-  ``MEMBER_BYTES``: a sparse file of 64 GiB is refused by its size, unread), opened with
-  O_NOFOLLOW | O_NONBLOCK and checked again with ``fstat`` on what was opened;
-- zips: the declared number of members and size of the member list are checked before zipfile
-  reads that list (it reads it whole); a member that is encrypted, a link, or compressed in a
-  way zipfile cannot read is refused by its header; no member is trusted to inflate to its
-  declared size: at most ``MEMBER_BYTES + 1`` bytes are ever decompressed (for bzip2 and LZMA
-  by this module itself, since zipfile decompresses each chunk it reads whole, and 4 KiB of
-  bzip2 can stand for gigabytes);
-- in all: at most ``TOTAL_BYTES`` taken from one submission; exercise files must be UTF-8.
-
-Standard library only.
+Standard library only. How each hazard is met: docs/design/course.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """The judge: grades one submission without running any of its code.
 
-The judge holds the references (this project's ``course/reference_data.pt`` and
-``sanity_check_reference.pt``, never the submission's copies) and the points. For each check it
-asks the submission's runner (``course/runner.py``, started contained by ``course/sandbox.py``)
-for the check's outputs and judges them itself (``Check.judge``): what the runner sends is
-data (``course/wire.py``), and a pass needs the outputs themselves, which the seal hides.
+It asks the submission's runner (``course/runner.py``, started by ``course/sandbox.py``) for
+each check's outputs and judges them itself with this project's references: what the runner
+sends is data (``course/wire.py``), and a pass needs the outputs, which the seal hides. Each
+check has its own time limit and the student a budget for all of them; a runner that hangs or
+dies costs that check alone. A fault of the grader is never the student's zero: a runner that
+does not start, or that is killed by a signal nobody in its own tree could send, is tried again
+(``TRIES`` in all), then the check is ``WITHHELD`` and ``Verdict.faults`` says why.
 
-Each check has its own time limit, and the student a budget for all of them. A runner that
-does not answer in time, dies, or answers what is not a message costs that check alone: the
-check fails with what happened ("timed out after 20 s in adamw: ..."), the runner and every
-process it started are killed, and a fresh runner answers the checks after it.
-
-A fault of the grader is never the student's zero: a runner that does not start, or that was
-killed by a signal nobody in its own tree could send, is tried again (``TRIES`` in all); if it
-still fails, the check is ``WITHHELD`` with the reason, and ``Verdict.faults`` says so.
+Design notes: docs/design/course.md.
 """
 
 from __future__ import annotations
@@ -173,7 +168,7 @@ def judge_within(
         return Result(check, WITHHELD, None, session.cannot_start)
     result = judge_one(check, session, ctx, min(limits.seconds, left))
     if left < limits.seconds and result.detail.startswith("timed out"):
-        result.detail += f" ({spent})"
+        result.detail = f"timed out: {spent} in {check.name}"
     if result.status == WITHHELD and "did not start" in result.detail:
         session.cannot_start = result.detail
     return result

@@ -1,21 +1,9 @@
-"""Where a submission's runner runs: the containment this machine offers, and the process that
-starts it there, watches it and ends it.
-
-Levels, best first (``containment()``):
-
-* ``root``: the grader is root and ``unshare`` works: new namespaces, a root of the runner's
-  own (``course/jail.py``: only Python, its packages and the tree's copy, read-only but the
-  copy), a user id of its own from ``RUNNER_UIDS``;
-* ``user namespace``: not root, but user namespaces work: the same root of its own, as the
-  instructor's user mapped to root inside, with every capability dropped;
-* ``own user``: root without namespaces (a stock Docker container, Gradescope): a user id of
-  its own, a copy of the tree that user owns, no new privileges; the grader's files must not
-  be readable by other users (``unreachable``);
-* ``None``: no containment (``--trusted`` only).
-
-Each runner takes a user id from ``RUNNER_UIDS`` under a lock of that id (two graders on one
-machine never share one), kills only that id's processes, and is watched: its processes'
-memory together and their number are held to the limits (``Watch``).
+"""Where a submission's runner runs: the containment this machine offers (``containment``:
+``root``, ``user namespace``, ``own user``, or None for ``--trusted``), and the process that
+starts it there (``start``), watches it (``Watch``: its processes' memory together and their
+number) and ends it (``Runner.stop``). Each runner with a user id of its own takes it from
+``RUNNER_UIDS`` under a lock of that id (``UserIds``), so graders side by side never share one
+and each kills only its own.
 
 Design notes: docs/design/course.md.
 """
@@ -51,7 +39,9 @@ WATCH_SECONDS = 0.1  # how often a runner's processes are counted and measured
 SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 LOADER = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
 ROOT, USER_NAMESPACE, OWN_USER = "root", "user namespace", "own user"
-UNSHARE = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts"]
+# No --fork: the jail forks the runner itself and ends as it ended (unshare --fork reports a
+# child killed by a signal as "sigprocmask unblock failed" and exit code 1).
+UNSHARE = ["unshare", "--mount", "--pid", "--net", "--ipc", "--uts"]
 # Signals that only another process sends. In a PID namespace the runner is its init, which no
 # process inside may send them to: such an end came from outside (see ``ended_from_outside``).
 SENT_FROM_OUTSIDE = {
@@ -76,24 +66,28 @@ class _quietly:
         return kind is ProcessLookupError or kind is PermissionError
 
 
-def containment() -> str | None:
-    """The best level this machine offers (see the module docstring), or None.
-
-    ``MINBERT_CONTAINMENT`` (a level's name) asks for a weaker level than the best, where the
-    machine offers it: to try a class at the level another machine will grade it at."""
+def offered() -> list[str]:
+    """Every level this machine offers, best first (see the module docstring)."""
     root = os.geteuid() == 0
-    offered = []
+    levels = []
     if shutil.which("unshare") is not None:
-        if root and _works(UNSHARE + ["--mount-proc", "true"]):
-            offered.append(ROOT)
-        if _works(UNSHARE + ["--user", "--map-root-user", "--mount-proc", "true"]):
-            offered.append(USER_NAMESPACE)
+        if root and _works(UNSHARE + ["--fork", "--mount-proc", "true"]):
+            levels.append(ROOT)
+        if _works(UNSHARE + ["--user", "--map-root-user", "--fork", "--mount-proc", "true"]):
+            levels.append(USER_NAMESPACE)
     if root:
-        offered.append(OWN_USER)
+        levels.append(OWN_USER)
+    return levels
+
+
+def containment() -> str | None:
+    """The best level this machine offers, or None. ``MINBERT_CONTAINMENT`` (a level's name)
+    asks for a weaker one the machine offers: to try a class at another machine's level."""
+    levels = offered()
     asked = os.environ.get("MINBERT_CONTAINMENT")
-    if asked in offered:
+    if asked in levels:
         return asked
-    return offered[0] if offered else None
+    return levels[0] if levels else None
 
 
 def _works(command: list[str]) -> bool:
@@ -216,8 +210,9 @@ def within(path: str, folder: str) -> bool:
 
 def python_paths(private: list[Path]) -> list[str]:
     """What a runner must read: the interpreter's prefixes (a venv's and its base's, conda,
-    pyenv, the system's) and every folder on ``sys.path``, but none inside the instructor's
-    ``private`` paths (the project's own root is on ``sys.path``) unless inside a prefix."""
+    pyenv, the system's) and every folder on ``sys.path`` (a .pth file's too), but no folder
+    inside the instructor's ``private`` paths (the project's own root is on ``sys.path``)
+    unless it is a package folder (site-packages, dist-packages) or inside a prefix."""
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     prefixes |= {os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
     found = {os.path.realpath(p) for p in prefixes} | {os.path.abspath(p) for p in prefixes}
@@ -226,8 +221,9 @@ def python_paths(private: list[Path]) -> list[str]:
         if not entry or not os.path.exists(entry):
             continue
         path = os.path.realpath(entry)
+        packages = any(part in ("site-packages", "dist-packages") for part in Path(path).parts)
         in_prefix = any(within(path, prefix) for prefix in found)
-        if in_prefix or not any(within(path, folder) for folder in hidden):
+        if packages or in_prefix or not any(within(path, folder) for folder in hidden):
             found.add(path)
     return sorted(p for p in found if p != "/")
 
@@ -407,7 +403,7 @@ def start(
         user = ["--user", "--map-root-user"] if level == USER_NAMESPACE else []
         jail = [sys.executable, "-I", "-B", str(JAIL), json.dumps(settings)]
         unshare = [shutil.which("unshare") or "unshare", *UNSHARE[1:]]  # found on the grader's PATH
-        command, setup = [*unshare, *user, "--mount-proc", "--", *jail], None
+        command, setup = [*unshare, *user, "--", *jail], None
     else:
         confine = own_user_confinement(private, copy) if copy is not None else None
         if copy is not None:

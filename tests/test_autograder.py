@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -41,15 +43,17 @@ def autograder(tmp_path_factory) -> Path:
     return root
 
 
-def run_autograder(root: Path, files: dict[str, str]) -> dict:
+def run_autograder(root: Path, files: dict[str, str], env: dict | None = None) -> dict:
     """One submission's files (at the top of /autograder/submission, as students upload them)
-    graded; its results.json."""
+    graded by the Python running these tests (first on PATH, as Gradescope's python3 is); its
+    results.json."""
     shutil.rmtree(root / "submission", ignore_errors=True)
     shutil.rmtree(root / "results", ignore_errors=True)
     (root / "submission").mkdir()
     for rel, text in files.items():
         (root / "submission" / Path(rel).name).write_text(text, encoding="utf-8")
-    env = os.environ | {"AUTOGRADER_ROOT": str(root), "AUTOGRADER_ARGS": ARGS}
+    env = (env or os.environ) | {"AUTOGRADER_ROOT": str(root), "AUTOGRADER_ARGS": ARGS}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     done = subprocess.run(
         ["bash", str(root / "run_autograder")], env=env, capture_output=True, text=True
     )
@@ -98,3 +102,71 @@ def test_a_hostile_submission_cannot_write_its_own_grade(autograder):
     results = run_autograder(autograder, {OPT: hostile, SAMPLING: solution(SAMPLING)})
     assert results["score"] == 5  # no AdamW: only the sampler's points
     assert (autograder / "source" / "course" / "judge.py").read_bytes() == judge
+
+
+DAEMON = """
+import os, pathlib, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(3)
+        for target in (pathlib.Path(%r), pathlib.Path(%r)):
+            try:
+                target.write_text('{"score": 100, "tests": []}')
+            except OSError:
+                pass
+        os._exit(0)
+    os._exit(0)
+"""
+
+
+def without_namespaces(folder: Path) -> dict:
+    """PATH with a stand-in ``unshare`` that fails as a stock Docker container's does."""
+    folder.mkdir(exist_ok=True)
+    (folder / "unshare").write_text(
+        "#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n"
+    )
+    (folder / "unshare").chmod(0o755)
+    return os.environ | {"PATH": f"{folder}:{os.environ['PATH']}"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="Gradescope runs the autograder as root")
+def test_without_namespaces_the_submissions_are_graded_and_nothing_forges(autograder, tmp_path):
+    """As in a stock Docker container: no namespaces, so each runner is a user of its own."""
+    if not sandbox.reachable_by_others(os.path.realpath(sys.executable)):
+        pytest.skip(f"{sys.executable} is closed to other users: no runner user could start it")
+    env = without_namespaces(tmp_path / "bin")
+    right, wrong = solution(SAMPLING), solution(SAMPLING).replace("0.8", "0.5")
+    hang = "while True:\n    pass\n"
+    target = autograder / "results" / "results.json"
+    judge = (autograder / "source" / "course" / "judge.py").read_bytes()
+    daemon = DAEMON % (str(target), str(autograder / "source" / "course" / "judge.py"))
+    cases = [
+        ({OPT: solution(OPT), SAMPLING: right}, 15),
+        ({OPT: solution(OPT), SAMPLING: wrong}, 12.5),
+        ({OPT: hang, SAMPLING: right}, 5),
+        ({OPT: daemon, SAMPLING: right}, 5),
+    ]
+    for files, score in cases:
+        assert run_autograder(autograder, files, env)["score"] == score
+    time.sleep(5)  # the daemon would have written by now
+    assert json.loads(target.read_text())["score"] == 5
+    assert (autograder / "source" / "course" / "judge.py").read_bytes() == judge
+
+
+def test_a_grader_that_refuses_says_so_in_results_json(autograder):
+    env = os.environ | {"AUTOGRADER_ARGS": "--timeout -1"}
+    shutil.rmtree(autograder / "submission", ignore_errors=True)
+    (autograder / "submission").mkdir()
+    (autograder / "submission" / "optimizer.py").write_text(solution(OPT))
+    env |= {
+        "AUTOGRADER_ROOT": str(autograder),
+        "PATH": f"{Path(sys.executable).parent}:{env['PATH']}",
+    }
+    done = subprocess.run(
+        ["bash", str(autograder / "run_autograder")], env=env, capture_output=True
+    )
+    assert done.returncode == 0
+    said = json.loads((autograder / "results" / "results.json").read_text())
+    assert said["score"] == 0
+    assert said["output"] == "nothing graded: error: --timeout -1: give a finite number > 0"

@@ -25,6 +25,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from course import gradescope, sandbox
 
@@ -35,7 +36,8 @@ SECRET = "decoy-secret-7b1d"  # in the decoy solution only
 CHECKS = ["--only", "adamw", "--only", "sampler", "--timeout", "20", "--memory_gb", "4"]
 # Large, or written by other programs meanwhile (git, ruff); .git/hooks is looked at on its own.
 SKIPPED = (".venv", "runs/", ".pytest_cache", ".ruff_cache", ".git/", "data/")
-PLANTED = ("/tmp", "/var/tmp", "/dev/shm")  # shared folders an attack plants a file in
+VAR_TMP = str(Path("/var", "tmp"))  # the system's folders, on every machine
+PLANTED = ("/tmp", VAR_TMP, "/dev/shm")  # shared folders an attack plants a file in
 
 PREAMBLE = f'''
 import ctypes, os, signal, socket, subprocess, sys, time
@@ -68,7 +70,8 @@ for top in ("/srv", "/opt", "/home", "/var", "/mnt", "/media", "/work", "/dev/sh
 """,
     "reads-through-proc-root": """
 for pid in attempt(lambda: os.listdir("/proc")) or []:
-    attempt(lambda: steal(f"/proc/{pid}/root{PROJECT}/minbert/optimizer.py"))
+    through = os.path.join("/proc", pid, "root") + str(PROJECT)  # that process's view of it
+    attempt(lambda: steal(through + "/minbert/optimizer.py"))
 """,
     "links-to-the-solution": """
 attempt(lambda: os.symlink(PROJECT / "minbert/optimizer.py", "linked.py"))
@@ -83,7 +86,7 @@ attempt(lambda: (PROJECT / ".git/hooks/pre-commit").write_text(MARK))
     "deletes-another-submission": "attempt(lambda: VICTIM.unlink())",
     "writes-another-students-results": "attempt(lambda: RESULTS.write_text(MARK))",
     "plants-files-in-shared-folders": """
-for folder in ("/tmp", "/var/tmp", "/dev/shm", str(Path.home()), "/root"):
+for folder in ("/tmp", str(Path("/var", "tmp")), "/dev/shm", os.path.expanduser("~root")):
     attempt(lambda: Path(folder, MARK).write_text(MARK))
 """,
     "poisons-the-interpreter": """
@@ -170,7 +173,8 @@ attempt(lambda: os.write(answers, (10).to_bytes(8, "big") + b'{"ready":1'))
     "crashes": "ctypes.string_at(0)",
     "kills-itself": "os.kill(os.getpid(), signal.SIGKILL)",
     "reads-the-machine": """
-for path in ("/etc/shadow", "/etc/passwd", "/proc/1/environ", "/root/.bash_history"):
+for path in ("/etc/shadow", "/etc/passwd", "/proc/1/environ", "~root/.bash_history"):
+    path = os.path.expanduser(path)
     attempt(lambda: print(path, len(open(path).read()), flush=True))
 """,
     "writes-the-references": """
@@ -215,7 +219,7 @@ def processes_with(marker: str) -> list[int]:
 @pytest.fixture
 def decoy():
     """A solved optimizer, readable by every user, outside the tree and outside /tmp."""
-    base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else "/dev/shm"
+    base = VAR_TMP if os.access(VAR_TMP, os.W_OK) else "/dev/shm"
     folder = Path(tempfile.mkdtemp(prefix="minbert-decoy-", dir=base))
     folder.chmod(0o755)
     path = folder / "optimizer.py"
@@ -300,16 +304,7 @@ def clean_after():
     yield from leftovers()
 
 
-NAMESPACE_LEVELS = [
-    level
-    for level, probe in (
-        (sandbox.ROOT, []),
-        (sandbox.USER_NAMESPACE, ["--user", "--map-root-user"]),
-    )
-    if shutil.which("unshare")
-    and sandbox._works([*sandbox.UNSHARE, *probe, "--mount-proc", "true"])
-    and (level != sandbox.ROOT or os.geteuid() == 0)
-]
+NAMESPACE_LEVELS = [lv for lv in sandbox.offered() if lv in (sandbox.ROOT, sandbox.USER_NAMESPACE)]
 
 
 @pytest.mark.parametrize("level", NAMESPACE_LEVELS)
@@ -348,3 +343,20 @@ def test_a_hostile_class_as_root_without_namespaces(tmp_path, decoy, clean_after
     env = without_namespaces(tmp_path)
     project = autograder_source(tmp_path)
     grade_hostile_class(tmp_path, project, sys.executable, decoy, env)
+
+
+def test_the_judge_bounds_its_work_by_the_stored_shape():
+    """Masks of 2,000,000 × 1 × 1 where (32, 20) is stored: judged by their shape at once, never
+    broadcast against the stored batch (which would be 1.3 billion comparisons)."""
+    from course.checks import CHECKS
+    from course.registry import FAIL, Context, compute_check, judge_check
+
+    check = next(c for c in CHECKS if c.name.startswith("masking"))
+    ctx = Context(None, ROOT / "sanity_check_reference.pt")
+    computed = compute_check(check, ctx)
+    huge = torch.zeros(2_000_000, 1, 1, dtype=torch.long)
+    computed["outputs"] = {name: huge for name in computed["outputs"]}
+    started = time.monotonic()
+    result = judge_check(check, ctx, computed)
+    assert time.monotonic() - started < 10
+    assert result.status == FAIL and "has shape (2000000, 1, 1), expected (32, 20)" in result.detail
