@@ -16,6 +16,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from course.predictions import LabelsError
+from course.predictions import read_labels as read_label_files
 from course.scaffold import PROJECT_ROOT, project_files
 from minbert.checkpoint import atomic_write
 from minbert.flags import ArgumentParser, nonempty_path
@@ -58,26 +60,53 @@ fi
 """
 
 
+RUN_LEADERBOARD = """#!/usr/bin/env bash
+# Gradescope runs this for each upload: its prediction files scored on the labels in labels/.
+# Only data is read from the upload: no code of the student's runs.
+set -euo pipefail
+root="${AUTOGRADER_ROOT:-/autograder}"
+mkdir -p "$root/results"
+cd "$root/source"
+python3 -c 'import sys; from pathlib import Path; from course.leaderboard import score_upload
+score_upload(Path(sys.argv[1]), Path("labels"), Path(sys.argv[2]))' \\
+    "$root/submission" "$root/results/results.json"
+"""
+
+
 def autograder_files(root: Path = PROJECT_ROOT) -> list[str]:
     """The project's files the zip holds (relative to ``root``)."""
     return [rel for rel in project_files(root) if not rel.startswith(LEFT_OUT)]
 
 
-def write_zip(out: Path, root: Path = PROJECT_ROOT) -> int:
-    """The autograder zip at ``out`` (written whole or not at all); the number of files."""
+def write_zip(out: Path, root: Path = PROJECT_ROOT, labels: Path | None = None) -> int:
+    """The autograder zip at ``out`` (written whole or not at all); the number of files. With
+    ``labels`` (a folder of labelled test files), the leaderboard's autograder: ``labels/`` in
+    the zip and a ``run_autograder`` that scores an upload's prediction files on them."""
     files = autograder_files(root)
+    label_files = read_labels(labels) if labels is not None else {}
+    run = RUN if labels is None else RUN_LEADERBOARD
 
     def fill(stream) -> None:
         with zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED) as archive:
-            for name, text in (("setup.sh", SETUP), ("run_autograder", RUN)):
+            for name, text in (("setup.sh", SETUP), ("run_autograder", run)):
                 info = zipfile.ZipInfo(name)
                 info.external_attr = 0o755 << 16  # executable once unpacked
                 archive.writestr(info, text)
             for rel in files:
                 archive.write(root / rel, rel)
+            for task in label_files.values():
+                archive.write(task.file, f"labels/{task.file.name}")
 
     atomic_write(out, fill)
-    return len(files) + 2
+    return len(files) + 2 + len(label_files)
+
+
+def read_labels(folder: Path) -> dict:
+    """The leaderboard's label files, checked before the zip is written (a UsageError)."""
+    try:
+        return read_label_files(folder)
+    except LabelsError as err:
+        raise UsageError(f"--labels {err}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,6 +115,17 @@ def main(argv: list[str] | None = None) -> int:
         description="Write a Gradescope autograder zip (setup.sh, run_autograder, the grader).",
     )
     parser.add_argument("out", metavar="OUT.zip", type=nonempty_path, help="the zip to write")
+    parser.add_argument(
+        "--leaderboard",
+        action="store_true",
+        help="the final project's leaderboard instead: score uploaded test predictions",
+    )
+    parser.add_argument(
+        "--labels",
+        metavar="LABELS_DIR",
+        type=nonempty_path,
+        help="with --leaderboard: the labelled test files (as python -m course.leaderboard takes)",
+    )
 
     def body() -> None:
         args = parser.parse_args(argv)
@@ -93,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"OUT.zip {args.out}: give a file name ending in .zip")
         if not args.out.parent.is_dir():
             raise UsageError(f"OUT.zip {args.out}: its folder does not exist")
-        count = write_zip(args.out)
+        if args.leaderboard != (args.labels is not None):
+            raise UsageError("--leaderboard and --labels LABELS_DIR go together")
+        count = write_zip(args.out, labels=args.labels)
         print(f"wrote {args.out} ({count} files): upload it as the assignment's autograder")
 
     return run_command(body, "no zip was written")

@@ -30,6 +30,7 @@ from course.inert import csv_cell
 from course.intake import COLLIDES, Submission, list_class
 from course.judge import Limits, judge_submission
 from course.registry import WITHHELD, Context, format_result, select
+from course.report import write_report
 from course.scaffold import PROJECT_ROOT, ScaffoldError, find_exercises, write_student_tree
 from minbert.checkpoint import atomic_write_text
 from minbert.flags import ArgumentParser, nonempty_path
@@ -359,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         args = set_up(argv)
         rows = grade(args)
-        print(f"wrote {args.out} ({len(rows)} students) and {args.results}/")
+        page, _ = write_report(args.out, args.points_table)
+        print(f"wrote {args.out} ({len(rows)} students), {args.results}/ and {page}")
         faults.append(refusal_of_faults(rows, args))
 
     code = run_command(

@@ -73,6 +73,12 @@ def results_json(results: Sequence[tuple[Result, str]], points: dict[str, float]
                 "status": "passed" if passed else "failed",
                 "output": output,
                 "visibility": "visible",
+                # for the class report (course/report.py): what the judge found, by name
+                "extra_data": {
+                    "result": result.status,
+                    "diagnosis": result.diagnosis,
+                    "uncompiled": bool(result.uncompiled),
+                },
             }
         )
     return {

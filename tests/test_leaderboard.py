@@ -13,6 +13,9 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -421,3 +424,44 @@ def test_a_bad_flag_is_one_line_before_anything_is_written(
     assert words in err and len(err.strip().splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []
     assert sorted(p.name for p in where["class"].iterdir()) == ["ada", "bob", "cy"]
+
+
+def test_the_gradescope_leaderboard_zip_scores_an_upload_as_the_board_does(course, tmp_path):
+    """``python -m course.gradescope --leaderboard --labels LABELS_DIR OUT.zip`` unpacked as
+    Gradescope lays out /autograder: an upload's files scored as the driver's --evaluate says,
+    with the leaderboard key; the labels are in the zip (the instructor's), not in results."""
+    from course import autograder
+
+    zip_path = tmp_path / "board.zip"
+    argv = ["--leaderboard", "--labels", str(course["labels"]), str(zip_path)]
+    assert autograder.main(argv) == 0
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(zip_path) as archive:
+        names = archive.namelist()
+        archive.extractall(root / "source")
+    assert sorted(n for n in names if n.startswith("labels/")) == sorted(
+        f"labels/{p.name}" for p in course["labels"].iterdir()
+    )
+    write_student(root / "submission", own_files(course))
+    env = os.environ | {"AUTOGRADER_ROOT": str(root)}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    run = root / "source" / "run_autograder"
+    done = subprocess.run(["bash", str(run)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    record = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    assert math.isclose(record["score"], 100 * course["evaluated"]["overall"], abs_tol=1e-8)
+    assert [e["name"] for e in record["leaderboard"]] == ["overall", *TASKS]
+    hidden = (course["labels"] / label_file_names(get_task("sst"))[0]).read_text()
+    assert hidden.splitlines()[1] not in json.dumps(record)
+
+
+def test_a_leaderboard_zip_with_bad_labels_is_refused_in_one_line(course, tmp_path, capsys):
+    from course import autograder
+
+    labels = labels_copy(course, tmp_path)
+    no_sts(labels)
+    argv = ["--leaderboard", "--labels", str(labels), str(tmp_path / "board.zip")]
+    assert autograder.main(argv) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("error: --labels ") and "no sts label" in said[0]
+    assert not (tmp_path / "board.zip").exists()
