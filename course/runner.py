@@ -19,15 +19,46 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import torch  # noqa: E402
+
 from course import wire  # noqa: E402 (the tree's own modules, after its root is on the path)
 from course.checks import CHECKS  # noqa: E402
 from course.registry import Context, compute_check  # noqa: E402
+
+
+def grader_objects() -> dict[str, object]:
+    """What a check's observations rest on, by name: every object the grader's modules
+    (``course``, ``course.*``) hold at module level and in their classes, the code of each of
+    their functions, and torch's tensor methods and functional ops. A submission that
+    replaces one (``Untouched.problem = ...``, to hide a side effect of its own) is caught by
+    comparing these with what was there before any of its code ran."""
+    found: dict[str, object] = {}
+    places = [(n, m) for n, m in sys.modules.items() if n == "course" or n.startswith("course.")]
+    # not torch's own namespace: torch wraps some of its functions itself on first use (dynamo)
+    places += [("torch.Tensor", torch.Tensor), ("F", torch.nn.functional)]
+    for name, place in places:
+        for attr, value in list(vars(place).items()):
+            found[f"{name}.{attr}"] = value
+            if isinstance(value, type) and value.__module__ == name:  # a class of the grader's
+                for member, inner in list(vars(value).items()):
+                    found[f"{name}.{attr}.{member}"] = inner
+    for key, value in list(found.items()):
+        if hasattr(value, "__code__"):
+            found[f"{key}.__code__"] = value.__code__
+    return found
+
+
+def replaced(before: dict[str, object]) -> str:
+    """The first of the grader's objects (``grader_objects``) that is no longer what it was."""
+    now = grader_objects()
+    return next((key for key, value in before.items() if now.get(key) is not value), "")
 
 
 def main() -> None:
     answers = open(int(sys.argv[1]), "wb", buffering=0)  # noqa: SIM115 (open for the whole run)
     checks = {check.name: check for check in CHECKS}
     ctx = Context(None, ROOT / "sanity_check_reference.pt")
+    intact = grader_objects()  # before any of the submission's code has run
     wire.write_frame(answers, {"ready": True})
     for line in sys.stdin:
         name = line.rstrip("\n")
@@ -36,6 +67,9 @@ def main() -> None:
             continue
         print(f"-- {name}", flush=True)
         answer = compute_check(checks[name], ctx)
+        if changed := replaced(intact):
+            said = f"the submission's code replaced the grader's {changed}: nothing graded here"
+            answer = {"error": said, "not_implemented": False, "restart": True}
         answer["check"] = name  # what the judge asked: an answer written ahead is not this one
         wire.write_frame(answers, answer)
 

@@ -360,3 +360,33 @@ def test_the_judge_bounds_its_work_by_the_stored_shape():
     result = judge_check(check, ctx, computed)
     assert time.monotonic() - started < 10
     assert result.status == FAIL and "has shape (2000000, 1, 1), expected (32, 20)" in result.detail
+
+
+@pytest.mark.skipif(not sandbox.offered(), reason="no containment on this machine")
+def test_a_submission_that_silences_the_side_effect_probe_scores_nothing_there(tmp_path):
+    """A correct sampler whose module replaces the grader's side-effect probe (the class's
+    method, or a function's code) gets no points for the checks that ran its code; the same
+    sampler without the patch gets them all."""
+    from course import grade
+
+    patches = {
+        "sly": "course.untouched.Untouched.problem = lambda self: None",
+        "slier": "course.untouched.unchanged_problem.__code__ = (lambda *a, **k: None).__code__",
+    }
+    subs = tmp_path / "subs"
+    for name, patch in {"honest": "", **patches}.items():
+        (subs / name / "minbert").mkdir(parents=True)
+        text = solution(SAMPLING) + f"\nimport course.untouched\n{patch}\n"
+        (subs / name / SAMPLING).write_text(text, encoding="utf-8")
+    out = tmp_path / "grades.csv"
+    assert grade.main([str(subs), "--out", str(out), "--only", "sampler"]) == 0
+    rows = {r["student"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
+    assert {name: rows[name]["sampler"] for name in rows} == {
+        "honest": "5",
+        "sly": "0",
+        "slier": "0",
+    }
+    said = (tmp_path / "grades-results" / "sly.log").read_text()
+    assert "replaced the grader's course.untouched.Untouched.problem" in said
+    said = (tmp_path / "grades-results" / "slier.log").read_text()
+    assert "replaced the grader's course.untouched.unchanged_problem.__code__" in said
