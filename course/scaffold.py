@@ -17,8 +17,9 @@ Design notes: docs/design/course.md.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import io
-import itertools
+import json
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from minbert.checkpoint import WriteError, atomic_write
 from minbert.flags import ArgumentParser, nonempty_path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -77,10 +79,16 @@ LINE_LENGTH = 100
 # student tree ends before.
 MANIFEST = "course/student_tree.txt"
 INSTRUCTOR_PART = "<!-- instructor-only"
+# In OUT_DIR: the digest of every file the scaffold wrote there, so --force replaces only its own.
+RECORD = ".scaffold-manifest"
 
 
 class ScaffoldError(ValueError):
     """A malformed marker, an unknown exercise, or an output directory that cannot be used."""
+
+
+class ScaffoldWriteError(ScaffoldError):
+    """The file system refused a write (a read-only or full folder): exit 1, not 2."""
 
 
 @dataclass(frozen=True)
@@ -372,33 +380,97 @@ def _check_output_dir(out_dir: Path, root: Path, force: bool) -> None:
         raise ScaffoldError(f"{out_dir} is not empty; pass --force to write into it anyway")
 
 
-def scaffold_versions(text: str, rel: str) -> set[bytes]:
-    """Every version of an exercise file this command writes from ``text``, one per choice of
-    its exercises removed (a file marks one to three): the source itself, each student version."""
-    ids = sorted({r.exercise for r in find_regions(text, rel)})
-    chosen = [c for n in range(len(ids) + 1) for c in itertools.combinations(ids, n)]
-    return {student_source(text, rel, removed).encode("utf-8") for removed in chosen}
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def _check_student_work(
-    out_dir: Path, root: Path, files: dict[str, str], exercises: set[str]
-) -> None:
-    """With --force, before anything is written: an exercise file (``exercises``: the source
-    paths holding a region) that OUT_DIR has and that is no version this command writes (with
-    any exercises removed: --force may change which) holds the student's work, never replaced
-    (see the module docstring)."""
-    changed = []
-    for target, rel in files.items():
-        written = out_dir / target
-        if rel not in exercises or not written.is_file() or written.is_symlink():
-            continue
-        if written.read_bytes() not in scaffold_versions(read_source(root, rel), rel):
-            changed.append(target)
-    if changed:
+def read_record(out_dir: Path) -> dict[str, set[str]]:
+    """What this command wrote into ``out_dir`` before: {file: digests of its written bytes},
+    from ``RECORD``; {} where there is none (a fresh folder, or a tree written before the
+    record existed, whose every differing file is then refused). A record that is no record is
+    a ScaffoldError naming it: guessing would risk the student's work."""
+    path = out_dir / RECORD
+    if not os.path.lexists(path):
+        return {}
+    if path.is_symlink() or not path.is_file():
+        raise ScaffoldError(f"{path}: not the scaffold's record (not a plain file); move it away")
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        record = {str(rel): {str(d) for d in digests} for rel, digests in files.items()}
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        why = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         raise ScaffoldError(
-            f"--force: {out_dir} holds changed exercise files ({', '.join(changed)}), which "
-            "--force never replaces; move them out of it (or delete them) and run again"
-        )
+            f"{path}: corrupted ({why}); it records what the scaffold wrote, so --force cannot "
+            "tell the student's files from its own: move the student's files and it away"
+        ) from None
+    return record
+
+
+def _student_work(out_dir: Path, tree: dict[str, bytes], record: dict[str, set[str]]) -> list:
+    """The files of OUT_DIR that --force would replace and that hold what the scaffold did not
+    write there (the student's work: an exercise finished as the reference, a changed note),
+    each "path" or "path (why)". A file is the scaffold's when its bytes are recorded or are
+    what it writes now; a symlink never is (writing would go through it, to the student's file
+    elsewhere), nor is a file below a symlinked folder."""
+    changed = []
+    for target, data in tree.items():
+        written = out_dir / target
+        links = [p for p in [*written.parents, written] if out_dir in p.parents and p.is_symlink()]
+        if links:
+            link = links[0].relative_to(out_dir).as_posix()
+            changed.append(f"{target} (a symlink)" if link == target else f"{target} (via {link})")
+        elif os.path.lexists(written) and not written.is_file():
+            changed.append(f"{target} (not a regular file)")
+        elif written.is_file():
+            now = written.read_bytes()
+            if now != data and _digest(now) not in record.get(target, ()):
+                changed.append(target)
+    return changed
+
+
+def _write_file(path: Path, data: bytes, source: Path) -> None:
+    """``data`` to ``path`` atomically (a file that is not written stays whole, and a rename
+    replaces a symlink instead of writing through it), with ``source``'s permission bits."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda f: f.write(data))
+    shutil.copymode(source, path)
+
+
+def _write_fault(err: OSError) -> str:
+    """The one line of a write the file system refused: the file (or folder) and why."""
+    if isinstance(err, WriteError):
+        return str(err)
+    return f"{err.filename or '?'}: cannot write: {err.strerror or err}"
+
+
+def _write_record(out_dir: Path, record: dict[str, set[str]]) -> None:
+    files = {rel: sorted(digests) for rel, digests in sorted(record.items())}
+    text = json.dumps({"written_by": "python -m course.scaffold", "files": files}, indent=1)
+    atomic_write(out_dir / RECORD, lambda f: f.write(text.encode("utf-8") + b"\n"))
+
+
+def student_tree(root: Path, remove: Iterable[str] | None) -> dict[str, bytes]:
+    """Every file of the student tree (target -> bytes), made before anything is written."""
+    tree = {}
+    for target, rel in student_files(root).items():
+        if rel.endswith((".py", ".md")):
+            text = read_source(root, rel)
+            student = student_source(text, rel, remove) if rel.endswith(".py") else text
+            tree[target] = (student_part(student) if rel.endswith(".md") else student).encode()
+        else:
+            tree[target] = (root / rel).read_bytes()
+    return tree
+
+
+def _write_tree(out_dir: Path, root: Path, tree: dict[str, bytes], old: dict) -> None:
+    """Write ``tree`` into ``out_dir``. The record first accepts both the old and the new bytes
+    of every file, so a write cut short (a full disk, kill -9) leaves a tree that --force still
+    tells from the student's work; the record of only the new bytes is written last."""
+    files = student_files(root)
+    _write_record(out_dir, {t: old.get(t, set()) | {_digest(d)} for t, d in tree.items()})
+    for target, data in tree.items():
+        _write_file(out_dir / target, data, root / files[target])
+    _write_record(out_dir, {t: {_digest(d)} for t, d in tree.items()})
 
 
 def write_student_tree(
@@ -408,7 +480,9 @@ def write_student_tree(
     force: bool = False,
 ) -> dict[str, list[Region]]:
     """Copy the project from ``root`` to ``out_dir`` with the exercises in ``remove`` (all when
-    None) cut out. Returns the regions removed, by exercise. Unknown ids are a ScaffoldError."""
+    None) cut out. Returns the regions removed, by exercise. Unknown ids, a student's work in
+    the way of --force (nothing is written then) or a write the file system refuses are a
+    ScaffoldError in one line; a folder this call made is removed again after a failed write."""
     exercises = find_exercises(root)
     if remove is not None:
         remove = list(dict.fromkeys(remove))
@@ -416,30 +490,37 @@ def write_student_tree(
         if unknown:
             raise ScaffoldError(f"unknown exercise {unknown}; the exercises: {list(exercises)}")
     _check_output_dir(out_dir, root, force)
-    files = student_files(root)
-    _check_targets(out_dir, list(files))
-    students = {}  # every student version made before anything is written
-    for target, rel in files.items():
-        if rel.endswith((".py", ".md")):
-            text = read_source(root, rel)
-            student = student_source(text, rel, remove) if rel.endswith(".py") else text
-            student = student_part(student) if rel.endswith(".md") else student
-            if student != text:
-                students[target] = student
-    if force:
-        regions = {r.path for found in exercises.values() for r in found}
-        _check_student_work(out_dir, root, files, regions)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for target, rel in files.items():
-        source, written = root / rel, out_dir / target
-        written.parent.mkdir(parents=True, exist_ok=True)
-        if target in students:
-            written.write_bytes(students[target].encode("utf-8"))
-            shutil.copymode(source, written)
-        else:
-            shutil.copy2(source, written)
+    tree = student_tree(root, remove)
+    _check_targets(out_dir, list(tree))
+    old = read_record(out_dir) if out_dir.is_dir() else {}
+    if changed := _student_work(out_dir, tree, old):
+        named = ", ".join(changed)
+        raise ScaffoldError(
+            f"--force: {out_dir} holds files the scaffold did not write there ({named}), which "
+            "--force never replaces; move them out of it (or delete them) and run again"
+        )
+    made = not os.path.lexists(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _write_tree(out_dir, root, tree, old)
+    except OSError as err:
+        if made:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise ScaffoldWriteError(_write_fault(err)) from None
     chosen = list(exercises) if remove is None else remove
     return {e: exercises[e] for e in chosen}
+
+
+def print_exercises(exercises: dict[str, list[Region]]) -> None:
+    """--list: each exercise, where its regions are and the function around each."""
+    rows = [
+        (exercise if i == 0 else "", f"{r.path}:{r.lines}", r.function)
+        for exercise, regions in exercises.items()
+        for i, r in enumerate(regions)
+    ]
+    widths = [max((len(row[k]) for row in rows), default=0) for k in (0, 1)]
+    for exercise, where, function in rows:
+        print(f"{exercise:<{widths[0]}}  {where:<{widths[1]}}  {function}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -465,9 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="write into a non-empty OUT_DIR (an earlier student tree); an exercise file there "
-        "that differs from what would be written (the student's work) is never replaced: the "
-        "command refuses, naming it, before writing anything",
+        help=f"write into a non-empty OUT_DIR (an earlier student tree); a file there that "
+        f"differs from what the scaffold wrote (OUT_DIR/{RECORD} records it) and from what it "
+        "would write, or that is a symlink, is the student's and never replaced: the command "
+        "refuses, naming each, before writing anything",
     )
     parser.add_argument("--list", action="store_true", help="list the exercises and exit")
     parser.add_argument(
@@ -485,14 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         if not exercises:
             raise ScaffoldError(f"--source {args.source}: no exercise regions found in it")
         if args.list:
-            rows = [
-                (exercise if i == 0 else "", f"{r.path}:{r.lines}", r.function)
-                for exercise, regions in exercises.items()
-                for i, r in enumerate(regions)
-            ]
-            widths = [max((len(row[k]) for row in rows), default=0) for k in (0, 1)]
-            for exercise, where, function in rows:
-                print(f"{exercise:<{widths[0]}}  {where:<{widths[1]}}  {function}")
+            print_exercises(exercises)
             return 0
         if args.out_dir is None:
             parser.error("OUT_DIR is required (or --list)")
@@ -507,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
         removed = write_student_tree(args.out_dir, args.source, remove, args.force)
     except ScaffoldError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 1 if isinstance(err, ScaffoldWriteError) else 2
+    except OSError as err:  # OUT_DIR or the source unreadable
+        print(f"error: {err.filename or '?'}: {err.strerror or err}", file=sys.stderr)
         return 2
     count = sum(len(r) for r in removed.values())
     names = ", ".join(removed) or "none"

@@ -219,10 +219,10 @@ STUDENT_TREE_FILES, STUDENT_TREE_PYTHON_LINES = 92, 13_300
 
 
 def test_student_tree_is_the_manifest_with_only_the_regions_replaced(student_tree: Path) -> None:
-    copied = {  # what the earlier tests' runs left there (bytecode) aside
+    copied = {  # what the earlier tests' runs left there (bytecode) and the scaffold's record aside
         p.relative_to(student_tree).as_posix()
         for p in student_tree.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file() and "__pycache__" not in p.parts and p.name != scaffold.RECORD
     }
     # Files that appeared, vanished or changed in this checkout since the tree was written (by
     # someone editing it while the tests run) are not held against the scaffold.
@@ -501,6 +501,7 @@ def test_cli_without_git_selects_exercises_and_guards_out_dir(tmp_path: Path, ca
     out = tmp_path / "out"
     assert scaffold.main([str(out), "--source", str(source), "--exercise", "second"]) == 0
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        scaffold.RECORD,  # what it wrote, for a later --force
         "README.md",
         "pkg/m.py",
     ]

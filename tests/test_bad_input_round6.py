@@ -1,0 +1,211 @@
+"""Round six of the bad-input promise (tests/test_bad_input_commands.py's table, same
+assertions): the scaffold's --force over every file a student may have changed (symlinks, notes,
+finished exercises) and over a full disk, one table row per case. Each case ends in exactly one
+line ``error: ...`` naming the flag or file, the documented exit code (1 for a write fault), no
+traceback, and every file that existed before byte-identical, with nothing new left behind.
+
+Tests of their own below: the scaffold into a read-only folder (a real process without root's
+permission bypass) and --force over the scaffold's own files, which it does replace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course import scaffold
+from tests.test_bad_input_commands import (
+    MAINS,
+    Case,
+    Ctx,
+    disk_full,
+    invoke,
+    plain,
+    snapshot,
+    then,
+)
+from tests.test_bad_input_round4 import EXERCISE, files, source_tree
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMANDS = {**MAINS}
+NO_RUNS = {"scaffold"}  # commands whose cases need no finished tiny run
+
+
+# -- the scaffold: a student tree of round four's small source, then the student's changes -----
+
+FORCE = ("{tmp}/out", "--source", "{tmp}/src", "--force")
+
+
+def scaffolded(change=None):
+    """The student tree of round four's source in {tmp}/out, written by the scaffold, then
+    ``change(ctx)``: what the student did to it."""
+
+    def make(ctx: Ctx) -> None:
+        source_tree()(ctx)
+        assert scaffold.main([str(ctx.tmp / "out"), "--source", str(ctx.tmp / "src")]) == 0
+        if change is not None:
+            change(ctx)
+
+    return make
+
+
+def moved_out_and_linked(ctx: Ctx) -> None:
+    """The exercise file moved to the student's own folder, finished there, and linked back."""
+    mine = ctx.tmp / "mine"
+    mine.mkdir()
+    (mine / "geometry.py").write_text(EXERCISE)
+    (ctx.tmp / "out" / "pkg" / "geometry.py").unlink()
+    (ctx.tmp / "out" / "pkg" / "geometry.py").symlink_to(mine / "geometry.py")
+
+
+def folder_linked(ctx: Ctx) -> None:
+    """The package folder moved to the student's own place and linked back."""
+    shutil.move(ctx.tmp / "out" / "pkg", ctx.tmp / "mine")
+    (ctx.tmp / "mine" / "geometry.py").write_text(EXERCISE)
+    (ctx.tmp / "out" / "pkg").symlink_to(ctx.tmp / "mine")
+
+
+def write(rel: str, text: str):
+    def change(ctx: Ctx) -> None:
+        (ctx.tmp / "out" / rel).write_text(text)
+
+    return change
+
+
+def no_record(ctx: Ctx) -> None:
+    """A tree written before the scaffold kept its record, whose note the student changed."""
+    (ctx.tmp / "out" / scaffold.RECORD).unlink()
+    (ctx.tmp / "out" / "README.md").write_text("a course\nmy notes on it\n")
+
+
+CASES = [
+    # -- the scaffold's --force --
+    Case(
+        "s-force-exercise-symlink",
+        "scaffold",
+        then(scaffolded(moved_out_and_linked), plain(*FORCE)),
+        "pkg/geometry.py (a symlink)",
+    ),
+    Case(
+        "s-force-folder-symlink",
+        "scaffold",
+        then(scaffolded(folder_linked), plain(*FORCE)),
+        "pkg/geometry.py (via pkg)",
+    ),
+    Case(
+        "s-force-note-changed",
+        "scaffold",
+        then(scaffolded(write("README.md", "a course\nmy notes\n")), plain(*FORCE)),
+        "(README.md)",
+    ),
+    Case(
+        "s-force-exercise-finished-as-reference",
+        "scaffold",
+        then(scaffolded(write("pkg/geometry.py", EXERCISE)), plain(*FORCE)),
+        "(pkg/geometry.py)",
+    ),
+    Case(
+        "s-force-new-file-of-the-students",
+        "scaffold",
+        then(
+            scaffolded(lambda c: (write("NOTES.md", "mine\n")(c), files("src/NOTES.md")(c))),
+            plain(*FORCE),
+        ),
+        "(NOTES.md)",
+    ),
+    Case(
+        "s-force-no-record",
+        "scaffold",
+        then(scaffolded(no_record), plain(*FORCE)),
+        "(README.md)",
+    ),
+    Case(
+        "s-force-record-corrupted",
+        "scaffold",
+        then(scaffolded(write(scaffold.RECORD, "{not json")), plain(*FORCE)),
+        f"out/{scaffold.RECORD}: corrupted",
+    ),
+    Case(
+        "s-disk-full",
+        "scaffold",
+        then(source_tree(), plain("{tmp}/out", "--source", "{tmp}/src")),
+        ": cannot write: No space left on device",
+        1,
+        disk_full("fsync"),
+    ),
+    Case(
+        "s-force-disk-full",
+        "scaffold",
+        then(scaffolded(), plain(*FORCE, "--keep", "area")),
+        ": cannot write: No space left on device",
+        1,
+        disk_full("fsync"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_invocation(case, request, tiny_checkpoint, tiny_data, tmp_path, monkeypatch, capsys):
+    made = {} if case.command in NO_RUNS else request.getfixturevalue("made")
+    ctx = Ctx(tmp_path, made, tiny_checkpoint, tiny_data)
+    before = invoke(case, ctx, COMMANDS, monkeypatch, capsys)
+    assert snapshot(tmp_path, tiny_checkpoint) == before  # nothing changed, lost or left behind
+
+
+# -- the scaffold: what it replaces, and a folder it may not write -------------------------------
+
+
+def test_force_replaces_exactly_its_own_files_and_keeps_the_record(tmp_path, capsys):
+    """--force writes over the files the scaffold wrote (another choice of exercises) and
+    records the new bytes; a file the student added beside them stays untouched."""
+    ctx = Ctx(tmp_path, {}, tmp_path, tmp_path)
+    scaffolded(write("mine.txt", "not the scaffold's\n"))(ctx)
+    out = tmp_path / "out"
+    argv = [str(out), "--source", str(tmp_path / "src"), "--force"]
+    assert scaffold.main([*argv, "--keep", "area"]) == 0
+    assert (out / "pkg" / "geometry.py").read_text() == EXERCISE
+    assert (out / "mine.txt").read_text() == "not the scaffold's\n"
+    assert scaffold.main(argv) == 0  # the full source it wrote goes back to the stub
+    assert "NotImplementedError" in (out / "pkg" / "geometry.py").read_text()
+    assert scaffold.read_record(out).keys() == {"README.md", "pkg/geometry.py"}
+    assert not [p for p in out.rglob("*.tmp")]
+
+
+READ_ONLY = [sys.executable, "-m", "course.scaffold"]
+
+
+@pytest.mark.parametrize("where", ["parent", "out"])
+def test_a_read_only_folder_is_one_line_naming_it(where, tmp_path):
+    """Root's permission bypass dropped (setpriv): a read-only parent of a new OUT_DIR, or a
+    read-only OUT_DIR under --force, is one line naming the file or folder, exit 1, nothing
+    changed and no traceback."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv is not installed")
+    ctx = Ctx(tmp_path, {}, tmp_path, tmp_path)
+    source_tree()(ctx)
+    parent = tmp_path / "p"
+    parent.mkdir()
+    argv = [str(parent / "out"), "--source", str(tmp_path / "src")]
+    if where == "out":
+        assert scaffold.main(argv) == 0
+        argv += ["--force", "--keep", "area"]
+    locked = parent / "out" if where == "out" else parent
+    before = snapshot(parent)
+    locked.chmod(0o555)
+    command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *READ_ONLY, *argv]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
+    finally:
+        locked.chmod(0o755)
+    if "Operation not permitted" in done.stderr and "setpriv" in done.stderr:
+        pytest.skip("setpriv cannot drop capabilities here")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"error: {locked}") and "Permission denied" in lines[0], lines
+    assert snapshot(parent) == before
