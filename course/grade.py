@@ -253,6 +253,11 @@ def set_up(argv: list[str] | None) -> object:
             "namespaces): grade as root or where unshare works, or pass --trusted to run them "
             "as plain processes of your user"
         )
+    if args.level in (sandbox.ROOT, sandbox.OWN_USER):
+        try:
+            sandbox.UserIds()
+        except sandbox.NoUserId as err:
+            raise UsageError(f"the runners cannot have user ids of their own: {err}") from None
     args.exercises = exercises
     args.ctx = Context(None, REFERENCE)
     mine = [PROJECT_ROOT, args.submissions, args.out.parent, args.points.parent, *args.hide]

@@ -100,7 +100,10 @@ def ended(runner: sandbox.Runner) -> str:
 
 def start(tree: Path, private: list[Path], limits: Limits, log) -> sandbox.Runner:
     """A runner that said it is ready; RunnerFailed (a grader fault) if it did not."""
-    runner = sandbox.start(tree, private, limits.level, limits.memory_gb, log)
+    try:
+        runner = sandbox.start(tree, private, limits.level, limits.memory_gb, log)
+    except (OSError, sandbox.NoUserId) as err:  # the machine's, not the submission's
+        raise RunnerFailed(f"the runner did not start ({err})", True) from None
     try:
         ready = wire.read_frame(runner.answers, READY_SECONDS)
     except TimeoutError:

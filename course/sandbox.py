@@ -16,6 +16,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,10 @@ def _works(command: list[str]) -> bool:
     return done.returncode == 0
 
 
+class NoUserId(Exception):
+    """No runner user id can be had: every one is taken, or no lock can be made."""
+
+
 class UserIds:
     """Runner user ids, each held under an exclusive lock on its own file while a runner has it
     (isolate's box ids): a second grader on this machine takes others."""
@@ -108,7 +113,8 @@ class UserIds:
     def claim(self) -> tuple[int, int]:
         """(a free user id, the open lock file that holds it); its leftovers killed first."""
         for uid in RUNNER_UIDS:
-            fd = os.open(self.folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(self.folder / str(uid), flags, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -116,20 +122,22 @@ class UserIds:
                 continue
             kill_user(uid)  # a grader that died left them: nobody holds this id
             return uid, fd
-        raise RuntimeError(
-            f"every runner user id {RUNNER_UIDS.start}-{RUNNER_UIDS.stop - 1} is busy"
-        )
+        first, last = RUNNER_UIDS.start, RUNNER_UIDS.stop - 1
+        raise NoUserId(f"every runner user id {first}-{last} is taken")
 
 
 def _lock_folder() -> Path:
+    """The first folder of ``LOCKS`` that can be made and written (a NoUserId if none)."""
     for candidate in LOCKS:
         try:
             os.makedirs(candidate, mode=0o755, exist_ok=True)
         except OSError:
             continue
-        if os.access(candidate, os.W_OK):
+        status = os.lstat(candidate)
+        ours = status.st_uid == os.geteuid() and not status.st_mode & 0o022  # none planted there
+        if stat.S_ISDIR(status.st_mode) and ours and os.access(candidate, os.W_OK):
             return Path(candidate)
-    raise RuntimeError(f"no folder for the runners' locks: none of {', '.join(LOCKS)} is writable")
+    raise NoUserId(f"no folder for the runners' locks: none of {', '.join(LOCKS)} is writable")
 
 
 def kill_user(uid: int, seconds: float = 10.0) -> None:
