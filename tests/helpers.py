@@ -77,3 +77,15 @@ def kill_when_resumable(checkpoint: Path, data: Path, out_dir: Path, *extra: str
     ``last.pt`` exists (or after 120 s); its return code (−SIGKILL when the kill came first)."""
     cmd = [sys.executable, "train_multitask.py", *driver_argv(checkpoint, data, out_dir, *extra)]
     return signal_when_resumable(cmd, out_dir, signal.SIGKILL)[0]
+
+
+def processes_with(marker: str) -> list[int]:
+    """The live processes whose command line holds ``marker`` (what a test's attack left)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found

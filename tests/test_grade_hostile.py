@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from course import grade, sandbox
+from tests.helpers import processes_with
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
@@ -76,17 +77,6 @@ attempt(lambda: os.kill(os.getppid(), 9))
 attempt(lambda: os.kill(1, 9))
 sys.exit(3)  # the atexit hooks run
 """
-
-
-def processes_with(marker: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if marker.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture
