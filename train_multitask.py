@@ -303,6 +303,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         run = set_up(cfg)
         if cfg.resume:
             run.state.continue_from(run.folder.resume(run.parts(), run.state.train_files))
+        for reporter in run.reporters:  # a resume's reports past its step are dropped first
+            reporter.start(run.state.step)
     except KeyboardInterrupt as err:  # nothing of this command's training is on disk yet
         (what, code), on_disk = stop_reason(err), RunFolder(cfg.out_dir).on_disk()
         raise RunStopped(f"{what} while setting up the run; {on_disk}", code) from None

@@ -9,9 +9,9 @@ An extra's module hooks into the run through these names, each optional:
                                 section of their own; a run's values are ``cfg.extras[name]``
     problems(cfg, elsewhere)    what is wrong with its settings given the whole TrainConfig
                                 (``elsewhere``: a recorded command); yields one line each
-    reporter(cfg, folder)       None, or an object whose ``losses(step, {task: loss})``,
-                                ``metrics(step, {name: value})``, ``learning_rate(step, lr)``
-                                and ``close()`` the loop calls as it logs
+    reporter(cfg, folder)       None, or what the loop tells what it logs: ``start(step)`` (a
+                                resume's: drop reports past it), ``losses``, ``metrics``,
+                                ``learning_rate`` (step, values) and ``close()`` at the end
 """
 
 from __future__ import annotations

@@ -69,6 +69,7 @@ DRIVER = Layout(
         "*-output.csv",
         "task-*.safetensors",
         "teacher-outputs.safetensors",
+        "tensorboard/events.out.tfevents.*",  # --report_to tensorboard's events, in a folder
     ),
     logs=("metrics.jsonl", "train_log.jsonl"),
 )
@@ -159,10 +160,15 @@ class RunFolder:
                 raise UsageError(f"--resume: {self.file('last.pt')} not found; nothing to resume")
             return
         if foreign := self.foreign_entries():
-            kind = folder_kind(self.path) or f"a folder of other files ({', '.join(foreign[:3])})"
+            kind = folder_kind(self.path)
+            what = f"is {kind}, not a run of {self.layout.command}"
+            if kind is None or self.layout.command in kind:  # its own kind, with other files
+                what = (
+                    f"holds files no run of {self.layout.command} writes ({', '.join(foreign[:3])})"
+                )
             raise UsageError(
-                f"--out_dir {self.path} is {kind}, not a run of {self.layout.command}; it is left "
-                "as it is (--overwrite included): choose a new or empty --out_dir"
+                f"--out_dir {self.path} {what}; it is left as it is (--overwrite included): "
+                "choose a new or empty --out_dir"
             )
         held = [name for name in self.layout.state if self.file(name).exists()]
         if held and not overwrite:
@@ -172,10 +178,12 @@ class RunFolder:
             )
 
     def foreign_entries(self) -> list[str]:
-        """The names in the folder that this command's runs never write (sorted)."""
+        """The names in the folder that this command's runs never write (sorted); a folder the
+        run writes into (``tensorboard/...``) is its own, whatever else it holds."""
         if not self.path.is_dir():
             return []
-        own = (*self.layout.state, *self.layout.outputs, *self.layout.logs, ".lock", ".*.tmp")
+        names = (*self.layout.state, *self.layout.outputs, *self.layout.logs, ".lock", ".*.tmp")
+        own = [pattern.split("/")[0] for pattern in names]
         return sorted(
             p.name
             for p in self.path.iterdir()

@@ -1,8 +1,9 @@
 """Round six of the bad-input promise (tests/test_bad_input_commands.py's table, same
-assertions): the scaffold's --force over every file a student may have changed (symlinks, notes,
-finished exercises) and over a full disk, one table row per case. Each case ends in exactly one
-line ``error: ...`` naming the flag or file, the documented exit code (1 for a write fault), no
-traceback, and every file that existed before byte-identical, with nothing new left behind.
+assertions), a section of rows per command: the scaffold's --force over what a student changed
+(symlinks, notes, finished exercises) and over a full disk; the driver's run folder with its
+tensorboard/. Each case ends in exactly one line ``error: ...`` naming the flag or file,
+the documented exit code (1 for a write fault), no traceback, and every file that existed
+before byte-identical, with nothing new left behind.
 
 Tests of their own below: the scaffold into a read-only folder (a real process without root's
 permission bypass) and --force over the scaffold's own files, which it does replace.
@@ -24,7 +25,9 @@ from tests.test_bad_input_commands import (
     Case,
     Ctx,
     disk_full,
+    driver,
     invoke,
+    make_runs,
     plain,
     snapshot,
     then,
@@ -34,6 +37,13 @@ from tests.test_bad_input_round4 import EXERCISE, files, source_tree
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {**MAINS}
 NO_RUNS = {"scaffold"}  # commands whose cases need no finished tiny run
+
+
+@pytest.fixture(scope="module")
+def made(tiny_checkpoint, tiny_data, tmp_path_factory) -> dict[str, Path]:
+    """The tiny finished runs of tests/test_bad_input_commands.py (asked for by the cases of
+    commands that read a run)."""
+    return make_runs(tiny_checkpoint, tiny_data, tmp_path_factory.mktemp("made6"))
 
 
 # -- the scaffold: a student tree of round four's small source, then the student's changes -----
@@ -83,8 +93,7 @@ def no_record(ctx: Ctx) -> None:
     (ctx.tmp / "out" / "README.md").write_text("a course\nmy notes on it\n")
 
 
-CASES = [
-    # -- the scaffold's --force --
+SCAFFOLD = [
     Case(
         "s-force-exercise-symlink",
         "scaffold",
@@ -147,6 +156,41 @@ CASES = [
         disk_full("fsync"),
     ),
 ]
+
+
+# -- the driver's run folder and --report_to tensorboard --------------------------------------
+
+
+def in_run(name: str, folder: bool = False):
+    """A file (or folder) of the user's inside a copy of the finished run."""
+
+    def make(ctx: Ctx) -> None:
+        path = ctx.run() / name
+        path.mkdir() if folder else path.write_text("the user's own\n")
+
+    return make
+
+
+RUN_FOLDER = [
+    Case(
+        "d-overwrite-run-with-a-file-of-the-users",
+        "driver",
+        then(in_run("notes.txt"), driver("--out_dir", "{run}", "--overwrite")),
+        "holds files no run of train_multitask.py writes (notes.txt)",
+    ),
+    Case(
+        "d-tensorboard-is-a-file",
+        "driver",
+        then(
+            in_run("tensorboard"),
+            driver("--out_dir", "{run}", "--overwrite", "--report_to", "tensorboard"),
+        ),
+        "tensorboard is not a folder, and the run's events go there",
+    ),
+]
+
+
+CASES = [*SCAFFOLD, *RUN_FOLDER]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
