@@ -75,7 +75,7 @@ DRIVER = Layout(
 )
 
 
-EXPORT_MARK = "export.json"  # what the lab's export command writes into every export
+EXPORT_MARK = "export.json"  # what an export writes into every folder it makes
 
 
 def folder_kind(path: Path) -> str | None:
@@ -446,9 +446,21 @@ class RunFolder:
 
     def load_into(self, model: MultitaskModel) -> None:
         """``--add_to``: load this run's trained tensors, and those of the runs it was itself
-        added to, into a model that holds their tasks and more."""
+        added to, into a model that holds their tasks and more. Each run's best.safetensors must
+        hold every tensor of the tasks it trained (their plug-ins and heads): one it lacks would
+        stay at its random start, frozen, without a word."""
         for folder in [*reversed(self.chain()[1:]), self]:
-            folder.load_best(model, "--add_to", fit="within")
+            loaded = folder.load_best(model, "--add_to", fit="within")
+            tasks = folder.read_config("--add_to").get("tasks")
+            if not isinstance(tasks, list) or not all(t in model.heads for t in tasks):
+                raise UsageError(f"--add_to: {folder.file('config.json')} is corrupted (tasks)")
+            wanted = set().union(*(model.task_keys(task) for task in tasks))
+            if missing := sorted(wanted - set(loaded)):
+                raise UsageError(
+                    f"--add_to: {folder.file('best.safetensors')} lacks {len(missing)} tensors "
+                    f"of the tasks {folder.path} trained ({', '.join(tasks)}), e.g. "
+                    f"{', '.join(missing[:3])}; it was not written by that run"
+                )
 
     def save_task_checkpoints(self, model: MultitaskModel) -> None:
         """task-<name>.safetensors: one task's plug-ins + head, loadable onto the pretrained

@@ -1,9 +1,9 @@
 """Round six of the bad-input promise (tests/test_bad_input_commands.py's table, same
 assertions), a section of rows per command: the scaffold's --force over what a student changed
 (symlinks, notes, finished exercises) and over a full disk; the driver's run folder with its
-tensorboard/. Each case ends in exactly one line ``error: ...`` naming the flag or file,
-the documented exit code (1 for a write fault), no traceback, and every file that existed
-before byte-identical, with nothing new left behind.
+tensorboard/; --add_to over earlier weights that lack a task's tensors. Each case ends in
+exactly one line ``error: ...`` naming the flag or file, the documented exit code (1 for a write
+fault), no traceback, and every file that existed before byte-identical, nothing left behind.
 
 Tests of their own below: the scaffold into a read-only folder (a real process without root's
 permission bypass) and --force over the scaffold's own files, which it does replace.
@@ -18,10 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from course import scaffold
+from tests.helpers import run_driver
 from tests.test_bad_input_commands import (
     MAINS,
+    SHORT,
     Case,
     Ctx,
     disk_full,
@@ -37,13 +40,18 @@ from tests.test_bad_input_round4 import EXERCISE, files, source_tree
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {**MAINS}
 NO_RUNS = {"scaffold"}  # commands whose cases need no finished tiny run
+NEW = ("--out_dir", "{tmp}/new")
 
 
 @pytest.fixture(scope="module")
 def made(tiny_checkpoint, tiny_data, tmp_path_factory) -> dict[str, Path]:
     """The tiny finished runs of tests/test_bad_input_commands.py (asked for by the cases of
     commands that read a run)."""
-    return make_runs(tiny_checkpoint, tiny_data, tmp_path_factory.mktemp("made6"))
+    root = tmp_path_factory.mktemp("made6")
+    made = make_runs(tiny_checkpoint, tiny_data, root)
+    added = ("--add_to", str(made["adapter"]), "--tasks", "sts")
+    assert run_driver(tiny_checkpoint, tiny_data, root / "added", *SHORT, *added) == 0
+    return {**made, "added": root / "added"}
 
 
 # -- the scaffold: a student tree of round four's small source, then the student's changes -----
@@ -190,7 +198,61 @@ RUN_FOLDER = [
 ]
 
 
-CASES = [*SCAFFOLD, *RUN_FOLDER]
+# -- --add_to: every tensor of the earlier runs' tasks ------------------------------------------
+
+
+def without(name: str, prefix: str):
+    """A copy of the run ``name`` whose best.safetensors lacks the tensors under ``prefix``."""
+
+    def make(ctx: Ctx) -> None:
+        path = ctx.copy(name) / "best.safetensors"
+        kept = {k: v for k, v in load_file(str(path)).items() if not k.startswith(prefix)}
+        assert len(kept) < len(load_file(str(path)))
+        save_file(kept, str(path))
+
+    return make
+
+
+def added_to_the_copy(ctx: Ctx) -> None:
+    """A copy of the run added to the adapter run, added to the adapter run's copy instead."""
+    ctx.edit_json(
+        ctx.copy("added") / "config.json",
+        lambda c: c.__setitem__("add_to", str(ctx.tmp / "adapter")),
+    )
+
+
+ADD_TO = [
+    Case(
+        "d-add-to-best-lacks-a-head",
+        "driver",
+        then(
+            without("adapter", "heads.para."),
+            driver("--add_to", "{tmp}/adapter", "--tasks", "sts", *NEW, runs=()),
+        ),
+        "adapter/best.safetensors lacks 2 tensors of the tasks",
+    ),
+    Case(
+        "d-add-to-best-lacks-plugins",
+        "driver",
+        then(
+            without("adapter", "bert.plugins"),
+            driver("--add_to", "{tmp}/adapter", "--tasks", "sts", *NEW, runs=()),
+        ),
+        "adapter/best.safetensors lacks",
+    ),
+    Case(
+        "d-evaluate-added-run-whose-base-lacks-a-head",
+        "driver",
+        then(
+            lambda c: (without("adapter", "heads.sst.")(c), added_to_the_copy(c)),
+            driver("--evaluate", "{tmp}/added", runs=()),
+        ),
+        "e.g. heads.sst.",
+    ),
+]
+
+
+CASES = [*SCAFFOLD, *RUN_FOLDER, *ADD_TO]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
