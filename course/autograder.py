@@ -126,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         type=nonempty_path,
         help="with --leaderboard: the labelled test files (as python -m course.leaderboard takes)",
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing OUT.zip (without it, an existing file is never replaced)",
+    )
 
     def body() -> None:
         args = parser.parse_args(argv)
@@ -133,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"OUT.zip {args.out}: give a file name ending in .zip")
         if not args.out.parent.is_dir():
             raise UsageError(f"OUT.zip {args.out}: its folder does not exist")
+        if (args.out.exists() or args.out.is_symlink()) and not args.overwrite:
+            raise UsageError(
+                f"OUT.zip {args.out} exists; pass --overwrite to replace it, or give another name"
+            )
         if args.leaderboard != (args.labels is not None):
             raise UsageError("--leaderboard and --labels LABELS_DIR go together")
         count = write_zip(args.out, labels=args.labels)

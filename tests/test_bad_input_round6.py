@@ -1,12 +1,14 @@
 """Round six of the bad-input promise (tests/test_bad_input_commands.py's table, same
 assertions), a section of rows per command: the scaffold's --force over what a student changed
 (symlinks, notes, finished exercises) and over a full disk; the driver's run folder with its
-tensorboard/; --add_to over earlier weights that lack a task's tensors. Each case ends in
-exactly one line ``error: ...`` naming the flag or file, the documented exit code (1 for a write
-fault), no traceback, and every file that existed before byte-identical, nothing left behind.
+tensorboard/; --add_to over earlier weights that lack a task's tensors; the Gradescope zip over
+a file of the user's. Each case ends in exactly one line ``error: ...`` naming the flag or file,
+the documented exit code (1 for a write fault), no traceback, and every file that existed
+before byte-identical, with nothing new left behind.
 
 Tests of their own below: the scaffold into a read-only folder (a real process without root's
-permission bypass) and --force over the scaffold's own files, which it does replace.
+permission bypass), --force over the scaffold's own files and --overwrite of a zip, which are
+replaced.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file, save_file
 
-from course import scaffold
+from course import gradescope, scaffold
 from tests.helpers import run_driver
 from tests.test_bad_input_commands import (
     MAINS,
@@ -38,8 +41,8 @@ from tests.test_bad_input_commands import (
 from tests.test_bad_input_round4 import EXERCISE, files, source_tree
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = {**MAINS}
-NO_RUNS = {"scaffold"}  # commands whose cases need no finished tiny run
+COMMANDS = {**MAINS, "gradescope": gradescope.main}
+NO_RUNS = {"scaffold", "gradescope"}  # commands whose cases need no finished tiny run
 NEW = ("--out_dir", "{tmp}/new")
 
 
@@ -252,7 +255,37 @@ ADD_TO = [
 ]
 
 
-CASES = [*SCAFFOLD, *RUN_FOLDER, *ADD_TO]
+# -- the Gradescope zip: never over a file of the user's without --overwrite ---------------------
+
+GRADESCOPE = [
+    Case(
+        "g-zip-exists",
+        "gradescope",
+        then(files("autograder.zip"), plain("{tmp}/autograder.zip")),
+        "autograder.zip exists; pass --overwrite",
+    ),
+    Case(
+        "g-zip-is-a-link",
+        "gradescope",
+        then(
+            lambda c: (files("mine.zip")(c), (c.tmp / "a.zip").symlink_to(c.tmp / "mine.zip")),
+            plain("{tmp}/a.zip"),
+        ),
+        "a.zip exists; pass --overwrite",
+    ),
+    Case(
+        "g-leaderboard-zip-exists",
+        "gradescope",
+        then(
+            files("autograder.zip", "labels/"),
+            plain("{tmp}/autograder.zip", "--leaderboard", "--labels", "{tmp}/labels"),
+        ),
+        "autograder.zip exists; pass --overwrite",
+    ),
+]
+
+
+CASES = [*SCAFFOLD, *RUN_FOLDER, *ADD_TO, *GRADESCOPE]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -315,3 +348,13 @@ def test_a_read_only_folder_is_one_line_naming_it(where, tmp_path):
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert lines[0].startswith(f"error: {locked}") and "Permission denied" in lines[0], lines
     assert snapshot(parent) == before
+
+
+def test_overwrite_replaces_an_earlier_zip(tmp_path, capsys):
+    """With --overwrite the zip is written over the earlier one, whole."""
+    out = tmp_path / "autograder.zip"
+    out.write_bytes(b"an earlier zip")
+    assert gradescope.main([str(out), "--overwrite"]) == 0
+    with zipfile.ZipFile(out) as archive:
+        assert {"setup.sh", "run_autograder"} <= set(archive.namelist())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["autograder.zip"]
