@@ -294,6 +294,14 @@ def test_a_recorded_command_is_made_portable():
 STEP_FILES, STEP_FUNCTIONS = 9, 32
 
 
+def project_file(path: Path) -> bool:
+    """A file of the project's own code: inside the clone, not a test, and not inside an
+    environment made there (make's .venv holds torch's files)."""
+    if not path.is_relative_to(ROOT) or path.parent.name == "tests":
+        return False
+    return not any(part.startswith(".venv") for part in path.relative_to(ROOT).parts)
+
+
 def functions_one_step_enters(checkpoint: Path, data: Path, folder: Path) -> dict[str, set[str]]:
     """File -> the project functions one training step enters: profiled in two plain finetune
     runs of one task that differ only in their number of steps (no evaluation or log line in
@@ -315,8 +323,9 @@ def functions_one_step_enters(checkpoint: Path, data: Path, folder: Path) -> dic
         calls.append({key[::2]: value[1] for key, value in pstats.Stats(profile).stats.items()})
     entered: dict[str, set[str]] = {}
     for (file, function), n in calls[1].items():
-        inside = Path(file).is_relative_to(ROOT) and Path(file).parent.name != "tests"
-        if inside and n > calls[0].get((file, function), 0):
+        if not project_file(Path(file)):
+            continue
+        if n > calls[0].get((file, function), 0):
             entered.setdefault(str(Path(file).relative_to(ROOT)), set()).add(function)
     return entered
 
