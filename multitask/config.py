@@ -314,7 +314,6 @@ def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainC
         source = None  # a results row whose first stage is not here: its flags as recorded
     if source is not None:
         saved = read_run(source, flag)
-        extras.refuse_absent(saved)
         flat = merge_config(flat, saved, inherited, defaults | {"base_tasks": []}, flag, source)
         if flag == "--add_to":
             flat["base_tasks"] = [*saved.get("base_tasks", []), *saved["tasks"]]
@@ -325,13 +324,18 @@ def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainC
     return config
 
 
-def read_run(source: str, flag: str) -> dict[str, Any]:
-    """A saved run's config.json, read defensively: a missing key, a value of the wrong type,
-    base_tasks that are not a list of names, an --add_to chain that loops are "corrupted"."""
+def read_run(source: str | Path, flag: str) -> dict[str, Any]:
+    """A saved run's config.json, read defensively: a missing key, a value of the wrong type or
+    out of its flag's range (the extras' settings too), base_tasks that are not a list of names,
+    an --add_to chain that loops are "corrupted"; a setting of an extra this tree lacks is
+    refused. The one reader of config.json: the driver's --resume, --evaluate,
+    --add_to, ... and every command that opens a finished run (multitask/trained.py) read it
+    here, with the same checks and messages."""
     folder = RunFolder(source)
     saved = folder.read_settings(TrainConfig, flag, required=("option", "tasks"))
     for settings in extras.sections().values():
         folder.read_settings(settings, flag)
+    extras.refuse_absent(saved)
     base = saved.get("base_tasks", [])
     if not isinstance(base, list) or not all(isinstance(t, str) for t in base):
         raise UsageError(f"{flag}: {folder.file('config.json')} is corrupted (base_tasks {base!r})")

@@ -19,6 +19,7 @@ from minbert.checkpoint import UnsafeCheckpointError, load_tensors
 from minbert.flags import unflatten
 from minbert.pretrained import CheckpointError
 from minbert.tokenizer import Tokenizer
+from multitask.config import read_run
 from multitask.errors import RunStopped, UsageError
 from multitask.model import ModelSettings, MultitaskModel, build_model
 from multitask.run import RunFolder
@@ -33,7 +34,7 @@ class TrainedRun:
             raise UsageError(f"{flag}: an empty path; give the folder of a training run")
         self.folder = RunFolder(path, writes=False)
         self.path = self.folder.path
-        flat = self.folder.read_settings(ModelSettings, flag, required=("option", "tasks"))
+        flat = read_run(path, flag)  # the one reader of config.json: --evaluate's checks
         config = self.folder.file("config.json")
         tasks, base = flat["tasks"], flat.get("base_tasks", [])
         batch_size = flat.get("batch_size", 32)

@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
+import multitask.attention
 from course import gradescope, scaffold
+from multitask import fusion_weights
 from tests.helpers import run_driver
 from tests.test_bad_input_commands import (
     MAINS,
@@ -32,6 +34,7 @@ from tests.test_bad_input_commands import (
     Ctx,
     disk_full,
     driver,
+    in_config,
     invoke,
     make_runs,
     plain,
@@ -41,7 +44,12 @@ from tests.test_bad_input_commands import (
 from tests.test_bad_input_round4 import EXERCISE, files, source_tree
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = {**MAINS, "gradescope": gradescope.main}
+COMMANDS = {
+    **MAINS,
+    "gradescope": gradescope.main,
+    "attention": multitask.attention.main,
+    "weights": fusion_weights.main,
+}
 NO_RUNS = {"scaffold", "gradescope"}  # commands whose cases need no finished tiny run
 NEW = ("--out_dir", "{tmp}/new")
 
@@ -54,7 +62,9 @@ def made(tiny_checkpoint, tiny_data, tmp_path_factory) -> dict[str, Path]:
     made = make_runs(tiny_checkpoint, tiny_data, root)
     added = ("--add_to", str(made["adapter"]), "--tasks", "sts")
     assert run_driver(tiny_checkpoint, tiny_data, root / "added", *SHORT, *added) == 0
-    return {**made, "added": root / "added"}
+    fusion = ("--option", "fusion", "--adapters_from", str(made["adapter"]))
+    assert run_driver(tiny_checkpoint, tiny_data, root / "fusion", *SHORT, *fusion) == 0
+    return {**made, "added": root / "added", "fusion": root / "fusion"}
 
 
 # -- the scaffold: a student tree of round four's small source, then the student's changes -----
@@ -285,7 +295,48 @@ GRADESCOPE = [
 ]
 
 
-CASES = [*SCAFFOLD, *RUN_FOLDER, *ADD_TO, *GRADESCOPE]
+# -- one reader of config.json: what --evaluate refuses, every command that opens a run refuses --
+
+# (key, value, the reason --evaluate gives in "config.json is corrupted (...)")
+BAD_CONFIG = [
+    ("max_grad_norm", "x", "--max_grad_norm 'x': must be a number"),
+    ("report_to", "bogus", "--report_to 'bogus': must be one of none, tensorboard"),
+    ("optimizer", "sgd", "--optimizer 'sgd': must be one of adamw, foreach, fused"),
+    ("teachers", 5, "--teachers 5: must be a list of strings"),
+]
+# Each command on a copy of a finished run, named relative to the current directory (so that the
+# line's "RUN_DIR: ../run/config.json" tells the run's own reader from a flag's).
+READERS = {
+    "predict": ("run", ("../run", "--task", "sst", "--input", "{tmp}/in.txt")),
+    "export": ("run", ("../run", "{tmp}/exported")),
+    "attention": ("run", ("../run", "--task", "sst", "--input", "a good film", "--out", "a.html")),
+    "weights": ("fusion", ("../fusion", "--limit", "4", "--out", "{tmp}/w.png")),
+}
+CONFIG_READER = [
+    Case(
+        f"{command[0]}-config-{key}",
+        command,
+        then(
+            lambda c, key=key, value=value, run=run: (
+                files("in.txt")(c),
+                in_config(key, value, name=run)(c),
+            ),
+            plain(*argv),
+        ),
+        f"error: RUN_DIR: ../{run}/config.json is corrupted ({reason})",
+    )
+    for command, (run, argv) in READERS.items()
+    for key, value, reason in BAD_CONFIG
+]
+
+
+CASES = [
+    *SCAFFOLD,
+    *RUN_FOLDER,
+    *ADD_TO,
+    *GRADESCOPE,
+    *CONFIG_READER,
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
