@@ -100,16 +100,24 @@ def needs(flag: str) -> dict[str, str]:
     return {c: e.module for e in EXTRAS for name, c in e.choices if name == flag}
 
 
-def refuse_absent(values: dict[str, Any], words: list[str] = ()) -> None:
-    """A UsageError where ``values`` (a saved config.json) sets a flag of an absent extra to
-    anything but its off value, or ``words`` (a command line) names one of its flags."""
+def refuse_absent(values: dict[str, Any], words: list[str] = (), source: str = "") -> None:
+    """A UsageError where ``values`` (a saved config.json, named by ``source``) used an absent
+    extra: set one of its flags to anything but its off value, or made a choice it adds to a
+    core flag (``--step_gradient pcgrad``), every extra alike: a run is read only by a tree that
+    has every part it ran with; or where ``words`` (a command line) names one of its flags."""
+    where = f"{source}: " if source else ""
     for extra in EXTRAS:
         if extra.present():
             continue
         for flag, off in extra.flags:
             given = any(w == f"--{flag}" or w.startswith(f"--{flag}=") for w in words)
-            if given or values.get(flag, off) != off:
+            if given:
                 load(extra.name, f"--{flag}")
+            if values.get(flag, off) != off:
+                load(extra.name, f"{where}--{flag}")
+        for flag, choice in extra.choices:
+            if values.get(flag) == choice:
+                load(extra.name, f"{where}--{flag} {choice}")
 
 
 def chosen(cfg: Any) -> Iterator[tuple[Extra, str]]:

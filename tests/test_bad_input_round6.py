@@ -13,6 +13,7 @@ replaced.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 import multitask.attention
 from course import gradescope, scaffold
-from multitask import fusion_weights
+from multitask import extras, fusion_weights
 from tests.helpers import run_driver
 from tests.test_bad_input_commands import (
     MAINS,
@@ -330,12 +331,81 @@ CONFIG_READER = [
 ]
 
 
+# -- a tree without an extra (the student tree) reads no run that used it, every extra alike ----
+
+
+def absent(name: str):
+    """This tree without the extra ``name`` (as the student tree is without its file)."""
+
+    def patch(monkeypatch, ctx) -> None:
+        present = extras.Extra.present
+        monkeypatch.setattr(extras.Extra, "present", lambda e: e.name != name and present(e))
+
+    return patch
+
+
+# (the extra, the config.json key and a value that uses it, the flag and file the line names)
+USES = [
+    ("distillation", "teachers", ["sst=elsewhere"], "--teachers needs multitask/distillation.py"),
+    ("fusion", "option", "fusion", "--option fusion needs multitask/fusion.py"),
+    ("pcgrad", "step_gradient", "pcgrad", "--step_gradient pcgrad needs minbert/pcgrad.py"),
+    ("compiled", "compile", True, "--compile needs multitask/compiled.py"),
+    (
+        "optimizer_foreach",
+        "optimizer",
+        "foreach",
+        "--optimizer foreach needs minbert/optimizer_foreach.py",
+    ),
+    ("fused_adamw", "optimizer", "fused", "--optimizer fused needs multitask/fused_adamw.py"),
+    ("peft_format", "init_lora", ["sst=elsewhere"], "--init_lora needs multitask/peft_format.py"),
+    (
+        "tensorboard",
+        "report_to",
+        "tensorboard",
+        "--report_to needs multitask/tensorboard_report.py",
+    ),
+    ("cuda_graphs", "cuda_graphs", "on", "--cuda_graphs needs multitask/cuda_graphs.py"),
+]
+WITHOUT_EXTRA = [
+    Case(
+        f"d-evaluate-without-{name}",
+        "driver",
+        then(in_config(key, value), driver("--evaluate", "{run}")),
+        f"error: --evaluate: {{run}}/config.json: {words}",
+        patch=absent(name),
+    )
+    for name, key, value, words in USES
+] + [
+    Case(
+        "d-add-to-without-pcgrad",
+        "driver",
+        then(
+            in_config("step_gradient", "pcgrad", name="adapter"),
+            driver("--add_to", "{adapter}", "--tasks", "sts", *NEW, runs=("adapter",)),
+        ),
+        "adapter/config.json: --step_gradient pcgrad needs minbert/pcgrad.py",
+        patch=absent("pcgrad"),
+    ),
+    Case(
+        "d-resume-without-pcgrad",
+        "driver",
+        then(
+            in_config("step_gradient", "pcgrad"),
+            driver("--out_dir", "{run}", "--resume"),
+        ),
+        "--resume: {run}/config.json: --step_gradient pcgrad needs minbert/pcgrad.py",
+        patch=absent("pcgrad"),
+    ),
+]
+
+
 CASES = [
     *SCAFFOLD,
     *RUN_FOLDER,
     *ADD_TO,
     *GRADESCOPE,
     *CONFIG_READER,
+    *WITHOUT_EXTRA,
 ]
 
 
@@ -343,6 +413,7 @@ CASES = [
 def test_bad_invocation(case, request, tiny_checkpoint, tiny_data, tmp_path, monkeypatch, capsys):
     made = {} if case.command in NO_RUNS else request.getfixturevalue("made")
     ctx = Ctx(tmp_path, made, tiny_checkpoint, tiny_data)
+    case = dataclasses.replace(case, words=case.words.format(run=tmp_path / "run"))
     before = invoke(case, ctx, COMMANDS, monkeypatch, capsys)
     assert snapshot(tmp_path, tiny_checkpoint) == before  # nothing changed, lost or left behind
 
