@@ -14,10 +14,13 @@ Design notes: docs/design/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
+import io
 import json
 import os
 import platform
+import re
 import shlex
 import signal
 import subprocess
@@ -33,6 +36,7 @@ import _common
 from suite_results import markdown
 
 from minbert.flags import ArgumentParser
+from multitask.errors import UsageError
 
 ROOT = _common.ROOT
 STOPPING = threading.Event()  # set on Ctrl-C: rows that end now were stopped, not failed
@@ -556,6 +560,51 @@ def chosen_runs(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[tu
     return [(f"{n}-seed-{s}", filled(flags, args.runs_dir, s)) for n, flags in rows for s in seeds]
 
 
+def script_flags(script: str, words: list[str]) -> None:
+    """Read ``words`` (a row's flags) as ``script`` reads its command line, with its own parser
+    and its settings' ranges: a UsageError or SystemExit for a flag it would refuse."""
+    if script == PLAIN_LOOP:
+        import plain_loop
+
+        plain_loop.build_parser().parse_args(words)
+    elif script == MLM:
+        import pretrain_mlm
+        from minbert.flags import unflatten
+
+        try:
+            unflatten(pretrain_mlm.MLMConfig, vars(pretrain_mlm.build_parser().parse_args(words)))
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    else:
+        from multitask import extras
+        from multitask.config import TrainConfig, build_parser
+
+        extras.refuse_absent({}, words)
+        TrainConfig.from_flat(vars(build_parser().parse_args(words)))
+
+
+def check_flags(
+    p: argparse.ArgumentParser, chosen: list[tuple[str, list]], args: argparse.Namespace, extra
+) -> None:
+    """Every row's flags (and the flags after --), read by the parser of the script the row runs
+    before any row starts: a flag the driver (or pretrain_mlm.py, the plain loop) would refuse
+    is one line naming the row, never a row that fails after others ran."""
+    for name, flags in chosen:
+        cmd = row_command(name, flags, args, extra)
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                script_flags(cmd[1], cmd[2:])
+        except UsageError as err:
+            p.error(f"row {name}: {cmd[1]} refuses its flags: {err}")
+        except SystemExit:  # the script's parser said why on its standard error
+            lines = [line for line in said.getvalue().splitlines() if line.strip()]
+            why = (lines[-1] if lines else "a bad flag").removeprefix("error: ")
+            why = why.split(": error: ", 1)[-1]  # argparse's own "prog: error: ..."
+            why = re.sub(r" \(see \S+ --help\)$", "", why)  # the runner's own --help follows
+            p.error(f"row {name}: {cmd[1]} refuses its flags: {why}")
+
+
 def check_paths(p: argparse.ArgumentParser, args: argparse.Namespace, json_path: Path) -> None:
     """The data folder exists, and the results go nowhere a run or an export lives."""
     from multitask.run import folder_kind
@@ -638,6 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     results = read_results(p, json_path)  # a cut-off file is named before anything runs
     if not args.render:
         check_replaced(p, args, chosen, extra, results)
+        check_flags(p, chosen, args, extra)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     if args.render:
         write_markdown(md_path, args.suite, results)

@@ -21,13 +21,14 @@ import sys
 import zipfile
 from pathlib import Path
 
+import multitask_runs
 import pytest
 from safetensors.torch import load_file, save_file
 
 import multitask.attention
 from course import gradescope, scaffold
 from multitask import extras, fusion_weights
-from tests.helpers import run_driver
+from tests.helpers import run_driver, short_run
 from tests.test_bad_input_commands import (
     MAINS,
     SHORT,
@@ -42,16 +43,17 @@ from tests.test_bad_input_commands import (
     snapshot,
     then,
 )
-from tests.test_bad_input_round4 import EXERCISE, files, source_tree
+from tests.test_bad_input_round4 import EXERCISE, files, runner, source_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {
     **MAINS,
+    "runner": multitask_runs.main,
     "gradescope": gradescope.main,
     "attention": multitask.attention.main,
     "weights": fusion_weights.main,
 }
-NO_RUNS = {"scaffold", "gradescope"}  # commands whose cases need no finished tiny run
+NO_RUNS = {"scaffold", "gradescope", "runner"}  # commands whose cases need no finished tiny run
 NEW = ("--out_dir", "{tmp}/new")
 
 
@@ -399,6 +401,61 @@ WITHOUT_EXTRA = [
 ]
 
 
+# -- the suite runner: every row's flags read by its script's parser before any row starts ------
+
+
+def suite_with(bad: list[str], script: str | None = None):
+    """A tiny suite: a good row, then a row with the flags ``bad`` (of ``script``, else the
+    driver's)."""
+
+    def patch(monkeypatch, ctx) -> None:
+        tiny = ["--checkpoint", str(ctx.checkpoint), "--max_length", "32"]
+        rows = [("good", [*tiny, "--batch_size", "4", *short_run(1, 1)])]
+        if script == multitask_runs.MLM:
+            rows.append(("bad", [script, *tiny, "--steps", "1", "--tasks", "sst", *bad]))
+        elif script == multitask_runs.PLAIN_LOOP:
+            rows.append(("bad", [script, *tiny, "--epochs", "1", "--limit", "4", *bad]))
+        else:
+            rows.append(("bad", [*tiny, "--batch_size", "4", *short_run(1, 1), *bad]))
+        monkeypatch.setitem(multitask_runs.SUITES, "tiny", rows)
+
+    return patch
+
+
+RUNNER = [
+    Case(
+        f"r-{label}",
+        "runner",
+        runner(*after),
+        f"row bad: {script or 'train_multitask.py'} refuses its flags: {words}",
+        patch=suite_with(bad, script),
+    )
+    for label, bad, after, script, words in [
+        ("unknown-flag", ["--nope"], (), None, "unrecognized arguments: --nope"),
+        ("value-out-of-range", ["--lr", "-1"], (), None, "--lr"),
+        ("choice-unknown", ["--sampling", "bogus"], (), None, "argument --sampling: invalid"),
+        ("value-not-a-number", ["--epochs", "x"], (), None, "argument --epochs: invalid int"),
+        ("mlm-unknown-flag", ["--nope"], (), multitask_runs.MLM, "unrecognized arguments"),
+        ("mlm-out-of-range", ["--warmup", "1"], (), multitask_runs.MLM, "--warmup"),
+        (
+            "plain-loop-choice",
+            ["--draw", "bogus"],
+            (),
+            multitask_runs.PLAIN_LOOP,
+            "argument --draw: invalid choice",
+        ),
+    ]
+] + [
+    Case(
+        "r-flags-after-dashes",
+        "runner",
+        runner("--", "--nope"),
+        "row good: train_multitask.py refuses its flags: unrecognized arguments: --nope",
+        patch=suite_with([]),
+    ),
+]
+
+
 CASES = [
     *SCAFFOLD,
     *RUN_FOLDER,
@@ -406,6 +463,7 @@ CASES = [
     *GRADESCOPE,
     *CONFIG_READER,
     *WITHOUT_EXTRA,
+    *RUNNER,
 ]
 
 

@@ -10,6 +10,10 @@ import pytest
 
 from tests.helpers import run_driver, short_run
 
+# A row the driver's parser reads (the runner checks that before any row runs) and the run then
+# refuses: --option fusion without its stage-1 run.
+FAILS = ["--option", "fusion"]
+
 
 def test_jobs_runs_configurations_at_once_into_one_results_file(
     tiny_checkpoint, tiny_data, tmp_path, monkeypatch
@@ -84,7 +88,7 @@ def test_a_failed_row_makes_the_runner_fail(
     tiny = ["--checkpoint", str(tiny_checkpoint), "--batch_size", "4", "--epochs", "1"]
     suite = [
         ("good", [*tiny, "--steps_per_epoch", "1", "--no_plots"]),
-        ("bad", [*tiny, "--lr", "-1"]),
+        ("bad", [*tiny, *FAILS]),
     ]
     monkeypatch.setitem(multitask_runs.SUITES, "tiny", suite)
     argv = ["tiny", "--data_dir", str(tiny_data), "--runs_dir", str(tmp_path / "runs")]
@@ -106,7 +110,7 @@ def test_rows_run_at_once_start_after_their_first_stage(
             "taught",
             ["--tasks", "sst", "--teachers", "sst={runs_dir}/tiny-first-seed-{seed}", *tiny],
         ),
-        ("bad", [*tiny, "--lr", "-1"]),
+        ("bad", [*tiny, *FAILS]),
         ("then", ["--init_from", "{runs_dir}/tiny-first-seed-{seed}", "--tasks", "sst", *tiny]),
         ("after-bad", ["--init_from", "{runs_dir}/tiny-bad-seed-{seed}", *tiny]),
     ]
@@ -167,3 +171,16 @@ def test_a_pretraining_row_feeds_the_next_row_of_its_seed(
     assert "overall" in trained["best"]
     text = stem.with_suffix(".md").read_text()
     assert "| mlm-seed-3 | - | - | - | - | - |" in text and "| then-seed-3 |" in text
+
+
+@pytest.mark.parametrize("suite", sorted(multitask_runs.SUITES))
+def test_every_row_of_every_suite_passes_its_scripts_parser(suite):
+    """The check that runs before any row (the flags of each row, read by the parser of the
+    script it runs) accepts every row of the suites as recorded, with and without --seeds."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    for seeds in (None, "1,2"):
+        args = argparse.Namespace(suite=suite, only=None, seeds=seeds, runs_dir="runs/bench")
+        args.data_dir = "data"
+        multitask_runs.check_flags(parser, multitask_runs.chosen_runs(parser, args), args, [])
