@@ -329,8 +329,8 @@ def read_run(source: str | Path, flag: str) -> dict[str, Any]:
     out of its flag's range (the extras' settings too), base_tasks that are not a list of names,
     an --add_to chain that loops are "corrupted"; a setting of an extra this tree lacks is
     refused naming its file. The one reader of config.json: the driver's --resume, --evaluate,
-    --add_to, ... and every command that opens a finished run (multitask/trained.py) read it
-    here, with the same checks and messages."""
+    --add_to, ... and every command that opens a finished run (predict, export, ...) read
+    it here, with the same checks and messages."""
     folder = RunFolder(source)
     saved = folder.read_settings(TrainConfig, flag, required=("option", "tasks"))
     for settings in extras.sections().values():
