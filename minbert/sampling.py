@@ -46,8 +46,8 @@ def validate_epoch(epoch: int, epochs: int) -> None:
 def task_probabilities(sizes: Mapping[str, int], alpha: float) -> dict[str, float]:
     """p_i = N_i^α / Σ_j N_j^α for each task (same key order as ``sizes``)."""
     validate_sizes(sizes)
-    # HINT: each task's weight is its size (as a float) to the power α; return the weights
-    # HINT: normalised to sum to 1, keyed like sizes, in the same order.
+    # HINT: the docstring's p_i for every task, keyed and ordered like sizes (a size is an int:
+    # HINT: take it as a float before the power).
     # BEGIN SOLUTION: sampler
     weights = {name: float(size) ** alpha for name, size in sizes.items()}
     total = sum(weights.values())

@@ -132,24 +132,34 @@ def _token_norm(x: torch.Tensor, norm: str) -> torch.Tensor:
 
 
 def _normalise(g: torch.Tensor, norm: str) -> torch.Tensor:
-    """g / ‖g‖ per token; a token whose gradient is exactly 0 (padding) gets a 0 step."""
+    """g / ‖g‖ per token (the ``norm`` of each token's D-vector, ``_token_norm``), (B, T, D) ->
+    (B, T, D); a token whose gradient is exactly 0 (padding) gets a 0 step, and a NaN or
+    infinite entry (an overflow upstream) counts as 0."""
+    # HINT: divide each token's gradient by its own norm; a token whose gradient is all zero
+    # HINT: must get a zero step, not 0/0, and a NaN or infinite entry counts as zero.
+    # BEGIN SOLUTION: smart
     g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
     return g / _token_norm(g, norm).clamp_min(torch.finfo(g.dtype).tiny)
+    # END SOLUTION
 
 
 def project(delta: torch.Tensor, epsilon: float, norm: str) -> torch.Tensor:
     """Π_ε: the nearest point of the per-token ball {‖δ_t‖ ≤ ε}, (B, T, D) -> (B, T, D).
 
     linf: clamp every coordinate to [−ε, ε]; l2: scale a token's vector down to length ε when it
-    is longer.
+    is longer. ε = 0 leaves only δ = 0.
     """
+    if norm not in NORMS:
+        raise ValueError(f"unknown SMART norm {norm!r}; choose one of {NORMS}")
+    # HINT: the nearest point of the ball for each norm, token by token, as the docstring says;
+    # HINT: a vector already inside stays as it is, and ε = 0 must not divide by zero.
+    # BEGIN SOLUTION: smart
     if epsilon == 0:
         return torch.zeros_like(delta)
     if norm == "linf":
         return delta.clamp(-epsilon, epsilon)
-    if norm == "l2":
-        return delta * (epsilon / _token_norm(delta, "l2").clamp_min(epsilon))
-    raise ValueError(f"unknown SMART norm {norm!r}; choose one of {NORMS}")
+    return delta * (epsilon / _token_norm(delta, "l2").clamp_min(epsilon))
+    # END SOLUTION
 
 
 def _ascent_step(

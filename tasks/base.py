@@ -220,19 +220,18 @@ class MultiClassTask(Task):
         """L = −(1/B) Σ_b log softmax(o_b)[y_b] (the ``task-losses`` exercise): the mean
         cross-entropy of the (B, C) logits o (not probabilities) and the (B,) long class ids y."""
         self._check_outputs(outputs)
-        # HINT: the mean cross-entropy of the logits (F.cross_entropy applies its own
-        # HINT: log-softmax) against the long class ids, in float32.
+        # HINT: the docstring's L in float32: the log-softmax of each example's logits (not of
+        # HINT: probabilities) read at its class id, averaged over the batch.
         # BEGIN SOLUTION: task-losses
         return F.cross_entropy(outputs.float(), labels)
         # END SOLUTION
 
     def _mixed_loss(self, outputs: Tensor, labels: Tensor, teacher: Tensor, gold: float) -> Tensor:
-        """Cross-entropy to q = λ·onehot(y) + (1 − λ)·softmax(t): −(1/B) Σ_b Σ_c q_bc·log p_bc
-        (the teacher's distribution at temperature 1, as BAM! uses it)."""
-        self._check_outputs(outputs)
-        onehot = F.one_hot(labels, self.num_classes).float()
-        target = gold * onehot + (1 - gold) * teacher.softmax(dim=-1)
-        return -(target * outputs.float().log_softmax(dim=-1)).sum(-1).mean()
+        """Cross-entropy to q = λ·onehot(y) + (1 − λ)·softmax(t), −(1/B) Σ_b Σ_c q_bc·log p_bc,
+        which is linear in q: λ·``loss`` + (1 − λ)·(the cross-entropy to the teacher's
+        distribution at temperature 1, as BAM! uses it)."""
+        taught = -(teacher.softmax(dim=-1) * outputs.float().log_softmax(dim=-1)).sum(-1).mean()
+        return gold * self.loss(outputs, labels) + (1 - gold) * taught
 
     def outputs_to_labels(self, outputs: Tensor) -> list[int]:
         self._check_outputs(outputs)
@@ -270,8 +269,8 @@ class BinaryTask(Task):
         exercise): binary cross-entropy on the logits z = outputs[:, 0] (not σ(z)), the (B,)
         float labels y; its "with logits" form is the numerically stable one."""
         self._check_outputs(outputs)
-        # HINT: binary cross-entropy on the logits of column 0 (the "with logits" loss applies
-        # HINT: the sigmoid itself) against the float labels, in float32.
+        # HINT: the docstring's L in float32 on the logits of column 0, in its numerically stable
+        # HINT: form that takes logits (no sigmoid of your own first), against the float labels.
         # BEGIN SOLUTION: task-losses
         return F.binary_cross_entropy_with_logits(outputs[:, 0].float(), labels.float())
         # END SOLUTION

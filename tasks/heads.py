@@ -40,8 +40,8 @@ def sentence_representation(
     if kind == "cls":
         return hidden[:, 0]
     if kind == "mean":
-        # HINT: weight each hidden state by the mask (as a (B, T, 1) float), sum over the tokens
-        # HINT: and divide by each sentence's number of real tokens, not by T.
+        # HINT: r_b of the docstring: the mean of each sentence's hidden states over its real
+        # HINT: tokens only (padding counts neither in the sum nor in the count), as a float.
         # BEGIN SOLUTION: pooling
         m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T) -> (B, T, 1)
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
@@ -81,8 +81,8 @@ class PairFeatureHead(LinearHead):
         """logit = W [u; v; |u − v|; u ⊙ v] + b: the features of the ``pair-features`` exercise,
         (B, D) x 2 -> (B, 4D), side by side in that order (|u − v| and u ⊙ v element-wise),
         through ``LinearHead.forward`` (its dropout and layers) -> (B, C)."""
-        # HINT: concatenate u, v, |u − v| and u ⊙ v along the last axis, in that order, and give
-        # HINT: the (B, 4D) features to LinearHead's forward (super().forward): its dropout too.
+        # HINT: the docstring's four features side by side, in its order, into the parent class's
+        # HINT: forward (LinearHead's: its dropout and layers act on them too).
         # BEGIN SOLUTION: pair-features
         return super().forward(torch.cat([u, v, (u - v).abs(), u * v], dim=-1))
         # END SOLUTION
@@ -113,8 +113,8 @@ class CosineSimilarityHead(nn.Module):
         """ŷ_b = a · cos(u_b, v_b) + b,  cos(u, v) = u · v / (‖u‖ ‖v‖) over the hidden axis D
         (the ``cosine-head`` exercise): (B, D) x 2 -> (B, 1); a = ``self.scale``,
         b = ``self.shift``."""
-        # HINT: the cosine of each pair over the hidden axis (the last), then a·cos + b with
-        # HINT: self.scale and self.shift, as a (B, 1) column.
+        # HINT: the docstring's ŷ for each pair, its cosine taken over the hidden axis, as a
+        # HINT: (B, 1) column; a and b are the head's two parameters.
         # BEGIN SOLUTION: cosine-head
         cosine = F.cosine_similarity(u, v, dim=-1)
         return (self.scale * cosine + self.shift).unsqueeze(-1)  # (B,) -> (B, 1)

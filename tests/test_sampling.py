@@ -21,12 +21,21 @@ def test_task_probabilities_hand_values():
     assert sum(task_probabilities(SIZES, 0.3).values()) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("epochs", [2, 3, 5, 10])
-def test_annealed_alpha_formula(epochs):
-    for epoch in range(1, epochs + 1):
-        assert annealed_alpha(epoch, epochs) == pytest.approx(1 - 0.8 * (epoch - 1) / (epochs - 1))
+@pytest.mark.parametrize(
+    ("epochs", "alphas"),
+    [
+        (2, [1.0, 0.2]),
+        (3, [1.0, 0.6, 0.2]),
+        (5, [1.0, 0.8, 0.6, 0.4, 0.2]),
+        (9, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]),
+    ],
+)
+def test_annealed_alpha_formula(epochs, alphas):
+    """α by hand: from 1 at the first epoch down to 0.2 at the last, in equal steps."""
+    assert [annealed_alpha(epoch, epochs) for epoch in range(1, epochs + 1)] == pytest.approx(
+        alphas
+    )
     assert annealed_alpha(1, epochs) == 1.0
-    assert annealed_alpha(epochs, epochs) == pytest.approx(0.2)
 
 
 def test_annealed_alpha_single_epoch_and_bad_epochs():

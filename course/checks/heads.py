@@ -35,7 +35,7 @@ HEADS_TOLERANCE = 1e-5
     exercises=("pooling",),
     raises={
         "must match the size of tensor": "the mask (B, T) has no last axis to broadcast over the "
-        "hidden states (B, T, D): m = attention_mask.unsqueeze(-1)",
+        "hidden states (B, T, D): give the mask a last axis of size 1 first",
     },
 )
 def check_pooling(ctx: Context) -> Outputs:

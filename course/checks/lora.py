@@ -85,7 +85,7 @@ def lora_site(plugin, bases: dict, x: torch.Tensor) -> torch.Tensor:
 # The mistakes the merge check sees by themselves (``course/outcome.py``: ``observed``).
 LORA_MERGE_SEEN = {
     "delta transposed": "ΔW is transposed: delta_weight returns a (d_in, d_out) matrix, "
-    "(B A)ᵀ, where the base weight is (d_out, d_in): return B A",
+    "(B A)ᵀ, where the base weight is (d_out, d_in): ΔW has the base weight's shape",
 }
 
 

@@ -23,8 +23,9 @@ SMART_CASES = (
     ("l2", 3, "multiclass", "pair", "no_grad"),
     ("linf", 2, "regression", "first only", "grad"),
 )
-# The padding of the two embedding tensors: sentence 1 ends one token early, sentence 2 two.
-SMART_MASK = ((1, 1, 1, 1), (1, 1, 1, 0), (1, 1, 0, 0))
+# Each token's weight in the models' pooled vector: a sentence's real tokens share it, a padded
+# token has none (sentence 1 ends one token early, sentence 2 two).
+SMART_WEIGHTS = ((1 / 4,) * 4, (1 / 3,) * 3 + (0.0,), (1 / 2,) * 2 + (0.0,) * 2)
 KL_TOLERANCE = 1e-6
 
 
@@ -32,18 +33,18 @@ def smart_problem() -> tuple[
     list[torch.Tensor], dict[str, Callable[[list[torch.Tensor]], torch.Tensor]]
 ]:
     """Two (B, T, D) embedding tensors (as for a pair encoded sentence by sentence) and small
-    fixed models from them to (B, C) outputs, by name: "pair" reads both and averages over the
-    real tokens only (``SMART_MASK``), so a padded token's gradient is exactly zero, as in BERT;
+    fixed models from them to (B, C) outputs, by name: "pair" reads both and pools the real
+    tokens only (``SMART_WEIGHTS``), so a padded token's gradient is exactly zero, as in BERT;
     "first only" reads the first tensor alone, so the second's δ gets no gradient."""
     g = torch.Generator().manual_seed(10)
     B, T, D, C = 3, 4, 8, 5
     embeddings = [torch.randn(B, T, D, generator=g) for _ in range(2)]
     weights = [torch.randn(D, D, generator=g) * 0.7 for _ in range(2)]
     head = torch.randn(D, C, generator=g)
-    keep = torch.tensor(SMART_MASK, dtype=torch.float32)[..., None]  # (B, T, 1)
+    token_weights = torch.tensor(SMART_WEIGHTS)  # (B, T)
 
     def pooled(h: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, C), padding left out
-        return (h * keep).sum(1) / keep.sum(1) @ head
+        return torch.einsum("bt,btd->bd", token_weights, h) @ head
 
     def pair(es: list[torch.Tensor]) -> torch.Tensor:
         return pooled(sum(torch.tanh(e @ w) for e, w in zip(es, weights)))

@@ -162,8 +162,8 @@ class LoRA(Plugin):
     ) -> torch.Tensor:
         if name not in self.targets or task == self.merged_task:
             return y
-        # HINT: y + (α/r)·B A x with this task's, layer's and map's update (self.by_task), its
-        # HINT: input through the LoRA dropout; self.scale is α/r.
+        # HINT: add to y the update of the docstring for this task, layer and map (they are kept
+        # HINT: in self.by_task), scaled by α/r (self.scale), its input after the LoRA dropout.
         # BEGIN SOLUTION: lora
         update = self.by_task[task][layer][name]
         return y + self.scale * update(self.dropout(x))
