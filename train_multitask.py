@@ -150,7 +150,7 @@ def set_up(cfg: TrainConfig) -> Run:
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model = make_model(cfg, device)
     train = {name: splits["train"] for name, splits in data.items()}
-    # with --teachers, their outputs (read before --overwrite removes anything); else no teacher
+    # the distillation extra's teachers' outputs (read before --overwrite removes anything)
     teachers = extras.setting_of(cfg, "distillation", "teachers")
     distill = teachers and extras.load("distillation", "--teachers")
     taught = distill and distill.teacher_outputs(folder, teachers, train, device, cfg.resume)
@@ -222,8 +222,8 @@ def set_up(cfg: TrainConfig) -> Run:
 
 
 def graphed_step(run: Run) -> Any:
-    """The step as CUDA graphs (the cuda_graphs extra) where --cuda_graphs and the run allow
-    them, else None: the eager step (always where this tree lacks the extra)."""
+    """The step as CUDA graphs (the cuda_graphs extra) where its flag and the run allow them,
+    else None: the eager step (always where this tree lacks the extra)."""
     if extras.setting_of(run.cfg, "cuda_graphs", "cuda_graphs") in (None, "off"):
         return None
     return extras.load("cuda_graphs", "--cuda_graphs").for_run(run)
@@ -254,7 +254,7 @@ def make_step(
     device: torch.device,
 ) -> torch.nn.Module:
     """The loss of a step as a module: ``TrainingStep``, wrapped for several processes
-    (DistributedDataParallel) or compiled (``--compile``, a lab extra)."""
+    (DistributedDataParallel), or compiled where the tree has that extra."""
     weights = loss_weights(cfg.loss_weights, cfg.tasks)
     step: torch.nn.Module = TrainingStep(model, objective, weights)
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step

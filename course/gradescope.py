@@ -16,6 +16,7 @@ its ``max_score`` when it passes, else 0.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -73,7 +74,7 @@ def results_json(results: Sequence[tuple[Result, str]], points: dict[str, float]
                 "status": "passed" if passed else "failed",
                 "output": output,
                 "visibility": "visible",
-                # for the class report (course/report.py): what the judge found, by name
+                # for the instructor's class report: what the judge found, by name
                 "extra_data": {
                     "result": result.status,
                     "diagnosis": result.diagnosis,
@@ -92,15 +93,17 @@ def results_json(results: Sequence[tuple[Result, str]], points: dict[str, float]
 def main(argv: list[str] | None = None) -> int:
     """``python -m course.gradescope OUT.zip``: the autograder, built from the instructor's tree
     (the module that builds it is not in the student tree)."""
-    try:
-        from course import autograder
-    except ModuleNotFoundError:
+    # ``from course import autograder`` raises a plain ImportError where the module is absent;
+    # asking for it first keeps an ImportError inside the autograder itself a traceback.
+    if importlib.util.find_spec("course.autograder") is None:
         print(
-            "error: the Gradescope autograder is built from the instructor's tree, not a "
-            "student tree",
+            "error: python -m course.gradescope builds the Gradescope autograder in the "
+            "instructor's tree (the full project); this student tree does not have its builder",
             file=sys.stderr,
         )
         return 2
+    from course import autograder
+
     return autograder.main(argv)
 
 

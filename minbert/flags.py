@@ -168,8 +168,8 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
     def __init__(self, *args: Any, merged: tuple[str, ...] = (), **kwargs: Any) -> None:
-        """``merged``: comma-separated list flags whose every occurrence counts (``--teachers
-        a=x --teachers b=y`` is ``--teachers a=x,b=y``; a value given twice counts once), where
+        """``merged``: comma-separated list flags whose every occurrence counts (such a flag
+        given ``a=x`` and again ``b=y`` reads ``a=x,b=y``; a value given twice counts once), where
         argparse would keep the last and drop the others silently."""
         super().__init__(*args, **kwargs)
         self.merged = merged
@@ -326,7 +326,7 @@ def _build(cls: type, values: dict[tuple[str, ...], Any], path: tuple[str, ...])
 
 
 def task_folders(flag: str, entries: Sequence[str], tasks: Sequence[str]) -> dict[str, str]:
-    """A ``TASK=DIR,...`` flag's entries -> ``{task: folder}`` (``--teachers sst=runs/sst``);
+    """A ``TASK=DIR,...`` flag's entries -> ``{task: folder}`` (``sst=runs/sst,sts=runs/sts``);
     ValueError names an entry without a folder, of a task not in ``tasks``, or a task twice."""
     folders: dict[str, str] = {}
     for entry in entries:

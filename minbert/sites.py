@@ -34,7 +34,7 @@ class SiteHandler:
     - ``parallel(x, mask)``: a term from the layer input x (B, T, D) and the additive mask
       (B, 1, 1, T), added to the input of the layer's final LayerNorm (PAL), or ``None``;
     - ``after_layer(h)``: the layer output (LHUC);
-    - ``attentions(x, mask)``: not a hook, what the lab's attention maps ask for: the
+    - ``attentions(x, mask)``: not a hook, what code that draws attention maps asks for: the
       attention probabilities (B, nh, T, T) computed from the layer input, by name, or ``{}``.
     """
 

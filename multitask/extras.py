@@ -1,4 +1,4 @@
-"""The lab's extras: optional parts that the core runs without (the student tree leaves them out).
+"""The extras: optional parts that the core runs without (the student tree leaves them out).
 
 ``EXTRAS`` lists each: its name, its module, its flags and the choices it adds to a core flag. A
 tree without the module does not offer them; using one ends in one line naming the missing file.
@@ -78,7 +78,7 @@ def load(name: str, flag: str) -> ModuleType:
     if not extra.present():
         raise UsageError(
             f"{flag} needs {extra.file()}, which this tree does not have (the student tree "
-            "leaves the lab's extras out): run it in the full project"
+            "leaves the extras out): run it in the full project"
         )
     return importlib.import_module(extra.module)
 
@@ -121,7 +121,7 @@ def refuse_absent(values: dict[str, Any], words: list[str] = (), source: str = "
 
 
 def chosen(cfg: Any) -> Iterator[tuple[Extra, str]]:
-    """Each (extra, "--flag choice") whose choice ``cfg`` (a TrainConfig, flat) makes."""
+    """Each (extra, "--<flag> <choice>") whose choice ``cfg`` (a TrainConfig, flat) makes."""
     for extra in EXTRAS:
         for flag, choice in extra.choices:
             if cfg.get(flag) == choice:

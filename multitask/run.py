@@ -69,7 +69,7 @@ DRIVER = Layout(
         "*-output.csv",
         "task-*.safetensors",
         "teacher-outputs.safetensors",
-        "tensorboard/events.out.tfevents.*",  # --report_to tensorboard's events, in a folder
+        "tensorboard/events.out.tfevents.*",  # the TensorBoard extra's events, in a folder
     ),
     logs=("metrics.jsonl", "train_log.jsonl"),
 )

@@ -145,8 +145,8 @@ class Task(ABC):
 
     @abstractmethod
     def describe(self, outputs: Tensor, probabilities: bool = False) -> list[dict[str, Any]]:
-        """What a user reads for each row of (N, C) head outputs, as named fields
-        (the lab's prediction tool prints them); ``probabilities`` adds a classifier's class
+        """What a user reads for each row of (N, C) head outputs, as named fields (a
+        prediction printed for a person); ``probabilities`` adds a classifier's class
         probabilities."""
 
     def metric(self, predictions: Sequence[int | float], labels: Sequence[int | float]) -> float:

@@ -101,7 +101,7 @@ class CosineSimilarityHead(nn.Module):
     labels mean 2.56, so 2.5·cos + 2.5 starts with a squared error of 3.3 where the best affine
     map has 0.66. While a and b (two parameters) are far off, the loss's gradient asks the
     encoder's trainable weights to move every cosine the same way, and a plug-in trained with
-    the pairs encoded apart lost STS correlation doing so (the lab's option-encoding results).
+    the pairs encoded apart lost STS correlation doing so (in measured runs).
     """
 
     def __init__(self) -> None:

@@ -1,8 +1,8 @@
 """Shared fixtures: a tiny random BERT checkpoint in Hugging Face layout (with the real
 vocabulary, so the real tokenizer works), tiny synthetic data files in the course's format, and
 ``model_and_batch``: a tiny two-task model with a training batch of each task. The tiny model
-config is ``BertConfig.tiny()``. (The full project's lab tests have more, in its top-level
-conftest, which the student tree leaves out.)"""
+config is ``BertConfig.tiny()``. (The full project's own tests have more, in a top-level
+conftest that the student tree leaves out.)"""
 
 from __future__ import annotations
 

@@ -93,8 +93,8 @@ class HoulsbyAdapter(Plugin):
 
     ``switched_off`` is a set of layer indices whose adapters are skipped (every task, every
     position): Houlsby et al.'s span ablation (their figure 6) switches a trained model's
-    adapters off over layers [i, j] and measures what each span contributes (the lab's ablation
-    benchmark). Empty, the default, is normal operation.
+    adapters off over layers [i, j] and measures what each span contributes. Empty, the default,
+    is normal operation.
     """
 
     kind = "adapter"

@@ -171,8 +171,8 @@ class PAL(Plugin):
     ) -> dict[str, torch.Tensor]:
         """{"pals": P}: g_l's attention probabilities in the projected space, (B, T, D) ->
         (B, nh, T, T) with this PAL's heads, recorded while this PAL's own ``parallel`` runs on
-        the written-out path (``recorded_attention``); the attention maps of the lab's attention
-        command hold them, one per layer, as ``plugin_attentions["pals"]``."""
+        the written-out path (``recorded_attention``); drawn attention maps hold them, one per
+        layer, as ``plugin_attentions["pals"]``."""
         from minbert.bert import recorded_attention
 
         fast, self.use_fast_path = self.use_fast_path, False
