@@ -2,9 +2,9 @@
 
 The student version of a file keeps the hint comments and replaces each region of a removed
 exercise, markers included, by ``raise NotImplementedError("<exercise-id>: <hint>")`` at the
-region's indentation; everything else is byte for byte the same. ``sanity_check.py`` reports a
-check whose exercise raises this as NOT IMPLEMENTED, with the hint (the checks are in
-``course/checks/``, one file per graded source file).
+region's indentation; the rest stays byte for byte, but for a ``# noqa`` pragma where a name only
+a removed region read is bound (course/unused_names.py). ``sanity_check.py`` reports a check
+whose exercise raises this as NOT IMPLEMENTED, with its hint (the checks: ``course/checks/``).
 
     python -m course.scaffold OUT_DIR                    # every exercise removed
     python -m course.scaffold OUT_DIR --exercise lora    # only these (repeatable)
@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from course.unused_names import mark_unused
 from minbert.checkpoint import WriteError, atomic_write
 from minbert.flags import ArgumentParser, nonempty_path
 
@@ -224,11 +225,18 @@ def _string_literal(text: str, quote: str = '"') -> str:
     return quote + text.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
 
 
+def _literal(text: str) -> str:
+    """``text`` as a string literal the way ``ruff format`` writes it: in double quotes, unless
+    it holds more double quotes than single ones."""
+    return _string_literal(text, "'" if text.count('"') > text.count("'") else '"')
+
+
 def raise_statement(exercise: str, hint: str, indent: str) -> list[str]:
-    """``raise NotImplementedError("<exercise>: <hint>")``, wrapped to the line length."""
+    """``raise NotImplementedError("<exercise>: <hint>")``, wrapped to the line length as
+    ``ruff format`` leaves it: on one line, else the message alone on the next line, else in
+    literals of one line each."""
     message = f"{exercise}: {hint}"
-    quote = "'" if '"' in message and "'" not in message else '"'
-    line = f"{indent}raise NotImplementedError({_string_literal(message, quote)})"
+    line = f"{indent}raise NotImplementedError({_literal(message)})"
     if len(line) <= LINE_LENGTH:
         return [line]
     inner = indent + " " * 4
@@ -238,7 +246,7 @@ def raise_statement(exercise: str, hint: str, indent: str) -> list[str]:
     for word in message.split(" "):
         candidate = f"{current} {word}" if current else word
         # every chunk but the last keeps the space that follows it
-        if current and len(_string_literal(candidate + " ", quote)) > width:
+        if current and len(_literal(candidate + " ")) > width and len(_literal(message)) > width:
             chunks.append(current + " ")
             current = word
         else:
@@ -246,7 +254,7 @@ def raise_statement(exercise: str, hint: str, indent: str) -> list[str]:
     chunks.append(current)
     return [
         f"{indent}raise NotImplementedError(",
-        *(inner + _string_literal(chunk, quote) for chunk in chunks),
+        *(inner + _literal(chunk) for chunk in chunks),
         f"{indent})",
     ]
 
@@ -269,7 +277,7 @@ def student_source(text: str, path: str, remove: Iterable[str] | None = None) ->
         compile(result, path, "exec")
     except SyntaxError as err:  # a region that is not a block of whole statements
         raise ScaffoldError(f"{path}: the student version does not compile: {err}") from err
-    return result
+    return mark_unused(text, result)
 
 
 def project_files(root: Path) -> list[str]:
