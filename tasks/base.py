@@ -25,7 +25,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tasks.heads import CosineSimilarityHead, LinearHead, PairFeatureHead
 from tasks.metrics import accuracy, pearson
 from tasks.reader import Example, SkippedRow, read_examples
 
@@ -158,7 +157,13 @@ class Task(ABC):
     ) -> nn.Module:
         """The head on sentence vectors of size ``hidden``: linear on one vector, or, for a pair
         encoded one sentence at a time (``separate``), on the features [u; v; |u − v|; u ⊙ v];
-        with ``head_hidden`` > 0, a tanh layer of that size first (``LinearHead``)."""
+        with ``head_hidden`` > 0, a tanh layer of that size first (``LinearHead``).
+
+        The heads are imported here, where they are built, and not with this module: a
+        tasks/heads.py that does not compile (an exercise half written) then fails the exercises
+        of the heads only, and the losses of this module are still graded."""
+        from tasks.heads import LinearHead, PairFeatureHead
+
         if separate:
             return PairFeatureHead(hidden, self.num_outputs, dropout, head_hidden)
         return LinearHead(hidden, self.num_outputs, dropout, head_hidden)
@@ -350,6 +355,8 @@ class RegressionTask(Task):
     ) -> nn.Module:
         """A pair encoded one sentence at a time: ŷ = a·cos(u, v) + b (``CosineSimilarityHead``,
         which has no layer to widen: ``head_hidden`` does not apply)."""
+        from tasks.heads import CosineSimilarityHead  # here: see ``Task.make_head``
+
         if separate:
             return CosineSimilarityHead()
         return super().make_head(hidden, dropout, separate, head_hidden)
