@@ -2267,6 +2267,15 @@ SIDE_EFFECTS = [
         ),
         "RegressionTask.loss returned a loss detached from the outputs",
     ),
+    (  # one log difference the wrong way round: the divergence comes out negative
+        m(
+            "kl-negative",
+            "smart",
+            SMART,
+            (KL, "return ((log_p.exp() - log_q.exp()) * (log_q - log_p)).sum(-1).mean()"),
+        ),
+        "a KL divergence is never negative, and symmetric_kl returned -",
+    ),
 ]
 
 

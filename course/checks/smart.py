@@ -61,9 +61,20 @@ def smart_label(norm: str, steps: int, kind: str, model: str, grad_mode: str) ->
 
 
 def judge_symmetric_kl(ctx: Context, out: Outputs) -> Measurement:
-    """The divergence under autocast in float32, and against the stored value."""
+    """The divergence under autocast in float32, and against the stored value; a negative one,
+    which no divergence can be, is said in those words."""
     low = not_float32("symmetric_kl", out["divergence under autocast"], "divergence")
-    return low or grade(ctx.course_data["smart"]["kl"], out)
+    measured = low or grade(ctx.course_data["smart"]["kl"], out)
+    got = out.get("divergence")
+    if low or not isinstance(got, torch.Tensor) or got.numel() != 1 or not got.item() < 0:
+        return measured
+    return Measurement(
+        measured.max_abs_diff,
+        f"a KL divergence is never negative, and symmetric_kl returned {got.item():.7g}: "
+        "KL(P‖Q) = Σ_c p_c (log p_c − log q_c) ≥ 0, and so is KL(Q‖P); a sign is flipped "
+        "(a log difference, or the difference of the probabilities)",
+        measured.mistakes,
+    )
 
 
 @check(
