@@ -39,13 +39,22 @@ PIP = $(ENV_PYTHON) -m pip install --quiet --disable-pip-version-check
 .PHONY: install install-dev data train test lint adapters-env
 
 # The project environment, made once (the stamp file); a half-made one is removed and made again.
-# Debian and Ubuntu ship venv's ensurepip apart from Python: without it, say what to install.
+# Debian and Ubuntu ship venv's ensurepip apart from Python (python3.X-venv): without it, the
+# environment is made without pip and PYTHON's own pip (python3-pip) puts pip in it; with
+# neither, say what to install.
 $(VENV)/.made:
 	rm -rf $(VENV)
-	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || { echo "cannot make $(VENV): \
-	$(PYTHON) has no venv/ensurepip; install it (Debian/Ubuntu: sudo apt install \
-	python$(BASE_VERSION)-venv, or python3-venv), then run make again" >&2; exit 1; }
-	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
+	@if $(PYTHON) -c 'import ensurepip' 2>/dev/null; then \
+	    $(PYTHON) -m venv $(VENV); \
+	elif $(PYTHON) -m pip --version >/dev/null 2>&1; then \
+	    echo "$(PYTHON) has no ensurepip: $(VENV) made without pip, then given pip by $(PYTHON)'s"; \
+	    $(PYTHON) -m venv --without-pip $(VENV) && \
+	    $(PYTHON) -m pip --python $(VENV)/bin/python install --quiet pip; \
+	else \
+	    echo "cannot make $(VENV): $(PYTHON) has no venv/ensurepip and no pip; install one \
+	(Debian/Ubuntu: sudo apt install python$(BASE_VERSION)-venv, or python3-venv), then run \
+	make again" >&2; false; \
+	fi || { rm -rf $(VENV); exit 1; }
 	touch $@
 
 install: $(ENV_MADE)

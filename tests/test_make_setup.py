@@ -103,15 +103,40 @@ def test_a_made_environment_is_kept_and_a_half_made_one_made_again(tree: Path) -
     assert not [line for line in plan(tree, "install", BASE_PYTHON) if "-m venv" in line]
 
 
-def test_without_ensurepip_it_says_what_to_install_and_stops(tree: Path, tmp_path: Path) -> None:
-    """Debian and Ubuntu ship ensurepip in python3.X-venv: without it, one line and no .venv."""
-    blocker = tmp_path / "no-ensurepip"
-    blocker.mkdir()
-    (blocker / "ensurepip.py").write_text("raise ImportError('not installed')\n")
+def blocked(folder: Path, *modules: str) -> dict:
+    """PYTHONPATH that makes each of ``modules`` fail to import (a Python shipped without it)."""
+    folder.mkdir()
+    for name in modules:
+        (folder / name).mkdir()
+        (folder / name / "__init__.py").write_text("raise ImportError('not installed')\n")
+        (folder / name / "__main__.py").write_text("raise SystemExit('not installed')\n")
+    return {"PYTHONPATH": str(folder)}
+
+
+def test_without_ensurepip_or_pip_it_says_what_to_install_and_stops(tree, tmp_path) -> None:
+    """Debian and Ubuntu ship ensurepip in python3.X-venv and pip in python3-pip: without
+    either, one line and no .venv."""
+    env = blocked(tmp_path / "blocker", "ensurepip", "pip")
     (tree / ".venv" / "bin").mkdir(parents=True)  # a half-made one, from an earlier try
-    done = make(tree, "install", f"PYTHON={BASE_PYTHON}", env={"PYTHONPATH": str(blocker)})
+    done = make(tree, "install", f"PYTHON={BASE_PYTHON}", env=env)
     assert done.returncode != 0
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     said = [line for line in done.stderr.splitlines() if "apt install" in line]
     assert len(said) == 1 and f"python{version}-venv" in said[0], done.stderr
     assert not (tree / ".venv").exists()
+
+
+def test_without_ensurepip_the_pythons_own_pip_gives_the_environment_pip(tree, tmp_path):
+    """A Debian with python3-pip but not python3-venv: .venv is made without pip, and the
+    system's pip installs pip into it (PEP 668 guards the system, not the new environment)."""
+    env = blocked(tmp_path / "blocker", "ensurepip")
+    done = make(tree, ".venv/.made", f"PYTHON={BASE_PYTHON}", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "has no ensurepip" in done.stdout
+    check = subprocess.run(
+        [str(tree / ".venv/bin/python"), "-m", "pip", "--version"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
+    assert check.returncode == 0 and ".venv" in check.stdout
