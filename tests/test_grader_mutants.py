@@ -2279,6 +2279,36 @@ SIDE_EFFECTS = [
 ]
 
 
+# A mistake in the written-out equation, which the fused path runs in training mode: the
+# self-attention check reports the written-out path; a dropout mistake of BertSelfAttention
+# (both paths differ in training mode, neither in eval mode) is not blamed on the equation.
+THROUGH_FUSED = [
+    (
+        m(
+            "unscaled-through-fused",
+            "attention",
+            BERT,
+            (SCORES, "scores = q @ k.transpose(-2, -1) + mask"),
+        ),
+        True,
+    ),
+    (m("no-train-dropout-through-fused", "attention", BERT, (TRAIN_P, "dropout_p = 0.0")), False),
+]
+
+
+@pytest.mark.parametrize(("mutant", "blamed"), THROUGH_FUSED, ids=lambda x: getattr(x, "id", ""))
+def test_a_written_out_mistake_seen_through_the_fused_path_is_the_written_out_one(
+    mutant: Mutant, blamed: bool, ctx: Context, monkeypatch
+) -> None:
+    results = run_own_checks(mutant, ctx, monkeypatch)
+    result = results["attention: BertSelfAttention vs multi-head reference"]
+    assert result.status == FAIL
+    said = "the mistake is in the written-out equation" in result.detail
+    assert said == blamed, result.detail
+    if blamed:
+        assert "(written-out path," in result.detail and "(fused path," not in result.detail
+
+
 @pytest.mark.parametrize(("mutant", "said"), SIDE_EFFECTS, ids=lambda x: getattr(x, "id", ""))
 def test_a_side_effect_is_named(mutant: Mutant, said: str, ctx: Context, monkeypatch) -> None:
     """Outputs right, what the function did besides returning them wrong: the check fails and

@@ -12,7 +12,14 @@ import torch.nn.functional as F
 
 from course.dropout import FUSED, MODES, DropoutRecorder, mode, recorded_dropout
 from course.locate import locate
-from course.measure import Measurement, Observed, backward_problem, compare, measure_sealed
+from course.measure import (
+    Measurement,
+    Observed,
+    backward_problem,
+    compare,
+    measure_sealed,
+    worst_of,
+)
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import Context, check, student_functions
 from course.untouched import Untouched
@@ -291,10 +298,46 @@ def fused_through_written_out() -> Iterator[None]:
         F.scaled_dot_product_attention = saved
 
 
+SELF_ATTENTION_TOLERANCE = 1e-5
+SELF_ATTENTION_CASES = [("self_attention", path, name) for path in PATHS for name in MODES]
+
+
+def judge_self_attention(ctx: Context, out: Outputs) -> Measurement:
+    """The worst of the stored cases (``stored_cases``). In training mode the fused path runs the
+    student's written-out equation (``fused_through_written_out``), so a mistake there shows on
+    both paths: when the fused path agrees in eval mode and the written-out path does not, and
+    both differ in training mode, the report is the written-out path's, in the words of the
+    written-out equation. (A mistake of the equation in training mode only, such as its dropout,
+    looks like one of BertSelfAttention's dropout and is reported as before.)"""
+    cases = out["cases"]
+    if len(cases) != len(SELF_ATTENTION_CASES):
+        raise ValueError(f"{len(cases)} cases computed, {len(SELF_ATTENTION_CASES)} expected")
+    measured = {
+        path[1:]: stored_cases(path)(ctx, {"cases": [case]})
+        for path, case in zip(SELF_ATTENTION_CASES, cases)
+    }
+    worst = worst_of(list(measured.values()))
+
+    def agrees(path: str, name: str) -> bool:
+        return measured[path, name].max_abs_diff <= SELF_ATTENTION_TOLERANCE
+
+    in_training = not agrees("fused", "train") and not agrees("written-out", "train")
+    if not (agrees("fused", "eval") and not agrees("written-out", "eval") and in_training):
+        return worst
+    written = worst_of([measured["written-out", name] for name in MODES])
+    said = (
+        f"{written.hint}; the fused path runs your written-out scaled_dot_product_attention in "
+        "training mode here (so that dropout draws the reference's masks) and differs there "
+        "too: the mistake is in the written-out equation (see its own check, "
+        "'attention: scaled_dot_product_attention vs equation')"
+    )
+    return Measurement(worst.max_abs_diff, said, worst.mistakes)
+
+
 @check(
     "attention: BertSelfAttention vs multi-head reference",
-    tolerance=1e-5,
-    judge=stored_cases(*[("self_attention", path, name) for path in PATHS for name in MODES]),
+    tolerance=SELF_ATTENTION_TOLERANCE,
+    judge=judge_self_attention,
     hint="project x with self.query, self.key, self.value, split D into nh heads of hs (heads "
     "before tokens), attend, and merge the heads back in the same order; attention dropout in "
     "training",
