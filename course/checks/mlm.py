@@ -136,7 +136,7 @@ def judge_masking(ctx: Context, out: Outputs) -> Measurement:
     """The masks against the stored ones (exact); where they differ, said."""
     result = grade(ctx.course_data["mlm"]["masking"], out, axes=("sentence", "token"))
     shape = mlm_batch()[0].shape
-    shaped = all(isinstance(t, torch.Tensor) and t.shape == shape for t in out.values())
+    shaped = all(not isinstance(t, torch.Tensor) or t.shape == shape for t in out.values())
     if result.max_abs_diff > 0 and shaped:  # the judge's work bounded by the stored shape
         result.hint = f"{result.hint}; {where_masking_differs(ctx, out)}"
     return result
