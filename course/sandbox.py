@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course import landlock
-from course.jail import DEVICES, PR_SET_NO_NEW_PRIVS, TREE, libc
+from course.jail import DEVICES, PR_SET_NO_NEW_PRIVS, TREE, give, libc
 
 JAIL = Path(__file__).resolve().with_name("jail.py")
 RUNNER_UIDS = range(61_000, 62_000)  # runners' users where the grader is root: no account has one
@@ -458,10 +458,7 @@ def _own_copy(tree: Path, uid: int) -> str:
     """The ``own user`` level's copy of the tree: a fresh folder only ``uid`` (and root) enters."""
     copy = tempfile.mkdtemp(prefix="minbert-runner-")
     shutil.copytree(tree, copy, symlinks=True, dirs_exist_ok=True)
-    for folder, _, files in os.walk(copy):
-        os.chown(folder, uid, uid)
-        for name in files:
-            os.lchown(os.path.join(folder, name), uid, uid)
+    give(copy, uid)  # as the jail gives its copy to its runner's user
     return copy
 
 
