@@ -46,13 +46,12 @@ SECTIONS = tuple(kind for kind in PLUGINS if plugin_class(kind).flag_prefix)
 OPTIONS = ("pretrain", "finetune", *PLUGINS, *extras.choices("option"))
 # Options whose pairs are encoded apart unless --pair_encoding says otherwise: with these few
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
-# similarity (the lab's results: option-encoding, plugins-3-epochs), and the adapter and LoRA
-# encoded apart are ahead on the pair tasks at 3 epochs (adapter-separate-3-epochs,
-# lora-separate-3-epochs). Only full fine-tuning is ahead cross-encoded (transfer-levers).
+# similarity, and the adapter and LoRA encoded apart are ahead on the pair tasks at 3 epochs
+# (measured in 3-epoch runs of each option). Only full fine-tuning is ahead cross-encoded.
 SEPARATE_BY_DEFAULT = ("pretrain", *PLUGINS, "fusion")
 # Options that give each task its own LayerNorms unless --no-train_layernorms: LHUC's scales
-# alone left Quora below --option pretrain's; with the LayerNorms every task is above it (the
-# lab's results: plugins-3-epochs-defaults).
+# alone left Quora below --option pretrain's; with the LayerNorms every task is above it (measured
+# in 3-epoch runs with the defaults).
 LAYERNORMS_BY_DEFAULT = ("lhuc",)
 # A plug-in or head at most this many times the checkpoint's hidden size wide (--adapter_size,
 # --pal_size, --lora_rank, --head_hidden): wider is a typo, and a huge one would not fit anywhere.
@@ -337,8 +336,8 @@ def build_model(
     """Load the pretrained encoder, attach the option's plug-ins, set every dropout, add a head
     per task and freeze what the option freezes. ``frozen_tasks`` are tasks of an earlier run
     (joined with ``--add_to``): they get their plug-ins and heads, but only ``tasks`` train.
-    ``encoder`` stands in for the checkpoint's (the lab's parameter table counts a model of
-    BERT-base's shape built on the meta device, without weights)."""
+    ``encoder`` stands in for the checkpoint's (a parameter count of a model of BERT-base's shape
+    builds it on the meta device, without weights)."""
     settings = settings.resolved()
     bert = load_pretrained(settings.checkpoint) if encoder is None else encoder
     names = [*frozen_tasks, *tasks]

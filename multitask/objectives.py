@@ -27,7 +27,7 @@ from tasks.base import Task
 
 
 class Taught:
-    """Distillation from single-task teachers (a lab extra; Clark et al. 2019, BAM!): a taught
+    """Distillation from single-task teachers (an extra; Clark et al. 2019, BAM!): a taught
     task trains towards λ·gold + (1 − λ)·teacher, the teacher's outputs on the batch's examples
     (``Batch.rows``) and λ from ``gold`` (the step's share of the gold label); every other task
     keeps the model's own loss."""

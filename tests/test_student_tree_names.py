@@ -163,12 +163,6 @@ def test_the_rules_find_each_kind_of_name(tmp_path: Path) -> None:
 # The lab (benchmarks, results, the instructor's tools and extras) is never explained to a
 # student: the word stays out of the student tree's texts, lab's and labs included.
 LAB = re.compile(r"\blab(?:'s|s)?\b", re.IGNORECASE)
-# Files of the student tree another change owns at the time of writing, each with why it still
-# says "lab"; the test below fails once one no longer does, so that its entry goes too.
-LAB_PENDING = {
-    "multitask/model.py": "its comments cite the lab's results (being edited elsewhere)",
-    "multitask/objectives.py": "its distillation docstring calls it a lab extra (edited elsewhere)",
-}
 # A flag: --name after a space, a quote or a backtick, not a prefix (``--smart_<name>``).
 FLAG = re.compile(r"(?<![\w-])--([a-z][\w-]*[a-z0-9])(?![\w<*-])")
 # Flags of the tools the student tree's set-up and docs use, not of its own commands.
@@ -177,14 +171,6 @@ EXTERNAL_FLAGS = {
     "force-reinstall": "pip install --force-reinstall (a broken checkpoint package)",
     "strict-markers": "pytest, in pyproject.toml",
     "fix": "ruff check --fix",
-}
-# Files of the student tree another change owns at the time of writing, each with the flag of
-# the lab's it still names; the test fails once it no longer does, so that its entry goes too.
-FLAGS_PENDING = {
-    "multitask/config.py": (
-        "adapters_from",
-        "a docstring of its run checks (being edited elsewhere)",
-    ),
 }
 # The student tree's commands, whose --help lists every flag a text of the tree may name.
 COMMANDS = (
@@ -228,9 +214,7 @@ def test_no_text_of_the_student_tree_says_lab(student_tree) -> None:
         lines = [n for n, line in enumerate(text.splitlines(), 1) if LAB.search(line)]
         if lines:
             said[rel] = lines
-    pending = {rel: said.pop(rel, None) for rel in LAB_PENDING}
     assert said == {}, "\n".join(f"{rel}:{lines}" for rel, lines in said.items())
-    assert all(pending.values()), f"no longer says lab: drop it from LAB_PENDING: {pending}"
 
 
 @pytest.fixture(scope="module")
@@ -260,18 +244,13 @@ def test_every_flag_a_text_names_is_one_the_student_tree_accepts(
     """A flag named in a docstring, a comment, a message raised or printed, or a document of the
     student tree is one of its commands' (or of a tool its set-up uses): never the lab's
     extras' (--teachers, --compile), which the student tree lacks."""
-    unknown, pending = set(), set()
+    unknown = set()
     for rel, text in text_files(student_tree):
         for line, words in prose(rel, text):
             for flag in FLAG.findall(words):
-                if flag in student_flags or flag in EXTERNAL_FLAGS:
-                    continue
-                if FLAGS_PENDING.get(rel, ("",))[0] == flag:
-                    pending.add(rel)
-                else:
+                if flag not in student_flags and flag not in EXTERNAL_FLAGS:
                     unknown.add(f"{rel}:{line}: --{flag}")
     assert sorted(unknown) == []
-    assert pending == set(FLAGS_PENDING), "no longer named: drop it from FLAGS_PENDING"
 
 
 def test_the_gradescope_command_in_the_student_tree_is_one_line(student_tree) -> None:
