@@ -85,7 +85,7 @@ def locate(err: BaseException, functions: dict[str, list[str]] | None = None) ->
     called = set(re.findall(r"(\w+)\s*\(", frame.line or ""))
     for name in names:
         if name.rsplit(".", 1)[-1] in called:
-            line = _definition_line(PROJECT_ROOT / path, name)
+            line = definition_line(PROJECT_ROOT / path, name)
             return (
                 f"raised in given code at {here}, in {qualname}, on what your {name} returned: "
                 f"{path}:{line}"
@@ -93,7 +93,7 @@ def locate(err: BaseException, functions: dict[str, list[str]] | None = None) ->
     return here
 
 
-def _definition_line(path: Path, qualname: str) -> int | str:
+def definition_line(path: Path, qualname: str) -> int | str:
     """The line of ``def`` of the function ``qualname`` in the file, or "?"."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))

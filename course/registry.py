@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from course.locate import locate, relative_to_project
+from course.locate import PROJECT_ROOT, definition_line, locate, relative_to_project
 from course.measure import Measurement, diagnose
 from course.outcome import Outputs, observed
 from course.untouched import Untouched
@@ -76,6 +76,7 @@ class Result:
     detail: str = ""  # the tensor that differs, or the exception and where it was raised
     diagnosis: str = ""  # the known mistake the output matches, if one does
     uncompiled: str = ""  # "SyntaxError in path:line": a file that does not compile, not the check
+    where: str = ""  # a FAIL's: "path:line (name)" of the student's functions the check ran
 
 
 class Context:
@@ -193,27 +194,78 @@ def not_implemented_message(err: BaseException) -> str | None:
     return None
 
 
-def student_functions(ctx: Context) -> dict[str, list[str]]:
-    """path -> the qualified names of the functions that hold an exercise, stored by the
+def exercise_places(ctx: Context) -> dict[str, list[tuple[str, str]]]:
+    """exercise -> (path, qualified name) of each function that holds a part of it, stored by the
     generator (the student tree has no markers to find them by); empty when there are none."""
     try:
-        return ctx.course_data.get("exercise functions", {})
+        stored = ctx.course_data.get("exercise functions", {})
     except Exception:  # no stored data: locate by path alone
         return {}
+    return {
+        exercise: [(path, name) for path, name in places] for exercise, places in stored.items()
+    }
+
+
+def student_functions(ctx: Context) -> dict[str, list[str]]:
+    """path -> the qualified names of the functions that hold an exercise."""
+    found: dict[str, list[str]] = {}
+    for places in exercise_places(ctx).values():
+        for path, name in places:
+            found.setdefault(path, []).append(name)
+    return found
+
+
+def check_functions(check: Check, ctx: Context) -> list[tuple[str, str]]:
+    """(path, qualified name) of the student's functions whose output ``check`` judges."""
+    places = exercise_places(ctx)
+    return [place for exercise in check.exercises for place in places.get(exercise, [])]
+
+
+def definition_lines(check: Check, ctx: Context) -> dict[str, int]:
+    """ "path:name" -> the line of the ``def`` of each of the check's functions in this tree (the
+    student's lines, which differ from the solution's): the runner sends them with its answer,
+    so that a FAIL says where the function is."""
+    lines = {}
+    for path, name in check_functions(check, ctx):
+        line = definition_line(PROJECT_ROOT / path, name)
+        if isinstance(line, int):
+            lines[f"{path}:{name}"] = line
+    return lines
+
+
+def your_code(check: Check, ctx: Context, lines: object) -> str:
+    """ "minbert/bert.py:45 (scaled_dot_product_attention)", one for each of the check's
+    functions, from the judge's own names and the runner's ``lines`` (untrusted: a line is used
+    only when it is a positive int)."""
+    lines = lines if isinstance(lines, dict) else {}
+    said = []
+    for path, name in check_functions(check, ctx):
+        line = lines.get(f"{path}:{name}")
+        ok = isinstance(line, int) and not isinstance(line, bool) and 0 < line < 10**7
+        said.append(f"{path}:{line if ok else '?'} ({name})")
+    return "; ".join(said)
 
 
 def compute_check(check: Check, ctx: Context) -> dict:
     """Run the check's ``compute`` (the student's code): ``{"outputs": ...}``, or ``{"error":
     what was raised and where, "not_implemented": bool, "uncompiled": ...}``. Never raises."""
     try:
-        return {"outputs": check.compute(ctx)}
+        return {"outputs": check.compute(ctx), **lines_of(check, ctx)}
     except Exception as err:  # one broken check must not stop the others
         if uncompiled := uncompiled_file(err):
             return {"error": uncompiled, "not_implemented": False, "uncompiled": uncompiled}
         todo = not_implemented_message(err)
         detail = todo if todo is not None else f"{type(err).__name__}: {err}"
         detail += f" ({locate(err, student_functions(ctx))})"
-        return {"error": detail, "not_implemented": todo is not None}
+        return {"error": detail, "not_implemented": todo is not None, **lines_of(check, ctx)}
+
+
+def lines_of(check: Check, ctx: Context) -> dict:
+    """``{"lines": definition_lines(...)}``, or nothing when a file cannot be read."""
+    try:
+        return {"lines": definition_lines(check, ctx)}
+    except Exception:
+        return {}
 
 
 def uncompiled_file(err: BaseException) -> str:
@@ -230,7 +282,15 @@ def uncompiled_file(err: BaseException) -> str:
 
 def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
     """The result of ``compute_check``'s answer (in class grading, a runner's: untrusted data).
-    Never raises: outputs the judge cannot read are a FAIL that says so."""
+    Never raises: outputs the judge cannot read are a FAIL that says so. A FAIL names where the
+    student's functions are (``your_code``), unless a file did not compile."""
+    result = _judged(check, ctx, computed)
+    if result.status == FAIL and not result.uncompiled:
+        result.where = your_code(check, ctx, computed.get("lines"))
+    return result
+
+
+def _judged(check: Check, ctx: Context, computed: dict) -> Result:
     if "error" in computed:
         status = NOT_IMPLEMENTED if computed.get("not_implemented") is True else FAIL
         uncompiled = str(computed.get("uncompiled") or "")
@@ -299,6 +359,8 @@ def format_result(result: Result, width: int, shown_hints: set[str] | None = Non
     if result.status == FAIL:
         if result.detail:
             line += f"\n    {result.detail}"
+        if result.where:
+            line += f"\n    your code: {result.where}"
         if result.diagnosis:
             line += f"\n    diagnosis: {result.diagnosis}"
         if check.hint:
