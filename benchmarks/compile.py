@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def start_report(repeats: int, warm_cache: bool) -> Report:
-    """The results file, with its introduction (what is measured, and how)."""
+    """compile.md, with its introduction: what is measured, and how."""
     cache_text = (
         "inductor's usual on-disk cache"
         if warm_cache

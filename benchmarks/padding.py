@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def start_report(steps: int, chunk: int) -> Report:
-    """The results file, with its introduction (what is measured, and how)."""
+    """padding.md, with its introduction: what is measured, and how."""
     return Report(
         "padding",
         "Padding: length-grouped dynamic batches vs fixed max_length padding",

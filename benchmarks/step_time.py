@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def start_report(repeats: int) -> Report:
-    """The results file, with its introduction (what is measured, and how)."""
+    """step_time.md, with its introduction: what is measured, and how."""
     return Report(
         "step_time",
         "Step time: frozen-encoder plug-ins vs full fine-tuning",
