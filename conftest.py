@@ -1,9 +1,9 @@
 """What the full project's tests need beyond tests/conftest.py, which the student tree shares:
 the lab's scripts importable by name, and the lab's fixtures.
 
-This file is not in the student tree (course/student_tree.txt does not name it), so nothing the
-student tree ships names benchmarks/ or the lab's test helpers. pytest loads it for every test
-under this folder, before any test module is imported.
+This file is not in the student tree (course/authoring/student_tree.txt does not name it), so
+nothing the student tree ships names benchmarks/ or the lab's test helpers. pytest loads it for
+every test under this folder, before any test module is imported.
 """
 
 from __future__ import annotations

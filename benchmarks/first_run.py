@@ -1,7 +1,7 @@
 """The README's first training command, run and timed, so that the README's figures for it are
 measured, not typed: the quick start's run of under a minute on 2 CPU cores (an adapter per task on
 the frozen packaged checkpoint, 400 examples of each task, one epoch); with ``--student``, the
-student README's (course/student_readme.md), in a student tree with every exercise solved.
+student README's (course/authoring/student_readme.md), in a student tree with every exercise solved.
 
 Each repeat runs the command as the README shows it, in a fresh process, with its run folder a
 scratch folder instead of ``runs/first``; it records the wall-clock, the CPU seconds (user +
@@ -50,7 +50,7 @@ def readme_command(student: bool = False) -> str:
 def solved_student_tree(out: Path) -> Path:
     """A student tree with every exercise's solution in place, its data files fetched as the
     student README says (``scripts/get_data.py``, here from the shared data folder)."""
-    from course import scaffold
+    from course.authoring import scaffold
 
     scaffold.write_student_tree(out, remove=[])
     fetch = [sys.executable, "scripts/get_data.py", "--from", str(_common.DATA_DIR)]

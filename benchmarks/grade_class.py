@@ -1,7 +1,7 @@
 """Grading a class, timed: seconds per honest submission with every check, one student at a time
 (``--jobs 1``) and several at once (``--jobs N``, the cores by default), and the speed-up, on the
 machine it runs on. The class is N copies of this project's own solution (each exercise file
-copied), graded with ``python -m course.grade`` as an instructor runs it, at the best
+copied), graded with ``python -m course.grading.grade`` as an instructor runs it, at the best
 containment this machine offers. Writes benchmarks/results/grade-class.md.
 
     python benchmarks/grade_class.py                   # a class of 4, --jobs 1 then the cores
@@ -24,8 +24,8 @@ import _common
 
 sys.path.insert(0, str(_common.ROOT))
 
-from course import sandbox  # noqa: E402 (the project's modules, once its root is on the path)
-from course.grade import exercise_files  # noqa: E402
+from course.grading import sandbox  # noqa: E402 (the project's modules, once its root is on the path)
+from course.grading.grade import exercise_files  # noqa: E402
 
 
 def honest_class(folder: Path, students: int) -> None:
@@ -40,7 +40,7 @@ def honest_class(folder: Path, students: int) -> None:
 def grade_once(folder: Path, jobs: int) -> tuple[float, dict[str, str]]:
     """Wall-clock seconds of grading the class with ``--jobs``, and each student's total."""
     out = folder.parent / f"grades-jobs{jobs}.csv"
-    command = [sys.executable, "-m", "course.grade", str(folder), "--out", str(out)]
+    command = [sys.executable, "-m", "course.grading.grade", str(folder), "--out", str(out)]
     started = time.perf_counter()
     done = subprocess.run(
         [*command, "--jobs", str(jobs)], cwd=_common.ROOT, capture_output=True, text=True

@@ -1,10 +1,10 @@
 """How large the student tree is, part by part, and what would make it smaller.
 
-The student tree is what ``python -m course.scaffold OUT`` writes: the files the manifest
-(course/student_tree.txt) names, with every exercise cut out. Its Python is counted here from
-those student versions, three ways: every line; without blank lines and comments; and code only
-(no docstrings either, where the exercises' equations and papers are written). The aim is at
-most 80 files and 9,000 lines.
+The student tree is what ``python -m course.authoring.scaffold OUT`` writes: the files the manifest
+(course/authoring/student_tree.txt) names, with every exercise cut out. Its Python is counted here
+from those student versions, three ways: every line; without blank lines and comments; and code only
+(no docstrings either, where the exercises' equations and papers are written). The aim is at most 80
+files and 9,000 lines.
 
     python benchmarks/student_tree_size.py
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import _common
 
-from course.scaffold import project_files, read_source, student_files, student_source
+from course.authoring.scaffold import project_files, read_source, student_files, student_source
 
 AIM_FILES, AIM_LINES = 80, 9_000
 # The parts of the tree, as the issue lists them: each a label and the path prefixes it holds.

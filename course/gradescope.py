@@ -1,7 +1,7 @@
 """The checks' results as Gradescope's ``results.json`` (``python sanity_check.py --results-json
 FILE``), with points per exercise from a course file the instructor edits (``points.json``
-beside this file, or ``--points FILE``). In the instructor's tree, ``python -m course.gradescope
-OUT.zip`` writes the autograder to upload (from a module the student tree leaves out).
+beside this file, or ``--points FILE``): the half of the Gradescope support that ships to
+students. The zip is built by the instructor's grading package, which the student tree lacks.
 
 Gradescope's autograder reads one JSON object: ``score`` (the total), and ``tests``, one entry
 per check with its ``name``, ``score``, ``max_score``, ``status`` and ``output`` (the lines
@@ -16,7 +16,6 @@ its ``max_score`` when it passes, else 0.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -91,20 +90,16 @@ def results_json(results: Sequence[tuple[Result, str]], points: dict[str, float]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course.gradescope OUT.zip``: the autograder, built from the instructor's tree
-    (the module that builds it is not in the student tree)."""
-    # ``from course import autograder`` raises a plain ImportError where the module is absent;
-    # asking for it first keeps an ImportError inside the autograder itself a traceback.
-    if importlib.util.find_spec("course.autograder") is None:
-        print(
-            "error: python -m course.gradescope builds the Gradescope autograder in the "
-            "instructor's tree (the full project); this student tree does not have its builder",
-            file=sys.stderr,
-        )
-        return 2
-    from course import autograder
-
-    return autograder.main(argv)
+    """``python -m course.gradescope``: builds nothing. The zip (the grader, its sandbox, the
+    student tree) is built from the instructor's tree by its grading package, which the student
+    tree leaves out and this module never imports; say so in one line, exit 2."""
+    print(
+        "error: python -m course.gradescope builds no autograder zip: the Gradescope autograder "
+        "is built in the instructor's tree (the full project) by its grading package; see the "
+        "instructor's part of its GUIDE.md",
+        file=sys.stderr,
+    )
+    return 2
 
 
 if __name__ == "__main__":

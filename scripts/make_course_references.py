@@ -921,18 +921,19 @@ def losses_data() -> dict:
     return inputs | case("task_losses", compute, modes=("eval",))
 
 
-def exercise_functions() -> dict[str, list[str]]:
-    """path -> the qualified names of the functions that hold an exercise: the student tree has
-    no markers, and the grader locates an error at the student's function by them."""
-    from course.scaffold import find_exercises
+def exercise_functions() -> dict[str, list[list[str]]]:
+    """exercise -> [path, qualified name] of each function that holds a part of it: the student
+    tree has no markers, and the grader names the student's functions by them (where an error
+    was raised, and under every FAIL of the exercise's checks)."""
+    from course.authoring.scaffold import find_exercises
 
-    found: dict[str, list[str]] = {}
+    found: dict[str, list[list[str]]] = {}
     for regions in find_exercises(ROOT).values():
         for region in regions:
-            names = found.setdefault(region.path, [])
-            if region.function not in names:
-                names.append(region.function)
-    return {path: found[path] for path in sorted(found)}
+            places = found.setdefault(region.exercise, [])
+            if [region.path, region.function] not in places:
+                places.append([region.path, region.function])
+    return {exercise: found[exercise] for exercise in sorted(found)}
 
 
 def make() -> dict:

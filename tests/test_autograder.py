@@ -1,5 +1,5 @@
-"""The Gradescope autograder (``python -m course.gradescope OUT.zip``): the zip unpacked into a
-scratch folder laid out as Gradescope's ``/autograder`` (``AUTOGRADER_ROOT``), and its
+"""The Gradescope autograder (``python -m course.grading.autograder OUT.zip``): the zip unpacked
+into a scratch folder laid out as Gradescope's ``/autograder`` (``AUTOGRADER_ROOT``), and its
 ``run_autograder`` run on a correct, a partly wrong, a hanging and a hostile submission, each
 ``results/results.json`` checked. Instructor-only (it copies the solution files)."""
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from course import gradescope, sandbox
+from course.grading import autograder as gradescope_zip
+from course.grading import sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
@@ -31,11 +32,13 @@ def solution(rel: str) -> str:
 def autograder(tmp_path_factory) -> Path:
     """/autograder as Gradescope lays it out: source/ (the zip), run_autograder, results/."""
     root = tmp_path_factory.mktemp("autograder")
-    assert gradescope.main([str(root / "autograder.zip")]) == 0
+    assert gradescope_zip.main([str(root / "autograder.zip")]) == 0
     with zipfile.ZipFile(root / "autograder.zip") as archive:
         names = archive.namelist()
         archive.extractall(root / "source")
-    assert {"setup.sh", "run_autograder", "sanity_check.py", "course/judge.py"} <= set(names)
+    assert {"setup.sh", "run_autograder", "sanity_check.py", "course/grading/judge.py"} <= set(
+        names
+    )
     assert not [n for n in names if n.startswith(("benchmarks/", "docs/"))]
     assert [n for n in names if n.startswith("data/")] == ["data/README.md"]  # no data files
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")

@@ -35,7 +35,7 @@ import multitask.run
 import pretrain_mlm
 import sanity_check
 import train_multitask
-from course import scaffold
+from course.authoring import scaffold
 from tests.helpers import driver_argv, run_driver, short_run, signal_when_resumable
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 
 import multitask.export
 import train_multitask
-from course import scaffold
+from course.authoring import scaffold
 from multitask import fusion_weights
 from tests.helpers import run_driver, short_run
 from tests.test_bad_input_commands import (

@@ -26,7 +26,8 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 import multitask.attention
-from course import gradescope, scaffold
+from course.authoring import scaffold
+from course.grading import autograder
 from multitask import extras, fusion_weights
 from tests.helpers import run_driver, short_run
 from tests.test_bad_input_commands import (
@@ -49,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {
     **MAINS,
     "runner": multitask_runs.main,
-    "gradescope": gradescope.main,
+    "gradescope": autograder.main,  # the zip: python -m course.grading.autograder
     "attention": multitask.attention.main,
     "weights": fusion_weights.main,
 }
@@ -495,7 +496,7 @@ def test_force_replaces_exactly_its_own_files_and_keeps_the_record(tmp_path, cap
     assert not [p for p in out.rglob("*.tmp")]
 
 
-READ_ONLY = [sys.executable, "-m", "course.scaffold"]
+READ_ONLY = [sys.executable, "-m", "course.authoring.scaffold"]
 
 
 @pytest.mark.parametrize("where", ["parent", "out"])
@@ -534,7 +535,7 @@ def test_overwrite_replaces_an_earlier_zip(tmp_path, capsys):
     """With --overwrite the zip is written over the earlier one, whole."""
     out = tmp_path / "autograder.zip"
     out.write_bytes(b"an earlier zip")
-    assert gradescope.main([str(out), "--overwrite"]) == 0
+    assert autograder.main([str(out), "--overwrite"]) == 0
     with zipfile.ZipFile(out) as archive:
         assert {"setup.sh", "run_autograder"} <= set(archive.namelist())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["autograder.zip"]

@@ -1,5 +1,5 @@
-"""Reading a class of hostile submissions (course/intake.py) and the inert text that reaches the
-instructor (course/inert.py).
+"""Reading a class of hostile submissions (course/grading/intake.py) and the inert text that
+reaches the instructor (course/grading/inert.py).
 
 One class folder is built in tmp_path: honest entries (folders and zips, each compression zip
 can read) beside hostile ones (an encrypted or deflate64 member, a link, a FIFO, a 64 GiB sparse
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from course.inert import clean, csv_cell
-from course.intake import ENTRIES, MEMBER_BYTES, Entry, Submission, list_class
+from course.grading.inert import clean, csv_cell
+from course.grading.intake import ENTRIES, MEMBER_BYTES, Entry, Submission, list_class
 
 WANTED = ["minbert/optimizer.py", "tasks/heads.py"]
 OPTIMIZER = b"# the student's AdamW\nclass AdamW:\n    pass\n"

@@ -1,9 +1,9 @@
-"""The class report (``course/report.py``) of a class of six graded by ``python -m course.grade``:
-one correct, two different named mistakes of the sampler, a syntax error, a hang, and one
-untouched (the student tree's stubs) whose name holds markup. Its counts equal the CSV's, its
-mistake names are the grader's, every name is escaped, ``python -m course.report`` rebuilds it
-byte for byte, and a headless browser (where one is installed) renders it. Instructor-only (it
-copies the solution files into submissions)."""
+"""The class report (``course/grading/report.py``) of a class of six graded by ``python -m
+course.grading.grade``: one correct, two different named mistakes of the sampler, a syntax error, a
+hang, and one untouched (the student tree's stubs) whose name holds markup. Its counts equal the
+CSV's, its mistake names are the grader's, every name is escaped, ``python -m
+course.grading.report`` rebuilds it byte for byte, and a headless browser (where one is installed)
+renders it. Instructor-only (it copies the solution files into submissions)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from course import grade, report, sandbox
 from course.checks import CHECKS
 from course.gradescope import POINTS, read_points
+from course.grading import grade, report, sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"

@@ -1,7 +1,7 @@
 """One exercise file that does not compile fails only the checks that need that file, each
 reported at the student's file and line first, with no hint that points elsewhere. A student tree
-with every exercise written but the masking (``course.scaffold --exercise masking``) gets a
-syntax error in one file, and ``sanity_check.py`` runs there.
+with every exercise written but the masking (``course.authoring.scaffold --exercise masking``)
+gets a syntax error in one file, and ``sanity_check.py`` runs there.
 
 Instructor-only (it runs the scaffold)."""
 
@@ -33,7 +33,7 @@ BROKEN = {
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("isolation") / "tree"
-    command = [sys.executable, "-m", "course.scaffold", str(out), "--exercise", "masking"]
+    command = [sys.executable, "-m", "course.authoring.scaffold", str(out), "--exercise", "masking"]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
     return out
 

@@ -1,11 +1,11 @@
-"""Grading a class (``python -m course.grade``): a folder of seven submissions, each computed by
-its own contained runner and judged by the grader, into the expected ``grades.csv`` and
+"""Grading a class (``python -m course.grading.grade``): a folder of seven submissions, each
+computed by its own contained runner and judged by the grader, into the expected ``grades.csv`` and
 per-student ``results.json``; one that hangs, one that tries to write into another's folder and
 the instructor's points file, and one that reads the stored references change no other grade
 and no file outside the submissions' own (tests/test_grade_hostile.py tries harder).
 
 This file plants solution lines (the correct submissions copy the solution files), so it is
-instructor-only (``INSTRUCTOR_ONLY`` of ``course/scaffold.py``)."""
+instructor-only (``INSTRUCTOR_ONLY`` of ``course/authoring/scaffold.py``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import json
 import zipfile
 from pathlib import Path
 
-from course import grade
 from course.gradescope import POINTS
+from course.grading import grade
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course import gradescope, sandbox
+from course.grading import autograder, sandbox
 from tests.helpers import processes_with
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ for path in ("/etc/shadow", "/etc/passwd", "/proc/1/environ", "~root/.bash_histo
     attempt(lambda: print(path, len(open(path).read()), flush=True))
 """,
     "writes-the-references": """
-for rel in ("course/reference_data.pt", "sanity_check_reference.pt", "course/judge.py"):
+for rel in ("course/reference_data.pt", "sanity_check_reference.pt", "course/grading/judge.py"):
     attempt(lambda: (PROJECT / rel).write_bytes(b"0"))
 """,
     "patches-the-runner": """
@@ -236,7 +236,7 @@ def planted() -> list[str]:
 def grade_hostile_class(
     tmp_path: Path, project: Path, python: str, decoy: Path, env: dict | None = None
 ) -> None:
-    """Grade the class with ``python -m course.grade`` run from ``project``; assert what the
+    """Grade the class with ``python -m course.grading.grade`` run from ``project``; assert what the
     module docstring says."""
     subs, out = tmp_path / "subs", tmp_path / "out" / "grades.csv"
     out.parent.mkdir()
@@ -253,7 +253,7 @@ def grade_hostile_class(
     hooks = project / ".git" / "hooks"
     before = {"project": digest(project, SKIPPED), "subs": digest(subs), "hooks": digest(hooks)}
     decoy_bytes = decoy.read_bytes()
-    command = [python, "-m", "course.grade", str(subs), "--out", str(out), "--jobs", "2"]
+    command = [python, "-m", "course.grading.grade", str(subs), "--out", str(out), "--jobs", "2"]
     done = subprocess.run(
         [*command, *CHECKS], cwd=project, env=env, capture_output=True, text=True, timeout=1500
     )
@@ -319,7 +319,7 @@ def autograder_source(tmp_path: Path) -> Path:
     """The Gradescope zip unpacked, closed to other users as run_autograder closes it."""
     root = tmp_path / "autograder"
     root.mkdir(mode=0o700)
-    assert gradescope.main([str(root / "autograder.zip")]) == 0
+    assert autograder.main([str(root / "autograder.zip")]) == 0
     with zipfile.ZipFile(root / "autograder.zip") as archive:
         archive.extractall(root / "source")
     return root / "source"
@@ -357,7 +357,7 @@ def test_a_submission_that_silences_the_side_effect_probe_scores_nothing_there(t
     """A correct sampler whose module replaces the grader's side-effect probe (the class's
     method, or a function's code) gets no points for the checks that ran its code; the same
     sampler without the patch gets them all."""
-    from course import grade
+    from course.grading import grade
 
     patches = {
         "sly": "course.untouched.Untouched.problem = lambda self: None",

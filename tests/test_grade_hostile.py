@@ -1,4 +1,4 @@
-"""Grading a class with a hostile submission in it (``python -m course.grade``): a class of
+"""Grading a class with a hostile submission in it (``python -m course.grading.grade``): a class of
 three, one of whom does at import time each of the things a hostile submission was seen to do
 (deletes and appends to the instructor's files and another student's, rewrites another
 student's results.json from a daemon that outlives its check, execs another student's file,
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from course import grade, sandbox
+from course.grading import grade, sandbox
 from tests.helpers import processes_with
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
 MARKER = "hostile-daemon-3f9a"  # in the command line of the daemon the hostile code starts
-INSTRUCTOR = ["minbert/bert.py", "README.md", OPT, "course/judge.py"]
+INSTRUCTOR = ["minbert/bert.py", "README.md", OPT, "course/grading/judge.py"]
 LEVEL = sandbox.containment()
 contained = pytest.mark.skipif(LEVEL is None, reason="no containment on this machine")
 
@@ -164,7 +164,7 @@ def test_ctrl_c_ends_the_grader_in_one_line_and_leaves_no_runner(tmp_path):
     subs, out = tmp_path / "subs", tmp_path / "grades.csv"
     hang = f"import time\ntime.sleep(600)  # {MARKER}-ctrl-c\n"
     submit(subs / "dave", {OPT: hang})
-    command = [sys.executable, "-m", "course.grade", str(subs), "--out", str(out)]
+    command = [sys.executable, "-m", "course.grading.grade", str(subs), "--out", str(out)]
     grader = subprocess.Popen(  # a terminal's Ctrl-C finds SIGINT's default handler, even
         [*command, "--only", "adamw"],  # where these tests run in a background shell
         cwd=ROOT,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from course import grade, landlock, sandbox
-from course.jail import TREE
+from course.grading import grade, landlock, sandbox
+from course.grading.jail import TREE
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
@@ -94,7 +94,7 @@ def test_a_class_graded_from_a_fresh_venv_whose_base_lacks_torch(system_site, tm
     ours = [p for p in site.getsitepackages() if os.path.isdir(p)]
     Path(found.stdout.strip(), "requirements.pth").write_text("\n".join(ours) + "\n")
     subs, out = honest(tmp_path / "subs"), tmp_path / "grades.csv"
-    command = [str(python), "-m", "course.grade", str(subs), "--out", str(out), *CHECKS]
+    command = [str(python), "-m", "course.grading.grade", str(subs), "--out", str(out), *CHECKS]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert scores(out) == HONEST
@@ -109,7 +109,7 @@ def test_two_classes_graded_at_once_get_the_grades_they_get_alone(tmp_path):
         return [
             sys.executable,
             "-m",
-            "course.grade",
+            "course.grading.grade",
             str(classes[i - 1]),
             "--out",
             str(out),
@@ -225,7 +225,7 @@ def test_a_students_budget_bounds_all_of_their_checks(tmp_path):
 
 CONFINED = """
 import socket, sys
-from course import landlock
+from course.grading import landlock
 allowed, denied, python, port = sys.argv[1:5]
 landlock.confine(read=[python, "/usr", "/lib", "/lib64"], write=[allowed], devices=["/dev/null"])
 open(f"{allowed}/new", "w").write("ok")

@@ -9,13 +9,14 @@ Correct but different implementations (einsum attention, AdamW as Algorithm 2, o
 updates, ...) must pass every check of their exercise.
 
 This file quotes solution lines, so it is instructor-only (``INSTRUCTOR_ONLY`` of
-``course/scaffold.py``).
+``course/authoring/scaffold.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 import subprocess
 import sys
 import types
@@ -27,7 +28,8 @@ import pytest
 import torch
 
 import minbert.plugins
-from course import scaffold, seal
+from course import seal
+from course.authoring import scaffold
 from course.checks import CHECKS
 from course.measure import Observed
 from course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
@@ -1930,9 +1932,21 @@ def test_mutant_is_caught_by_its_exercise_and_named(
     results = run_own_checks(mutant, ctx, monkeypatch)
     failed = [r for r in results.values() if r.status == FAIL]
     assert failed, f"{mutant.id} passed every check of {mutant.exercise}"
+    for result in failed:  # says where the student's function is: its def, in the mutated file
+        assert_names_the_def(result.where, mutant.path)
     if mutant.named is not None:
         diagnoses = [r.diagnosis for r in failed]
         assert any(mutant.named in d for d in diagnoses), (mutant.id, diagnoses)
+
+
+def assert_names_the_def(where: str, path: str) -> None:
+    """``where`` ("path:line (name); ...") names a function of ``path`` at its ``def`` line."""
+    places = re.findall(r"([\w/.]+):(\d+) \(([\w.]+)\)", where)
+    assert any(p == path for p, _, _ in places), where
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    for p, line, name in places:
+        source = (ROOT / p).read_text(encoding="utf-8").splitlines() if p != path else lines
+        assert source[int(line) - 1].lstrip().startswith(f"def {name.rsplit('.', 1)[-1]}("), where
 
 
 @pytest.mark.numerics
@@ -2109,6 +2123,8 @@ def test_a_mistake_is_caught_and_named_when_another_cpu_rounds_its_outputs(
     results = run_own_checks(mutant, ctx, monkeypatch)
     failed = [r for r in results.values() if r.status == FAIL]
     assert failed, f"{mutant.id} passed every check of {mutant.exercise}"
+    for result in failed:  # says where the student's function is: its def, in the mutated file
+        assert_names_the_def(result.where, mutant.path)
     if mutant.named is not None:
         assert any(mutant.named in r.diagnosis for r in failed), mutant.id
 

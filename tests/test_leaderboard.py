@@ -1,6 +1,6 @@
-"""The final project's leaderboard (course/leaderboard.py, course/predictions.py) on the course's
-real dev files split in two: a "public" half a student trains on, and a "hidden" half whose
-labels stand in for the instructor's test labels.
+"""The final project's leaderboard (course/grading/leaderboard.py, course/grading/predictions.py) on
+the course's real dev files split in two: a "public" half a student trains on, and a "hidden" half
+whose labels stand in for the instructor's test labels.
 
 One student's prediction files are a real (tiny) run of the driver on the public half, and its
 scores must equal the driver's own ``--evaluate`` on the hidden labels; the others hold bad files,
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from course.leaderboard import main
-from course.predictions import label_file_names, prediction_file
+from course.grading.leaderboard import main
+from course.grading.predictions import label_file_names, prediction_file
 from tasks import get_task
 from tasks.metrics import overall_score
 from tests.helpers import run_driver, short_run
@@ -388,7 +388,7 @@ def test_help_explains_every_option(capsys):
 
 
 def test_one_upload_is_scored_for_gradescope(course, tmp_path):
-    from course.leaderboard import score_upload
+    from course.grading.leaderboard import score_upload
 
     upload = write_student(tmp_path / "submission", own_files(course))
     results = tmp_path / "results.json"
@@ -430,7 +430,7 @@ def test_the_gradescope_leaderboard_zip_scores_an_upload_as_the_board_does(cours
     """``python -m course.gradescope --leaderboard --labels LABELS_DIR OUT.zip`` unpacked as
     Gradescope lays out /autograder: an upload's files scored as the driver's --evaluate says,
     with the leaderboard key; the labels are in the zip (the instructor's), not in results."""
-    from course import autograder
+    from course.grading import autograder
 
     zip_path = tmp_path / "board.zip"
     argv = ["--leaderboard", "--labels", str(course["labels"]), str(zip_path)]
@@ -456,7 +456,7 @@ def test_the_gradescope_leaderboard_zip_scores_an_upload_as_the_board_does(cours
 
 
 def test_a_leaderboard_zip_with_bad_labels_is_refused_in_one_line(course, tmp_path, capsys):
-    from course import autograder
+    from course.grading import autograder
 
     labels = labels_copy(course, tmp_path)
     no_sts(labels)

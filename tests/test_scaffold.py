@@ -1,4 +1,4 @@
-"""Course scaffolding (course.scaffold) and per-component grading (sanity_check.py, the
+"""Course scaffolding (course.authoring.scaffold) and per-component grading (sanity_check.py, the
 runner of the checks in course/checks/).
 
 * the full solution passes every check;
@@ -8,7 +8,7 @@ runner of the checks in course/checks/).
 * the marker format: parsing, errors, the raise statement, the file selection, OUT_DIR rules.
 
 This file grades the scaffolding against the full solution, so it is not copied into the
-student tree (``course.scaffold.INSTRUCTOR_ONLY``).
+student tree (``course.authoring.scaffold.INSTRUCTOR_ONLY``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import pytest
 import student_tree_size
 
 import sanity_check
-from course import scaffold
-from course.unused_names import strip_pragma
+from course.authoring import scaffold
+from course.authoring.unused_names import strip_pragma
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = [  # the order of GUIDE.md
@@ -91,7 +91,7 @@ def test_every_exercise_is_marked_and_graded() -> None:
     for exercise in EXERCISES:  # an exercise's own checks depend on it alone
         assert any(c.exercises == (exercise,) for c in sanity_check.CHECKS), exercise
     assert len({c.name for c in sanity_check.CHECKS}) == len(sanity_check.CHECKS)
-    listing = run(["-m", "course.scaffold", "--list"], ROOT)
+    listing = run(["-m", "course.authoring.scaffold", "--list"], ROOT)
     assert listing.returncode == 0, listing.stderr
     assert "BertSelfAttention.forward" in listing.stdout and "AdamW.step" in listing.stdout
 
@@ -120,7 +120,7 @@ def test_guide_lists_every_exercise_in_order_with_its_checks() -> None:
 def student_tree(tmp_path_factory) -> Path:
     """Every exercise cut out, through the command line as an instructor would."""
     out = tmp_path_factory.mktemp("student") / "minbert-student"
-    result = run(["-m", "course.scaffold", str(out)], ROOT)
+    result = run(["-m", "course.authoring.scaffold", str(out)], ROOT)
     assert result.returncode == 0, result.stderr
     assert "regions removed" in result.stdout
     return out
@@ -237,7 +237,9 @@ def test_student_tree_is_the_manifest_with_only_the_regions_replaced(student_tre
     assert set(stable) <= copied  # every file the manifest names, and no other
     assert all(t in files or not (ROOT / t).exists() for t in copied)
     assert not {"benchmarks", "docs", "RESULTS.md"} & {p.split("/")[0] for p in copied}
-    assert not set(scaffold.INSTRUCTOR_ONLY) & copied and "course/scaffold.py" not in copied
+    assert (
+        not set(scaffold.INSTRUCTOR_ONLY) & copied and "course/authoring/scaffold.py" not in copied
+    )
     lines = sum(
         len((student_tree / p).read_text().splitlines()) for p in copied if p.endswith(".py")
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from course import scaffold
+from course.authoring import scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNIFICANT = 25

@@ -1,6 +1,6 @@
-"""The student README (course/student_readme.md, the student tree's README.md): its set-up works on
-a Python that refuses ``pip install`` outside an environment, and its first training command is
-one the student tree runs once the exercises it names are written, with the figures that
+"""The student README (course/authoring/student_readme.md, the student tree's README.md): its set-up
+works on a Python that refuses ``pip install`` outside an environment, and its first training
+command is one the student tree runs once the exercises it names are written, with the figures that
 ``python benchmarks/first_run.py --student`` measured (benchmarks/results/student-first-run.md).
 
 This file reads the full project (the benchmarks, the scaffold), so the student tree does not
@@ -18,7 +18,7 @@ from pathlib import Path
 import first_run
 import pytest
 
-from course import scaffold
+from course.authoring import scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "course" / "student_readme.md"

@@ -1,7 +1,7 @@
 """The student tree's lint helps: ruff, as its requirements-dev.txt installs it, passes on an
 untouched student tree (``ruff check`` and ``ruff format --check``), and ``ruff check --fix``
 there deletes nothing an exercise needs (the scaffold marks an import or a variable that only a
-removed region read with ``# noqa``, course/unused_names.py): the grader still finds every
+removed region read with ``# noqa``, course/authoring/unused_names.py): the grader still finds every
 exercise NOT IMPLEMENTED, with no error of another kind, and the solutions put back into the
 fixed tree pass every check.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import sanity_check
-from course import scaffold
+from course.authoring import scaffold
 
 pytest.importorskip("ruff")
 

@@ -2,15 +2,14 @@
 the READMEs, docstrings, comments, help and error messages, the requirements, pyproject.toml) is
 never pointed at a path, a module or a command that the student tree lacks.
 
-The full project keeps its lab (benchmarks/, docs/, RESULTS.md, the instructor's scripts, the
-lab's tools and extras); the student tree is a part of it (course/student_tree.txt), so every
-text it ships must be written for that part. The rules that find what a text names are a few
-regular expressions (``NAMING_RULES``), each with its comment; what they find that is not a file
-of the student tree is listed with the file it is in, unless ``NOT_FILES`` says why it need not
-be one.
+The full project keeps its lab (benchmarks/, docs/, RESULTS.md, the instructor's scripts, the lab's
+tools and extras); the student tree is a part of it (course/authoring/student_tree.txt), so every
+text it ships must be written for that part. The rules that find what a text names are a few regular
+expressions (``NAMING_RULES``), each with its comment; what they find that is not a file of the
+student tree is listed with the file it is in, unless ``NOT_FILES`` says why it need not be one.
 
 This file grades the scaffolding against the full project, so it is not copied into the
-student tree (``course.scaffold.INSTRUCTOR_ONLY``).
+student tree (``course.authoring.scaffold.INSTRUCTOR_ONLY``).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from course import scaffold
+from course.authoring import scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,7 +118,7 @@ def missing_names(tree: Path) -> set[tuple[str, str, str]]:
 
 @pytest.fixture(scope="module")
 def student_tree(tmp_path_factory) -> Path:
-    """Every exercise cut out, as ``python -m course.scaffold OUT_DIR`` writes it."""
+    """Every exercise cut out, as ``python -m course.authoring.scaffold OUT_DIR`` writes it."""
     out = tmp_path_factory.mktemp("student") / "minbert-student"
     scaffold.write_student_tree(out, ROOT)
     return out
@@ -254,8 +253,10 @@ def test_every_flag_a_text_names_is_one_the_student_tree_accepts(
 
 
 def test_the_gradescope_command_in_the_student_tree_is_one_line(student_tree) -> None:
-    """``python -m course.gradescope`` builds the autograder from a module only the instructor's
-    tree has: in the student tree it says so in one line, without a traceback."""
+    """The zip is built by ``python -m course.grading.autograder``, in a package only the
+    instructor's tree has; ``python -m course.gradescope``, the command that built it before
+    grading had a folder of its own, is in the student tree: it says in one line, without a
+    traceback, that the instructor's tree builds the zip."""
     import subprocess
     import sys
 
@@ -270,4 +271,15 @@ def test_the_gradescope_command_in_the_student_tree_is_one_line(student_tree) ->
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and done.stdout == "" and len(lines) == 1, done.stderr
         assert lines[0].startswith("error: ") and "instructor's tree" in lines[0]
+    # the new command, typed here: Python's own one line, naming the package the tree lacks
+    done = subprocess.run(
+        [sys.executable, "-m", "course.grading.autograder", "autograder.zip"],
+        cwd=student_tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and done.stdout == "" and len(lines) == 1, done.stderr
+    assert "No module named 'course.grading'" in lines[0]
     assert not (student_tree / "autograder.zip").exists()

@@ -3,13 +3,13 @@
 The student version of a file keeps the hint comments and replaces each region of a removed
 exercise, markers included, by ``raise NotImplementedError("<exercise-id>: <hint>")`` at the
 region's indentation; the rest stays byte for byte, but for a ``# noqa`` pragma where a name only
-a removed region read is bound (course/unused_names.py). ``sanity_check.py`` reports a check
-whose exercise raises this as NOT IMPLEMENTED, with its hint (the checks: ``course/checks/``).
+a removed region read is bound (course/authoring/unused_names.py). ``sanity_check.py`` reports a
+check (``course/checks/``) whose exercise raises this as NOT IMPLEMENTED, with its hint.
 
-    python -m course.scaffold OUT_DIR                    # every exercise removed
-    python -m course.scaffold OUT_DIR --exercise lora    # only these (repeatable)
-    python -m course.scaffold OUT_DIR --keep adamw       # all but these (repeatable)
-    python -m course.scaffold --list                     # the exercises and where they are
+    python -m course.authoring.scaffold OUT_DIR                  # every exercise removed
+    python -m course.authoring.scaffold OUT_DIR --exercise lora  # only these (repeatable)
+    python -m course.authoring.scaffold OUT_DIR --keep adamw     # all but these (repeatable)
+    python -m course.authoring.scaffold --list                   # the exercises, where they are
 
 Design notes: docs/design/course.md.
 """
@@ -30,11 +30,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from course.unused_names import mark_unused
+from course.authoring.unused_names import mark_unused
 from minbert.checkpoint import WriteError, atomic_write
 from minbert.flags import ArgumentParser, nonempty_path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 BEGIN = re.compile(r"# BEGIN SOLUTION:\s*([a-z][a-z0-9_-]*)\s*$")
 END = re.compile(r"# END SOLUTION\s*$")
@@ -78,7 +78,7 @@ EXCLUDED_FILES = ("*.pyc", "*.pyo", "data/*.csv", ".DS_Store")
 LINE_LENGTH = 100
 # The manifest of the student tree, relative to the source, and the line a Markdown file of the
 # student tree ends before.
-MANIFEST = "course/student_tree.txt"
+MANIFEST = "course/authoring/student_tree.txt"
 INSTRUCTOR_PART = "<!-- instructor-only"
 # In OUT_DIR: the digest of every file the scaffold wrote there, so --force replaces only its own.
 RECORD = ".scaffold-manifest"
@@ -453,7 +453,9 @@ def _write_fault(err: OSError) -> str:
 
 def _write_record(out_dir: Path, record: dict[str, set[str]]) -> None:
     files = {rel: sorted(digests) for rel, digests in sorted(record.items())}
-    text = json.dumps({"written_by": "python -m course.scaffold", "files": files}, indent=1)
+    text = json.dumps(
+        {"written_by": "python -m course.authoring.scaffold", "files": files}, indent=1
+    )
     atomic_write(out_dir / RECORD, lambda f: f.write(text.encode("utf-8") + b"\n"))
 
 
@@ -533,7 +535,7 @@ def print_exercises(exercises: dict[str, list[Region]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(
-        prog="python -m course.scaffold",
+        prog="python -m course.authoring.scaffold",
         description="Write the student version of this project: every marked exercise region "
         "becomes raise NotImplementedError(<hint>). See GUIDE.md for the exercises.",
     )

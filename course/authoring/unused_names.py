@@ -5,7 +5,7 @@ only that code read is unused there: ``ruff check`` reports it, and ``ruff check
 the import the student's code will need. ``mark_unused`` adds a ``# noqa`` pragma with its reason
 to each line that binds such a name: F401 for an import, F841 for a variable, B007 for a loop
 variable. A name the full source does not read either is left alone: the full tree's lint
-reports it there. Only the scaffold uses this module (course/scaffold.py).
+reports it there. Only the scaffold uses this module (course/authoring/scaffold.py).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""A Gradescope autograder in one command: ``python -m course.gradescope OUT.zip``.
+"""A Gradescope autograder in one command: ``python -m course.grading.autograder OUT.zip``.
 
 The zip holds this project's grader and student tree (``source/`` once Gradescope unpacks it),
 ``setup.sh`` (run once when Gradescope builds the image: the requirements and the packaged
 checkpoint, as ``make install`` does) and ``run_autograder`` (run for each submission: the
-submission graded by ``course.grade`` as a class of one, its results.json copied to
+submission graded by ``course.grading.grade`` as a class of one, its results.json copied to
 ``/autograder/results/results.json``). ``AUTOGRADER_ROOT`` replaces ``/autograder`` (a test lays
-out a scratch folder), ``AUTOGRADER_ARGS`` adds flags of ``course.grade``.
+out a scratch folder), ``AUTOGRADER_ARGS`` adds flags of ``course.grading.grade``.
 
 Design notes: docs/design/course.md.
 """
@@ -16,9 +16,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from course.predictions import LabelsError
-from course.predictions import read_labels as read_label_files
-from course.scaffold import PROJECT_ROOT, project_files
+from course.authoring.scaffold import PROJECT_ROOT, project_files
+from course.grading.predictions import LabelsError
+from course.grading.predictions import read_labels as read_label_files
 from minbert.checkpoint import atomic_write
 from minbert.flags import ArgumentParser, nonempty_path
 from multitask.errors import UsageError, run_command
@@ -47,7 +47,7 @@ cp -r "$root/submission" "$scratch/class/submission"
 chmod -R go-rwx "$root/source" "$root/submission" "$root/results" "$scratch"
 cd "$root/source"
 # shellcheck disable=SC2086
-python3 -m course.grade "$scratch/class" --out "$scratch/grades.csv" --jobs 1 \\
+python3 -m course.grading.grade "$scratch/class" --out "$scratch/grades.csv" --jobs 1 \\
     ${AUTOGRADER_ARGS:-} 2> "$scratch/said" || true
 cat "$scratch/said" >&2
 if [ -f "$scratch/grades-results/submission.json" ]; then
@@ -67,7 +67,8 @@ set -euo pipefail
 root="${AUTOGRADER_ROOT:-/autograder}"
 mkdir -p "$root/results"
 cd "$root/source"
-python3 -c 'import sys; from pathlib import Path; from course.leaderboard import score_upload
+python3 -c 'import sys; from pathlib import Path
+from course.grading.leaderboard import score_upload
 score_upload(Path(sys.argv[1]), Path("labels"), Path(sys.argv[2]))' \\
     "$root/submission" "$root/results/results.json"
 """
@@ -111,7 +112,7 @@ def read_labels(folder: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(
-        prog="python -m course.gradescope",
+        prog="python -m course.grading.autograder",
         description="Write a Gradescope autograder zip (setup.sh, run_autograder, the grader).",
     )
     parser.add_argument("out", metavar="OUT.zip", type=nonempty_path, help="the zip to write")
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         "--labels",
         metavar="LABELS_DIR",
         type=nonempty_path,
-        help="with --leaderboard: the labelled test files (as python -m course.leaderboard takes)",
+        help="with --leaderboard: the labelled test files (as python -m "
+        "course.grading.leaderboard takes)",
     )
     parser.add_argument(
         "--overwrite",

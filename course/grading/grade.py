@@ -1,7 +1,7 @@
 """Grade a class: one CSV row and one Gradescope results.json per student, computed where no
 student code runs.
 
-    python -m course.grade SUBMISSIONS_DIR --out grades.csv [--only adamw ...] [--timeout 60]
+    python -m course.grading.grade SUBMISSIONS_DIR --out grades.csv [--only adamw] [--timeout 60]
 
 Design notes: docs/design/course.md.
 """
@@ -23,15 +23,20 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from course import landlock, sandbox
+from course.authoring.scaffold import (
+    PROJECT_ROOT,
+    ScaffoldError,
+    find_exercises,
+    write_student_tree,
+)
 from course.checks import CHECKS
 from course.gradescope import POINTS, read_points, results_json
-from course.inert import csv_cell
-from course.intake import COLLIDES, Submission, list_class
-from course.judge import Limits, judge_submission
+from course.grading import landlock, sandbox
+from course.grading.inert import csv_cell
+from course.grading.intake import COLLIDES, Submission, list_class
+from course.grading.judge import Limits, judge_submission
+from course.grading.report import write_report
 from course.registry import WITHHELD, Context, format_result, select
-from course.report import write_report
-from course.scaffold import PROJECT_ROOT, ScaffoldError, find_exercises, write_student_tree
 from minbert.checkpoint import atomic_write_text
 from minbert.flags import ArgumentParser, nonempty_path
 from multitask.errors import UsageError, run_command
@@ -119,7 +124,7 @@ def grade_one(submission: Submission, pristine: dict[str, bytes], args) -> Grade
 
 
 def write_grades(rows: list[Graded], exercises: list[str], out: Path) -> None:
-    """The CSV, every text cell inert (``course/inert.py``); a withheld exercise says so."""
+    """The CSV, every text cell inert (``course/grading/inert.py``); a withheld exercise says so."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["student", "status", "total", *exercises, "notes"])
@@ -184,7 +189,7 @@ def positive(flag: str):
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m course.grade", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m course.grading.grade", description=__doc__.split("\n")[0])
     p.add_argument("submissions", metavar="SUBMISSIONS_DIR", type=nonempty_path)
     p.add_argument("--out", type=nonempty_path, required=True, help="the CSV file to write")
     p.add_argument("--points", type=nonempty_path, default=POINTS, help="points per exercise")
@@ -354,7 +359,7 @@ def refusal_of_faults(rows: list[Graded], args) -> str:
     again = " ".join(f"--student {shlex.quote(name)}" for name in faulted)
     return (
         f"grader fault for {len(faulted)} student(s) ({', '.join(faulted)}): their withheld "
-        f"checks are not scored; grade them again with: python -m course.grade "
+        f"checks are not scored; grade them again with: python -m course.grading.grade "
         f"{shlex.quote(str(args.submissions))} --out OTHER.csv {again}"
     )
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from course.inert import clean
+from course.grading.inert import clean
 
 COLLIDES = "its name collides with"  # the start of such a problem: no results file is written
 MEMBER_BYTES = 1 << 20  # one exercise file; the largest given one is a few dozen KiB

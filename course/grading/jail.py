@@ -1,6 +1,7 @@
 """The first process of a runner's namespaces: it builds the runner a root of its own, gives up
 root, and becomes the runner. Standard library only (it runs before the new root exists, as
-``python -I course/jail.py SETTINGS_JSON``, started by ``course/sandbox.py`` under ``unshare``).
+``python -I course/grading/jail.py SETTINGS_JSON``, started by ``course/grading/sandbox.py``
+under ``unshare``).
 
 Design notes: docs/design/course.md.
 """

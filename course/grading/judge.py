@@ -1,6 +1,6 @@
 """The judge: grades one submission without running any of its code.
 
-It asks the submission's runner (``course/runner.py``, started by ``course/sandbox.py``) for
+It asks the submission's runner (``course/runner.py``, started by ``course/grading/sandbox.py``) for
 each check's outputs and judges them itself with this project's references: what the runner
 sends is data (``course/wire.py``), and a pass needs the outputs, which the seal hides. Each
 check has its own time limit and the student a budget for all of them; a runner that hangs or
@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course import sandbox, wire
+from course import wire
+from course.grading import sandbox
 from course.registry import FAIL, WITHHELD, Check, Context, Result, judge_check
 
 READY_SECONDS = 120.0  # a runner's start: Python, torch and the checks imported

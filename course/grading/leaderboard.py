@@ -1,10 +1,10 @@
 """The final project's leaderboard: test predictions scored on hidden labels, and ranked.
 
-    python -m course.leaderboard SUBMISSIONS_DIR --labels LABELS_DIR --out board.csv
+    python -m course.grading.leaderboard SUBMISSIONS_DIR --labels LABELS_DIR --out board.csv
 
 SUBMISSIONS_DIR holds a folder per student with the driver's ``sst-test-output.csv``,
 ``para-test-output.csv`` and ``sts-test-output.csv``; LABELS_DIR the course's test files with
-their labels (course/predictions.py says which names). Writes the ranked CSV, ``board.html``
+their labels (course/grading/predictions.py says which names). Writes the ranked CSV, ``board.html``
 beside it (one offline page) and ``results/<student>.json`` beside it (Gradescope's format:
 scores only, never a label). A bad file scores its task 0 and says why on the student's row; the
 other tasks still count. The scores are the project's own metrics (``Task.metric``, what the
@@ -24,7 +24,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.predictions import (
+from course.grading.predictions import (
     SCORED_TASKS,
     Labels,
     LabelsError,
@@ -200,7 +200,7 @@ def score_upload(
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(
-        prog="python -m course.leaderboard",
+        prog="python -m course.grading.leaderboard",
         description=__doc__.split("\n")[0] + " A bad file scores its task 0; the others count.",
     )
     p.add_argument(

@@ -1,14 +1,14 @@
 """The instructor's view of a graded class: which mistakes the class made.
 
-    python -m course.report grades.csv     # rebuilds class-report.html and .png beside it
+    python -m course.grading.report grades.csv     # rebuilds class-report.html and .png beside it
 
-``python -m course.grade`` writes the same report beside its CSV. From the CSV (each student's
-points per exercise) and ``<stem>-results/`` (each check's result and the mistake the judge
-named, ``extra_data`` of results.json): the distribution of totals; per exercise the students
-with full, partial and no marks; the named mistakes with how many students made each (and
-which: a click opens the list); failures no mistake explains, unwritten exercises and grader
-faults counted apart. One offline page (no script, no network; every name escaped: they come
-from submissions) and a PNG of the same for a slide.
+``python -m course.grading.grade`` writes the same report beside its CSV. From the CSV (each
+student's points per exercise) and ``<stem>-results/`` (each check's result and the mistake the
+judge named, ``extra_data`` of results.json): the distribution of totals; per exercise the students
+with full, partial and no marks; the named mistakes with how many students made each (and which: a
+click opens the list); failures no mistake explains, unwritten exercises and grader faults counted
+apart. One offline page (no script, no network; every name escaped: they come from submissions) and
+a PNG of the same for a slide.
 """
 
 from __future__ import annotations
@@ -57,13 +57,14 @@ class Summary:
 
 
 def summarise(grades: Path, points: dict[str, float]) -> Summary:
-    """The class as ``course.grade`` left it: ``grades`` (its CSV) and its results folder."""
+    """The class as ``course.grading.grade`` left it: ``grades`` (its CSV) and its results
+    folder."""
     try:
         rows = list(csv.DictReader(grades.open(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise UsageError(f"{grades}: not a readable grades CSV ({err})") from None
     if not rows or not {"student", "total"} <= set(rows[0]):
-        raise UsageError(f"{grades}: not a CSV written by python -m course.grade")
+        raise UsageError(f"{grades}: not a CSV written by python -m course.grading.grade")
     results = grades.parent / f"{grades.stem}-results"
     found = {row["student"]: graded_checks(results / f"{row['student']}.json") for row in rows}
     graded = {e for tests in found.values() for test in tests for e in exercise_of(test)}
@@ -224,12 +225,14 @@ def write_report(grades: Path, points: dict[str, float]) -> tuple[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m course.report", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(
+        prog="python -m course.grading.report", description=__doc__.split("\n")[0]
+    )
     parser.add_argument(
         "grades",
         metavar="GRADES.csv",
         type=nonempty_path,
-        help="the CSV python -m course.grade wrote (its results folder beside it)",
+        help="the CSV python -m course.grading.grade wrote (its results folder beside it)",
     )
     parser.add_argument(
         "--points",

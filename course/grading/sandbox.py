@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course import landlock
-from course.jail import DEVICES, PR_SET_NO_NEW_PRIVS, TREE, give, libc
+from course.grading import landlock
+from course.grading.jail import DEVICES, PR_SET_NO_NEW_PRIVS, TREE, give, libc
 
 JAIL = Path(__file__).resolve().with_name("jail.py")
 RUNNER_UIDS = range(61_000, 62_000)  # runners' users where the grader is root: no account has one
