@@ -29,6 +29,7 @@ from minbert.plugins import (
     add_plugin,
     freeze_all_but_task,
     freeze_for_plugins,
+    import_problem,
     option_kinds,
     plugin_class,
     plugin_state_dict,
@@ -40,9 +41,10 @@ from tasks.base import Task, get_task
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 
 # The plug-in kinds that are an --option of their own, and those with flags (a section of
-# ModelSettings each, ``--<flag_prefix><option>``): both read from the kinds' own files.
+# ModelSettings each, ``--<flag_prefix><option>``): both read from the kinds' own files. A kind
+# whose file does not import is offered without its flags and refused when chosen.
 PLUGINS = tuple(option_kinds())
-SECTIONS = tuple(kind for kind in PLUGINS if plugin_class(kind).flag_prefix)
+SECTIONS = tuple(k for k in PLUGINS if not import_problem(k) and plugin_class(k).flag_prefix)
 OPTIONS = ("pretrain", "finetune", *PLUGINS, *extras.choices("option"))
 # Options whose pairs are encoded apart unless --pair_encoding says otherwise: with these few
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
@@ -125,6 +127,11 @@ class CoreModelSettings:
         """The checkpoint folder, once the settings fit it and ``tasks``: --max_length at least
         what an input needs ([CLS] x [SEP], or [CLS] a [SEP] b [SEP]) and at most the
         checkpoint's position table. A UsageError-worthy ValueError names the flag otherwise."""
+        for kind in self.plugin_kinds:
+            if problem := import_problem(kind):
+                raise ValueError(
+                    f"--option {self.option}: the {kind} plug-in cannot be used: {problem}"
+                )
         checkpoint = resolve_checkpoint_dir(self.checkpoint)
         config = load_config(checkpoint)
         positions = config.max_position_embeddings

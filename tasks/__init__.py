@@ -6,20 +6,24 @@ prediction format), one small file per task, and the registry.
     examples, skipped = task.read(task.path("train", "data"), require_label=True)
 
 Registered names: "sst", "para", "sts", "cfimdb". A task file registers its one instance with
-``tasks.base.register``; adding a task is adding one file and naming it in ``TASK_FILES`` below.
+``tasks.base.register``; adding a task is adding one file and naming it in ``TASK_MODULES`` below.
 How a run is built, trained and served is the package above this one, ``multitask/``.
 """
 
-from tasks import cfimdb, quora, sst, sts
+import importlib
+
 from tasks.base import TASKS, Task, get_task, register
 from tasks.reader import DataError, Example, SkippedRow, format_skip_report, read_examples
 
-# The task files, imported by name; the registry's order is this order (cfimdb, para, sst, sts).
-TASK_FILES = (cfimdb, quora, sst, sts)
+# Every task's file, by module: each registers its task when imported, and the registry's order
+# is this order (cfimdb, para, sst, sts). Adding a task is adding its file and its name here.
+TASK_MODULES = ("tasks.cfimdb", "tasks.quora", "tasks.sst", "tasks.sts")
+for _module in TASK_MODULES:
+    importlib.import_module(_module)
 
 __all__ = [
     "TASKS",
-    "TASK_FILES",
+    "TASK_MODULES",
     "DataError",
     "Example",
     "SkippedRow",

@@ -28,6 +28,7 @@ HOMES = {
     "plugin_class": "kinds",
     "option_kinds": "kinds",
     "available": "kinds",
+    "import_problem": "kinds",
     "Plugin": "base",
     "HoulsbyAdapter": "adapter",
     "PAL": "pals",

@@ -1,35 +1,35 @@
-"""The plug-in kinds by name: a kind is a file of this package (``minbert/plugins/<kind>.py``
-holding a ``Plugin`` subclass whose ``kind`` is that name), found by its file and imported when
-first used, so adding a kind is adding one file, and a file that does not compile fails only the
-kind it holds. Also: attaching a kind to a model, and its parameter count."""
+"""The plug-in kinds by name: ``KIND_NAMES`` is the table (the project's one rule for finding a
+part: docs/layout.md), and kind ``<name>`` is the ``Plugin`` subclass of that kind in
+``minbert/plugins/<name>.py``, imported when first used. A tree without a kind's file (the student
+tree has no fusion) does not offer it; a file that does not import fails only the kind it holds.
+Also: attaching a kind to a model, and its parameter count."""
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import importlib.util
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-import minbert.plugins
 from minbert.config import BertConfig
 
 if TYPE_CHECKING:
     from minbert.bert import BertModel
     from minbert.plugins.base import Plugin
 
-# The package's files that hold no kind.
-HELPERS = frozenset({"base", "freezing", "kinds", "projected_attention", "report", "task_state"})
+# Every plug-in kind, by name: adding a kind is adding its file and its name here.
+KIND_NAMES = ("adapter", "fusion", "layernorm", "lhuc", "lora", "pals")
 KINDS: dict[str, type[Plugin]] = {}  # the kinds imported so far (a test may put its own in)
 
 
 def available() -> list[str]:
-    """The kinds this tree has, by their files (nothing imported)."""
-    found = pkgutil.iter_modules(minbert.plugins.__path__)
-    return sorted(m.name for m in found if m.name not in HELPERS and not m.name.startswith("_"))
+    """The kinds of the table whose files this tree has (nothing imported)."""
+    return [kind for kind in KIND_NAMES if importlib.util.find_spec(f"minbert.plugins.{kind}")]
 
 
 def plugin_class(kind: str) -> type[Plugin]:
-    """The class of ``kind``, its file imported on first use; a ValueError for an unknown kind."""
+    """The class of ``kind``, its file imported on first use; a ValueError for an unknown kind.
+    A file that does not import raises what importing it raised (``import_problem`` says it)."""
     if kind not in KINDS:
         if kind not in available():
             raise ValueError(f"unknown plug-in kind {kind!r}; use one of {available()}")
@@ -47,9 +47,22 @@ def plugin_class(kind: str) -> type[Plugin]:
     return KINDS[kind]
 
 
+def import_problem(kind: str) -> str:
+    """Why ``kind``'s file cannot give its class, in one line naming the file and line ("" when
+    it can): the driver still offers the kind, and refuses it with this line when chosen."""
+    try:
+        plugin_class(kind)
+    except SyntaxError as err:
+        return f"minbert/plugins/{kind}.py:{err.lineno}: {type(err).__name__}: {err.msg}"
+    except Exception as err:  # an import error, a missing class: anything the file raises
+        return f"minbert/plugins/{kind}.py: {type(err).__name__}: {err}"
+    return ""
+
+
 def option_kinds() -> list[str]:
-    """The kinds that are a driver --option of their own (``Plugin.option``), by name."""
-    return [kind for kind in available() if plugin_class(kind).option]
+    """The kinds that are a driver --option of their own (``Plugin.option``), by name, and every
+    kind whose file does not import (offered, so that choosing it says what is wrong with it)."""
+    return [kind for kind in available() if import_problem(kind) or plugin_class(kind).option]
 
 
 def add_plugin(model: BertModel, kind: str, tasks: Iterable[str], **options) -> Plugin:
