@@ -1834,7 +1834,7 @@ def ctx() -> Iterator[Context]:
 
 @dataclass
 class Fresh:
-    """An output as scripts/make_course_references.py makes it now, before sealing."""
+    """An output as course/authoring/make_course_references.py makes it now, before sealing."""
 
     name: str
     tensor: torch.Tensor
@@ -1866,14 +1866,11 @@ def agrees(fresh: Fresh, stored: dict, where: str) -> None:
 
 @pytest.mark.numerics
 def test_stored_reference_data_are_up_to_date(monkeypatch) -> None:
-    """course/reference_data.pt is what scripts/make_course_references.py makes now, on
+    """course/reference_data.pt is what course/authoring/make_course_references.py makes now, on
     this machine, whose CPU may round float32 otherwise than the one that made it (``agrees``;
     a stored input within the same tolerance, integers exactly)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import make_course_references
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    from course.authoring import make_course_references
+
     monkeypatch.setattr(make_course_references, "seal", Fresh)  # keep the outputs unsealed
     fresh = make_course_references.make()
     stored = torch.load(COURSE_DATA, weights_only=True)
@@ -1908,13 +1905,11 @@ UNPLANTABLE: dict[tuple[str, str], str] = {}
 
 
 def test_every_known_mistake_is_named_by_a_mutant() -> None:
-    """Each known mistake of scripts/make_course_references.py has a mutant in the corpus whose
-    diagnosis phrase is part of its description (so it is stored, reachable and printed)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import make_course_references
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    """Each known mistake of course/authoring/make_course_references.py has a mutant in the
+    corpus whose diagnosis phrase is part of its description (so it is stored, reachable and
+    printed)."""
+    from course.authoring import make_course_references
+
     phrases = [m.named for m in MUTANTS if m.named is not None]
     missing = []
     for component, mistakes in make_course_references.MISTAKES.items():

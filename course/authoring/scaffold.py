@@ -58,8 +58,8 @@ INSTRUCTOR_ONLY = (
     "tests/test_grade_hostile.py",  # plants solution files and attacks as submissions
     "tests/test_autograder.py",  # plants solution files as submissions
     "tests/test_exercise_isolation.py",  # runs the scaffold
-    "scripts/course_references.py",
-    "scripts/make_course_references.py",
+    "course/authoring/course_references.py",
+    "course/authoring/make_course_references.py",
 )
 
 # Without git: directories and files that are not part of the project.

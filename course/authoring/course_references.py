@@ -1,7 +1,7 @@
 """Reference equations of the course exercises, and the known mistakes students make in each.
 INSTRUCTOR ONLY: this file is a solution and is not copied into the student tree
-(``course.authoring.scaffold.INSTRUCTOR_ONLY``); ``scripts/make_course_references.py`` runs it to
-write the stored outputs that the student's grader compares with.
+(``course.authoring.scaffold.INSTRUCTOR_ONLY``); ``make_course_references.py`` beside it runs
+it to write the stored outputs that the student's grader compares with.
 
 Every equation is written out here with plain torch operations and never calls the code it
 grades. Each takes ``mistake``: None for the correct output, or the key of one known mistake

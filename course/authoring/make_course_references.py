@@ -1,10 +1,10 @@
 """Write ``course/reference_data.pt``: the stored cases the course checks grade against.
-INSTRUCTOR ONLY (``course.scaffold.INSTRUCTOR_ONLY``): with ``scripts/course_references.py``
-it is the solution, so the student tree has neither, only the data they produce.
+INSTRUCTOR ONLY (``course.authoring.scaffold.INSTRUCTOR_ONLY``): with ``course_references.py``
+beside it, it is the solution, so the student tree has neither, only the data they produce.
 
-    python scripts/make_course_references.py            # writes course/reference_data.pt
+    python -m course.authoring.make_course_references   # writes course/reference_data.pt
 
-Design notes: docs/design/scripts.md.
+Design notes: docs/design/course.md.
 """
 
 from __future__ import annotations
@@ -16,15 +16,12 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from course.authoring import course_references as ref
+from course.dropout import MODES, recorded_dropout
+from course.registry import COURSE_DATA
+from course.seal import seal
 
-import course_references as ref  # noqa: E402
-
-from course.dropout import MODES, recorded_dropout  # noqa: E402
-from course.registry import COURSE_DATA  # noqa: E402
-from course.seal import seal  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 # What the grader prints for each known mistake, by exercise (the key is course_references'
 # ``mistake`` argument). A mistake made in some cases only (one path of a check) is declared as
