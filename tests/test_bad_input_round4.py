@@ -1,8 +1,6 @@
 """Round four of the bad-input promise (tests/test_bad_input_commands.py's table, same
 assertions): the attention command's --out, the distillation flags, the suite runner
-(benchmarks/multitask_runs.py), input that holds nothing, and flags at their extremes. Each case
-ends in exactly one line ``error: ...`` naming the flag or file, the documented exit code, no
-traceback, and every file that existed before byte-identical, with nothing new left behind.
+(benchmarks/multitask_runs.py), input that holds nothing, and flags at their extremes.
 
 A last test sends SIGINT to the suite runner's real process group, as Ctrl-C in a terminal does.
 """

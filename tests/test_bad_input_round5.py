@@ -1,9 +1,7 @@
 """Round five of the bad-input promise (tests/test_bad_input_commands.py's table, same
 assertions): the fusion-weights command's --out and --limit, a fusion run inside or without its
 stage-1 run, PEFT folders given to --init_lora, the scaffold over a student's work and its
-exercise ids, and the device check beside --smart. Each case ends in exactly one line
-``error: ...`` naming the flag or file, the documented exit code, no traceback, and every file
-that existed before byte-identical, with nothing new left behind.
+exercise ids, and the device check beside --smart.
 
 Tests of their own below: the missing-run line of the fusion-weights command, a PEFT folder of
 another base model (a warning, not an error), the scaffold run again once the student's file is

@@ -3,7 +3,7 @@ course.grading.grade``: one correct, two different named mistakes of the sampler
 hang, and one untouched (the student tree's stubs) whose name holds markup. Its counts equal the
 CSV's, its mistake names are the grader's, every name is escaped, ``python -m
 course.grading.report`` rebuilds it byte for byte, and a headless browser (where one is installed)
-renders it. Instructor-only (it copies the solution files into submissions)."""
+renders it. Instructor-only (it copies the solution files)."""
 
 from __future__ import annotations
 

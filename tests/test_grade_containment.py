@@ -8,7 +8,7 @@ Asserted for every level: every row written; each hostile student scored on what
 (no AdamW points, the sampler's points); no file outside the runners' copies changed (the
 instructor's tree, the other submissions, the results, a world-readable decoy solution, the
 shared temporary folders); the decoy's secret never reaches a runner; no process of the class
-alive after grading. Instructor-only (it copies the solution files into submissions)."""
+alive after grading. Instructor-only (it copies the solution files)."""
 
 from __future__ import annotations
 

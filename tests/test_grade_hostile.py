@@ -8,7 +8,7 @@ written; the hostile one is scored on what it computed, with a note; no process 
 after grading; a hanging check costs only that check. Then the careless instructor's flags,
 each refused in one line before anything runs.
 
-Instructor-only (it copies the solution files into submissions)."""
+Instructor-only (it copies the solution files)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 and without ``--system-site-packages``), two classes graded at once, a runner killed from
 outside or an ``unshare`` that fails (tried again, then withheld: never the student's zero),
 a student's time budget, and Landlock's confinement on its own. Instructor-only (it copies the
-solution files into submissions)."""
+solution files)."""
 
 from __future__ import annotations
 

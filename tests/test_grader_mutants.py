@@ -2118,7 +2118,7 @@ def test_a_mistake_is_caught_and_named_when_another_cpu_rounds_its_outputs(
     results = run_own_checks(mutant, ctx, monkeypatch)
     failed = [r for r in results.values() if r.status == FAIL]
     assert failed, f"{mutant.id} passed every check of {mutant.exercise}"
-    for result in failed:  # says where the student's function is: its def, in the mutated file
+    for result in failed:  # its def, in the mutated file, as above
         assert_names_the_def(result.where, mutant.path)
     if mutant.named is not None:
         assert any(mutant.named in r.diagnosis for r in failed), mutant.id

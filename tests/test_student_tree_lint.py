@@ -29,7 +29,7 @@ STATUS = re.compile(r"\s(PASS|FAIL|NOT IMPLEMENTED)$")
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """A Python subprocess that imports from ``cwd`` only (not from this checkout)."""
+    """A Python subprocess in ``cwd`` without PYTHONPATH: nothing of this checkout is imported."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
