@@ -73,7 +73,7 @@ def units_of_lines(lines: list[str], first: int) -> list[tuple[int, str]]:
             units += [(number, [cell]) for cell in line.split("|")] + [(number, [])]
         elif fence is not None or (INDENTED.match(line) and not units[-1][1]):
             units += [(number, [line]), (number, [])]
-        elif STARTS_UNIT.match(line):
+        elif STARTS_UNIT.match(line) or not units[-1][1]:
             units.append((number, [line]))
         else:
             units[-1][1].append(line)
@@ -117,17 +117,41 @@ def normalise(sentence: str) -> str:
     return text.casefold()
 
 
+def sentences(name: str, text: str) -> list[tuple[str, str]]:
+    """Each sentence of 60 characters or more of the home ``name`` holding ``text``, normalised,
+    with its place (``name:line``, the line its unit starts on)."""
+    units = markdown_units(text) if name.endswith(".md") else python_units(text)
+    found = []
+    for number, unit in units:
+        for raw in SENTENCE_END.split(unit.strip()):
+            sentence = normalise(raw)
+            if len(sentence) >= SHORTEST:
+                found.append((sentence, f"{name}:{number}"))
+    return found
+
+
 def places_of_sentences() -> dict[str, list[str]]:
     places: dict[str, list[str]] = defaultdict(list)
     for name in homes():
-        text = (ROOT / name).read_text(encoding="utf-8")
-        units = markdown_units(text) if name.endswith(".md") else python_units(text)
-        for number, unit in units:
-            for raw in SENTENCE_END.split(unit.strip()):
-                sentence = normalise(raw)
-                if len(sentence) >= SHORTEST:
-                    places[sentence].append(f"{name}:{number}")
+        for sentence, place in sentences(name, (ROOT / name).read_text(encoding="utf-8")):
+            places[sentence].append(place)
     return places
+
+
+def test_a_copy_is_found_through_markup_and_code_is_not():
+    """The finder itself: a docstring's sentence copied onto a page with emphasis, a link and
+    backticks is the same sentence; the same words in a code fence or a command are not prose."""
+    doc = '"""Write it.\n\nThe one atomic writer of every file a run saves, renamed over path."""\n'
+    page = (
+        "# Notes\n\nThe **one** atomic writer of every file\na run saves, renamed over "
+        "[`path`](../x.py).\n\n```python\n# The one atomic writer of every file a run "
+        "saves, renamed over path.\n```\n"
+    )
+    wanted = "the one atomic writer of every file a run saves, renamed over path"
+    assert sentences("x.py", doc) == [(wanted, "x.py:3")]
+    assert sentences("notes.md", page) == [(wanted, "notes.md:3")]
+    command = "    python train_multitask.py --option adapter --sampling annealed --epochs 3\n"
+    assert sentences("a.md", command) == []
 
 
 def test_no_sentence_stands_in_two_places():
