@@ -57,7 +57,6 @@ from multitask.step import (
     NonFiniteLoss,
     NonFiniteStep,
     Objective,
-    PCGrad,
     TrainingStep,
     linear_warmup_decay,
     loss_weights,
@@ -86,10 +85,7 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
         RunFolder(cfg.add_to).load_into(model)
     if cfg.init_from and not cfg.resume:  # a resumed run restores its weights from last.pt
         RunFolder(cfg.init_from).load_best(model, "--init_from", fit="overlap")
-    init_lora = extras.setting_of(cfg, "peft_format", "init_lora")
-    if init_lora and not cfg.resume:  # each task's LoRA from a PEFT folder
-        peft = extras.load("peft_format", "--init_lora")
-        peft.load_adapters(init_lora, cfg.tasks, model, cfg.model.checkpoint)
+    model = extras.Hooks(cfg).chain("wrap_model", model)
     return model.to(device)
 
 
@@ -123,8 +119,9 @@ class Run:
     smart: Smart | None  # its momentum teacher is saved in last.pt
     steps_per_epoch: int
     log: LossLog  # the losses since the last read and line (multitask/step.py)
-    reporters: list[Any]  # the extras' reporters (multitask/extras.py), told what the log says
-    graphs: Any = None  # the step as CUDA graphs (the cuda_graphs extra), or None: eager
+    hooks: extras.Hooks  # the extras' hooks (multitask/extras.py), fired at fixed places
+    reporters: list[Any]  # the extras' reporters, told what the log says
+    step_function: Any = None  # an extra's function in place of train_step, or None: eager
     finite: FiniteWeights = field(default_factory=FiniteWeights)  # checked before each save
 
     def parts(self) -> dict[str, Any]:
@@ -142,7 +139,8 @@ class Run:
 def set_up(cfg: TrainConfig) -> Run:
     """Everything read and built before the run folder is touched; then the rest of the run."""
     dist, device = set_up_distributed(cfg.device, cfg.bf16, cfg.batch_size)
-    refuse_what_cannot_run(cfg, dist, device)
+    hooks = extras.Hooks(cfg)
+    refuse_what_cannot_run(cfg, dist, device, hooks)
     folder = RunFolder(cfg.out_dir, writes=dist.rank == 0)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     torch.manual_seed(cfg.seed)
@@ -150,15 +148,11 @@ def set_up(cfg: TrainConfig) -> Run:
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
     model = make_model(cfg, device)
     train = {name: splits["train"] for name, splits in data.items()}
-    # the distillation extra's teachers' outputs (read before --overwrite removes anything)
-    teachers = extras.setting_of(cfg, "distillation", "teachers")
-    distill = teachers and extras.load("distillation", "--teachers")
-    taught = distill and distill.teacher_outputs(folder, teachers, train, device, cfg.resume)
+    hooks.prepare(folder, train, device)  # what extras read before --overwrite removes anything
     if not cfg.resume:  # a resumed run restores its heads
         calibrate_similarity_heads(model, train, tokenizer, cfg.batch_size, device)
     folder.start(cfg.resume)
-    if distill:
-        distill.save_teacher_outputs(folder, taught, cfg.resume)
+    hooks.call("started", folder)
     if not cfg.resume:
         folder.write_config(cfg.to_flat())
     if skipped_rows:
@@ -183,12 +177,9 @@ def set_up(cfg: TrainConfig) -> Run:
     )
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
     state = fresh_state(cfg, data)
-
-    def gold() -> float:  # distillation's λ at the step the loop is at
-        weight = extras.setting_of(cfg, "distillation", "teacher_weight")
-        return distill.gold_weight(state.step, total_steps, weight)
-
-    objective = objective_for(model, taught, gold, cfg.smart_settings if cfg.smart else None)
+    progress = extras.Progress(lambda: state.step, total_steps)
+    inner = hooks.chain("wrap_objective", model, model, progress)  # an extra's objective
+    objective = objective_for(model, inner, cfg.smart_settings if cfg.smart else None)
     group = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
     streams = {  # this process's share of each task's batches
         n: BatchStream(n, t.full_lengths, cfg.batch_size, cfg.seed, group, dist.rank, dist.world)
@@ -203,9 +194,9 @@ def set_up(cfg: TrainConfig) -> Run:
         tokenizer=tokenizer,
         model=model,
         state=state,
-        step_module=make_step(cfg, model, objective, dist, device),
+        step_module=make_step(cfg, model, objective, dist, device, hooks),
         autocast=autocast(cfg.bf16, device),
-        update=update_for(cfg, device, optimizer, state),
+        update=update_for(cfg, device, optimizer, state, hooks),
         optimizer=optimizer,
         scheduler=scheduler,
         sampler=TaskSampler(cfg.sampling, sizes, cfg.epochs, cfg.seed),
@@ -215,29 +206,35 @@ def set_up(cfg: TrainConfig) -> Run:
         smart=objective if isinstance(objective, Smart) else None,
         steps_per_epoch=steps_per_epoch,
         log=LossLog(state, dist.means, cfg.nonfinite == "stop", skipped),
-        reporters=extras.reporters(cfg, folder) if dist.rank == 0 else [],
+        hooks=hooks,
+        reporters=hooks.call("reporter", folder) if dist.rank == 0 else [],
     )
-    run.graphs = graphed_step(run)
+    run.step_function = step_function(run)
     return run
 
 
-def graphed_step(run: Run) -> Any:
-    """The step as CUDA graphs (the cuda_graphs extra) where its flag and the run allow them,
-    else None: the eager step (always where this tree lacks the extra)."""
-    if extras.setting_of(run.cfg, "cuda_graphs", "cuda_graphs") in (None, "off"):
-        return None
-    return extras.load("cuda_graphs", "--cuda_graphs").for_run(run)
+def step_function(run: Run) -> Any:
+    """An extra's function that trains each step in place of ``train_step`` (a replay of the
+    step recorded once, say), given what a step is made of; else None: the eager step."""
+    parts = extras.StepParts(
+        processes=run.dist.world,
+        device=run.device,
+        optimizer=run.optimizer,
+        update=run.update,
+        model=run.model,
+        train=run.train,
+        pad_id=run.tokenizer.pad_token_id,
+    )
+    return run.hooks.first("step_function", parts)
 
 
-def refuse_what_cannot_run(cfg: TrainConfig, dist: Distributed, device: torch.device) -> None:
+def refuse_what_cannot_run(
+    cfg: TrainConfig, dist: Distributed, device: torch.device, hooks: extras.Hooks
+) -> None:
     """What these processes and this device cannot run, refused before anything is written."""
     if dist.world > 1 and cfg.step_gradient != "one-task":
         raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
-    if extras.setting_of(cfg, "compiled", "compile"):
-        mode = extras.setting_of(cfg, "compiled", "compile_mode")
-        extras.load("compiled", "--compile").mode_for(mode, device, dist.world)
-    if extras.setting_of(cfg, "cuda_graphs", "cuda_graphs") == "on":
-        extras.load("cuda_graphs", "--cuda_graphs on").refuse_off_gpu(device)
+    hooks.call("refuse", device, dist.world)
 
 
 def fresh_state(cfg: TrainConfig, data: Data) -> TrainingState:
@@ -252,31 +249,28 @@ def make_step(
     objective: Objective,
     dist: Distributed,
     device: torch.device,
+    hooks: extras.Hooks,
 ) -> torch.nn.Module:
     """The loss of a step as a module: ``TrainingStep``, wrapped for several processes
-    (DistributedDataParallel), or compiled where the tree has that extra."""
+    (DistributedDataParallel), then by the extras' ``wrap_step`` hooks."""
     weights = loss_weights(cfg.loss_weights, cfg.tasks)
     step: torch.nn.Module = TrainingStep(model, objective, weights)
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
         step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True)
-    if extras.setting_of(cfg, "compiled", "compile"):
-        compiled = extras.load("compiled", "--compile")
-        mode = compiled.mode_for(
-            extras.setting_of(cfg, "compiled", "compile_mode"), device, dist.world
-        )
-        step = compiled.CompiledStep(step, mode)
-    return step
+    return hooks.chain("wrap_step", step, device, dist.world)
 
 
 def update_for(
-    cfg: TrainConfig, device: torch.device, optimizer, state: TrainingState
+    cfg: TrainConfig, device: torch.device, optimizer, state: TrainingState, hooks: extras.Hooks
 ) -> HostChecked | DeviceFlagged:
-    """How a step updates (multitask/step.py): PCGrad's projection with --step_gradient
-    pcgrad; on a GPU (``--nonfinite_check device``, the default there) no read of the host,
-    where the multi-tensor AdamW can gate its update on a device flag; else the host check."""
+    """How a step updates (multitask/step.py): an extra's strategy where its ``update`` hook
+    gives one (its seed the step's); on a GPU (``--nonfinite_check device``, the default there)
+    no read of the host, where the multi-tensor AdamW can gate its update on a device flag; else
+    the host check."""
     skip = cfg.nonfinite == "skip"
-    if cfg.step_gradient == "pcgrad":
-        return PCGrad(lambda: derived_seed(cfg.seed, state.step), skip)
+    chosen = hooks.first("update", lambda: derived_seed(cfg.seed, state.step), skip)
+    if chosen is not None:
+        return chosen
     if device_checked(cfg, device, optimizer):
         return DeviceFlagged(torch.ones((), dtype=torch.bool, device=device), skip)
     return HostChecked(skip)
@@ -285,8 +279,9 @@ def update_for(
 def device_checked(cfg: TrainConfig, device: torch.device, optimizer) -> bool:
     """Whether the steps leave a loss's finiteness on the device (``--nonfinite_check``; auto:
     on a GPU, without SMART, whose teacher counts updates on the host); only an optimizer that
-    gates its update on a device flag can (the student tree's AdamW cannot: the host checks)."""
-    auto = device.type == "cuda" and not cfg.smart and cfg.step_gradient != "pcgrad"
+    gates its update on a device flag can (the student tree's AdamW cannot: the host checks).
+    An extra's update strategy (``update_for``) decides this for itself."""
+    auto = device.type == "cuda" and not cfg.smart
     wanted = cfg.nonfinite_check == "device" or (cfg.nonfinite_check == "auto" and auto)
     return wanted and getattr(optimizer, "gates_on_device", False)
 
@@ -361,7 +356,7 @@ def take_step(run: Run, names: list[str]) -> None:
     for name in names:
         batch = make_batch(run.train[name], run.streams[name].next(), run.cfg.swap_pairs)
         batches.append((run.model.tasks[name], batch))
-    train = run.graphs or train_step  # replayed as CUDA graphs, or eager (see graphed_step)
+    train = run.step_function or train_step  # an extra's (see step_function), or eager
     try:
         losses = train(
             run.step_module,
@@ -480,8 +475,7 @@ def finish(run: Run) -> dict[str, Any]:
         # seconds in dev evaluations (wall_clock_s holds all but the last, which follows it)
         "eval_s": round(state.eval_seconds, 1),
     }
-    if extras.setting_of(cfg, "compiled", "compile"):
-        summary |= extras.load("compiled", "--compile").summary()
+    summary |= run.hooks.merged("summary")  # what the extras add
     if cfg.step_gradient == "one-task":  # the sampler's schedule, fixed by seed and epoch
         summary["steps_per_task"] = {
             str(e): steps_per_task(run, run.sampler.schedule(e, run.steps_per_epoch))
@@ -496,6 +490,7 @@ def finish(run: Run) -> dict[str, Any]:
     if not cfg.no_plots:
         plot_learning_curves(folder, cfg.tasks)
     print(f"done: {summary}")
+    run.hooks.call("finish", folder, summary)
     for reporter in run.reporters:
         reporter.close()
     if run.dist.world > 1:

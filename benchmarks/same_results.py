@@ -4,27 +4,12 @@
     python benchmarks/same_results.py --before 7719fbf --after HEAD     # two commits
     python benchmarks/same_results.py --before HEAD --only plain,lora   # a few runs, no file
 
-``--before`` (and ``--after``, when it names a commit) is checked out into a temporary ``git
-worktree`` (removed afterwards); the working tree runs as it is. Each tree runs ``RUNS`` in turn,
-each a real run of 96 examples a task for one epoch (``train_multitask.py``, and
-``pretrain_mlm.py`` at its smallest), with one thread and without plots. Both trees write into the
-same absolute run folders (moved aside after each tree), so that every path a run records
-(config.json's out_dir, a fusion's --adapters_from, a distillation's --teachers) is the same in
-both and every file can be compared whole.
-
-Every file a run writes is compared, as bytes, except what is known to hold a clock or a process:
-
-- ``summary.json``: its timing keys (``TIMING_KEYS``) are left out, the rest compared as JSON;
-- ``last.pt``: loaded and compared tensor by tensor (bit for bit), without its wall-clock keys
-  (``extra.seconds``, ``extra.eval_seconds``; pretrain_mlm's ``seconds``);
-- ``mlm_log.jsonl``: each line without its ``seconds``;
-- TensorBoard event files (named by the clock, host and process): their events in order, each
-  without its ``wall_time``;
-- ``.lock`` (the process that held the folder) is not compared.
-
-config.json is compared whole (its out_dir is the same folder in both trees). One table (run,
-file, identical / differs) is printed; the exit status is 1 when anything differs. A full run
-(no ``--only``) also writes benchmarks/results/same-results.md.
+A commit is checked out into a temporary ``git worktree`` (removed afterwards). Each tree runs
+``RUNS`` (real runs of 96 examples a task for one epoch, and pretrain_mlm.py at its smallest) into
+the same absolute folders, moved aside after each tree, so that every path a run records is the
+same in both. Every file is compared as bytes, except those ``READERS`` and ``NOT_COMPARED`` name
+(their clocks and process ids left out). One table (run, file, verdict) is printed; the exit
+status is 1 when anything differs. A full run also writes benchmarks/results/same-results.md.
 """
 
 from __future__ import annotations
@@ -32,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -77,9 +63,13 @@ RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 NEEDS = {"fusion": "adapter", "teachers": "plain"}
 
+# What holds a clock: summary.json's timing keys; last.pt's wall-clock keys (the driver's under
+# "extra", pretrain_mlm's at the top); each line's seconds in mlm_log.jsonl; TensorBoard event
+# files, named by the clock, host and process, whose events each carry a wall_time. config.json
+# is compared whole: its out_dir is the same folder in both trees.
 TIMING_KEYS = ("wall_clock_s", "train_examples_per_s", "eval_s", "compile_s")
 LAST_TIMING = (("extra", "seconds"), ("extra", "eval_seconds"), ("seconds",))
-NOT_COMPARED = (".lock",)
+NOT_COMPARED = (".lock",)  # the process that held the run folder
 EVENTS = "tensorboard/events.out.tfevents.*"
 
 
@@ -254,10 +244,28 @@ def parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def stop(signum: int, frame: Any) -> None:
+    """A kill (SIGTERM) ends the script as an error does: the run under way is killed, the
+    temporary worktree and folder are removed."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     args = parse()
+    signal.signal(signal.SIGTERM, stop)
     names = chosen(args.only)
-    report = _common.Report("same-results", "Same results across a change", __doc__)
+    intro = (
+        "The same short real runs (`RUNS` in the script: each `--limit 96 --epochs 1 "
+        "--eval_every 2 --log_every 1 --threads 1 --no_plots` plus its flags, and "
+        "pretrain_mlm.py at its smallest) in the tree before and the tree after, into the same "
+        "folders, and every file they write compared byte for byte, except: summary.json "
+        f"without {', '.join(TIMING_KEYS)}; last.pt loaded and compared tensor by tensor, bit "
+        "for bit, without its wall-clock keys (extra.seconds, extra.eval_seconds; "
+        "pretrain_mlm's seconds); mlm_log.jsonl without each line's seconds; TensorBoard's "
+        "event files as their events, each without its wall_time; .lock not compared. "
+        "config.json is compared whole."
+    )
+    report = _common.Report("same-results", "Same results across a change", intro)
     scratch = Path(tempfile.mkdtemp(prefix="same-results-"))
     runs, log = scratch / "runs", scratch / "runs.log"
     described, seconds = {}, {}

@@ -28,7 +28,17 @@ from multitask.collate import Batch
 from multitask.errors import UsageError
 from tasks.base import Task
 
-__all__ = ["CompiledStep", "Settings", "compilations", "compile_seconds", "mode_for", "problems"]
+__all__ = [
+    "CompiledStep",
+    "Settings",
+    "compilations",
+    "compile_seconds",
+    "mode_for",
+    "problems",
+    "refuse",
+    "summary",
+    "wrap_step",
+]
 
 
 @dataclass
@@ -97,8 +107,28 @@ def compile_seconds() -> float:
     return round((spent + cumulative_time_spent_ns.get("entire_backward_compile", 0)) / 1e9, 1)
 
 
-def summary() -> dict[str, float]:
+# -- its hooks (multitask/extras.py: HOOKS) ---------------------------------------------------
+
+
+def refuse(cfg: Any, device: torch.device, processes: int) -> None:
+    """--compile where it cannot run (``mode_for``), before anything is read or written."""
+    own = cfg.extras["compiled"]
+    if own.compile:
+        mode_for(own.compile_mode, device, processes)
+
+
+def wrap_step(cfg: Any, step: nn.Module, device: torch.device, processes: int) -> nn.Module:
+    """With --compile, the step compiled in its mode; else ``step`` as it is."""
+    own = cfg.extras["compiled"]
+    if not own.compile:
+        return step
+    return CompiledStep(step, mode_for(own.compile_mode, device, processes))
+
+
+def summary(cfg: Any) -> dict[str, float] | None:
     """What a compiled run adds to its summary.json: the graphs compiled and the seconds it took."""
+    if not cfg.extras["compiled"].compile:
+        return None
     return {"compiled_graphs": compilations(), "compile_s": compile_seconds()}
 
 

@@ -68,9 +68,7 @@ class TrainConfig:
     step_gradient: Literal[("one-task", "summed", *extras.choices("step_gradient"))] = setting(
         "one-task",
         extras.described(
-            "step_gradient",
-            "one-task: one drawn task a step; summed: every task's batch",
-            {"pcgrad": "summed, conflicts projected"},
+            "step_gradient", "one-task: one drawn task a step; summed: every task's batch"
         ),
         needs=extras.needs("step_gradient"),
     )
@@ -125,11 +123,7 @@ class TrainConfig:
     warmup: float = setting(0.1, "warm-up steps, as a fraction of all steps", within="[0, 1)")
     optimizer: Literal[("adamw", *extras.choices("optimizer"))] = setting(
         DEFAULT_OPTIMIZER,
-        extras.described(
-            "optimizer",
-            "adamw: the hand-written AdamW loop",
-            {"foreach": "the same, multi-tensor", "fused": "torch's fused AdamW"},
-        ),
+        extras.described("optimizer", "adamw: the hand-written AdamW loop"),
         needs=extras.needs("optimizer"),
     )
     weight_decay: float = setting(0.01, "AdamW decoupled weight decay", within="[0, inf)")
@@ -255,6 +249,7 @@ class TrainConfig:
 
 FILE_FLAGS = [f"{name}_{split}" for name in TASKS for split in SPLITS]
 MODEL_KEYS = list(flatten(ModelSettings()))  # what --evaluate and --add_to take from a run
+# The flags that say where a run runs, not what it trains: a --resume may change them.
 WHERE_IT_RUNS = (
     "resume",
     "device",
@@ -263,9 +258,7 @@ WHERE_IT_RUNS = (
     "out_dir",
     "no_plots",
     "threads",
-    "compile",
-    "compile_mode",
-    "cuda_graphs",
+    *extras.where_it_runs(),
 )
 
 
@@ -274,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=HelpFormatter,
         allow_abbrev=False,
-        merged=("--teachers",),
+        merged=extras.merged_flags(),
     )
     add_flags(parser, TrainConfig)
     for settings in extras.sections().values():  # each present extra's own section
@@ -416,8 +409,6 @@ def problems(
         )
 
     yield from inside_an_earlier_run(cfg)
-    if (m.option == "fusion") != bool(m.adapters_from):
-        yield "--option fusion and --adapters_from RUN_DIR (its stage-1 adapter run) go together"
     if cfg.init_from and add_to:
         yield "--init_from and --add_to: give one (a run to start from, or a run to add tasks to)"
     if cfg.init_from and m.option != "finetune":
@@ -468,16 +459,9 @@ def inside_an_earlier_run(cfg: TrainConfig) -> Iterator[str]:
 def host_checked_losses(cfg: TrainConfig) -> Iterator[str]:
     """--nonfinite_check device leaves the loss on the device until the next --log_every; the
     flag that needs every loss on the host at once is the one named, so that the user knows
-    which of the two to drop."""
-    if cfg.nonfinite_check != "device":
-        return
-    if cfg.smart:
-        flag, why = "--smart", "SMART's teacher counts the updates"
-    elif cfg.step_gradient == "pcgrad":
-        flag, why = "--step_gradient pcgrad", "PCGrad projects gradients that may be NaN"
-    else:
-        return
-    yield (
-        f"--nonfinite_check device with {flag}: {why}, so the losses are checked on the host; "
-        f"leave --nonfinite_check auto, or leave {flag} out"
-    )
+    which of the two to drop (an extra's is named by its ``problems`` hook)."""
+    if cfg.nonfinite_check == "device" and cfg.smart:
+        yield (
+            "--nonfinite_check device with --smart: SMART's teacher counts the updates, so the "
+            "losses are checked on the host; leave --nonfinite_check auto, or leave --smart out"
+        )

@@ -2,7 +2,7 @@
 AdamW update captured once per task and padded shape, then replayed with one launch a step, as
 MLPerf's BERT and Megatron-LM's full-iteration graphs do (PyTorch, "CUDA Graphs").
 
-    steps = for_run(run)           # None: the eager step trains (one line says why)
+    steps = step_function(cfg, parts)    # its hook; None: the eager step trains (one line says why)
     losses = steps(step_module, [(task, batch)], optimizer, update, scheduler)
 
 An eager GPU step is ~1,000 launches that cost the host more than the device's work. Each key
@@ -29,7 +29,7 @@ from minbert.optimizer_foreach import ForeachAdamW
 from multitask.collate import Batch
 from multitask.device_lr import DeviceRates
 from multitask.errors import UsageError
-from multitask.extras import setting_of
+from multitask.extras import StepParts
 from multitask.static_batch import StaticBatch, padded_width
 from multitask.step import DeviceFlagged, train_step
 from tasks.base import Task
@@ -59,6 +59,19 @@ def refuse_off_gpu(device: torch.device) -> None:
             f"--cuda_graphs on captures CUDA graphs: it needs a GPU, and this run is on "
             f"{device.type} (leave --cuda_graphs auto, or use --device cuda)"
         )
+
+
+def refuse(cfg: Any, device: torch.device, processes: int) -> None:
+    """The hook (multitask/extras.py): ``--cuda_graphs on`` off a GPU is refused."""
+    if cfg.extras["cuda_graphs"].cuda_graphs == "on":
+        refuse_off_gpu(device)
+
+
+def setting_of(cfg: Any, extra: str, name: str) -> Any:
+    """A setting of an extra this one ``needs`` (multitask/extras.py), or None where this tree
+    lacks it."""
+    settings = cfg.extras.get(extra)
+    return None if settings is None else getattr(settings, name)
 
 
 def fallback_reason(
@@ -102,15 +115,18 @@ def decide(setting: str, device: torch.device, reason: str | None) -> bool:
     return True
 
 
-def for_run(run: Any) -> GraphedSteps | None:
-    """The graphed step for the driver's ``Run`` (train_multitask.py), or None: eager."""
-    cfg = run.cfg
-    reason = fallback_reason(cfg, run.dist.world, run.optimizer, run.update, run.model)
-    if not decide(cfg.extras["cuda_graphs"].cuda_graphs, run.device, reason):
+def step_function(cfg: Any, parts: StepParts) -> GraphedSteps | None:
+    """The hook (multitask/extras.py): the graphed step for a run made of ``parts``, or None:
+    the eager step (always with --cuda_graphs off)."""
+    setting = cfg.extras["cuda_graphs"].cuda_graphs
+    if setting == "off":
         return None
-    widths = {name: split.table["input_ids"].shape[1] for name, split in run.train.items()}
-    rates = DeviceRates(run.optimizer, run.device)
-    return GraphedSteps(widths, cfg.pad_multiple, run.tokenizer.pad_token_id, rates, cfg.bf16)
+    reason = fallback_reason(cfg, parts.processes, parts.optimizer, parts.update, parts.model)
+    if not decide(setting, parts.device, reason):
+        return None
+    widths = {name: split.table["input_ids"].shape[1] for name, split in parts.train.items()}
+    rates = DeviceRates(parts.optimizer, parts.device)
+    return GraphedSteps(widths, cfg.pad_multiple, parts.pad_id, rates, cfg.bf16)
 
 
 @dataclass

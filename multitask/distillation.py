@@ -10,12 +10,13 @@ Chen, Gao 2019 distil MT-DNN from ensembles of single-task models in the same wa
     python train_multitask.py --teachers sst=runs/sst,para=runs/para,sts=runs/sts
     python train_multitask.py --teachers sst=runs/sst --teacher_weight 0.5     # a constant mix
 
-Design notes: docs/design/multitask.md.
+Hooks (multitask/extras.py): problems, prepare, started, wrap_objective. Design notes:
+docs/design/multitask.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,13 @@ import torch
 from minbert.checkpoint import load_tensors, save_tensors
 from minbert.flags import setting, task_folders
 from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
+from multitask.collate import Batch, to_device
 from multitask.errors import UsageError
 from multitask.evaluation import head_outputs
-from multitask.model import ModelSettings
+from multitask.model import ModelSettings, MultitaskModel
 from multitask.run import RunFolder, overlapping
 from multitask.trained import TrainedRun
-from tasks.base import get_task
+from tasks.base import Task, get_task
 from tasks.reader import Example
 
 CACHE = "teacher-outputs.safetensors"
@@ -143,6 +145,69 @@ def save_teacher_outputs(folder: RunFolder, outputs: dict[str, torch.Tensor], re
     them from there)."""
     if outputs and folder.writes and not (resume and folder.file(CACHE).is_file()):
         save_tensors(outputs, folder.file(CACHE))
+
+
+class Taught:
+    """Distillation from single-task teachers: a taught task trains towards λ·gold + (1 − λ)·
+    teacher, the teacher's outputs on the batch's examples (``Batch.rows``) and λ from ``gold``
+    (the step's share of the gold label); every other task keeps ``inner``'s loss (the model's,
+    or the objective it is given)."""
+
+    def __init__(
+        self,
+        model: MultitaskModel,
+        inner: Any,
+        teachers: dict[str, torch.Tensor],
+        gold: Callable[[], float],
+    ) -> None:
+        self.model, self.inner, self.teachers, self.gold = model, inner, teachers, gold
+
+    def criterion(self, task: Task, outputs: torch.Tensor, batch: Batch) -> torch.Tensor:
+        if task.name not in self.teachers:
+            return self.inner.criterion(task, outputs, batch)
+        teacher = to_device(self.teachers[task.name][batch.rows], outputs.device)
+        return task.taught_loss(outputs.float(), batch.labels, teacher, self.gold())
+
+    def __call__(self, task: Task, batch: Batch) -> torch.Tensor:
+        return self.criterion(task, self.model(task.name, batch), batch)
+
+
+# -- its hooks (multitask/extras.py: HOOKS) ---------------------------------------------------
+
+
+def prepare(
+    cfg: Any, folder: RunFolder, train: dict[str, Sequence[Example]], device: torch.device
+) -> dict[str, torch.Tensor] | None:
+    """With --teachers: each taught task's teacher outputs (``teacher_outputs``), read before the
+    run folder is started; else None (no part in the run)."""
+    teachers = cfg.extras["distillation"].teachers
+    if not teachers:
+        return None
+    return teacher_outputs(folder, teachers, train, device, cfg.resume)
+
+
+def started(cfg: Any, folder: RunFolder, outputs: dict[str, torch.Tensor]) -> None:
+    """The teacher outputs kept in the started run folder, for a resume."""
+    save_teacher_outputs(folder, outputs, cfg.resume)
+
+
+def wrap_objective(
+    cfg: Any,
+    inner: Any,
+    model: MultitaskModel,
+    progress: Any,
+    outputs: dict[str, torch.Tensor],
+) -> Any:
+    """``Taught`` around ``inner``, λ from the step the loop is at (``progress``: step() of
+    total, multitask/extras.py's Progress), annealed or constant (``gold_weight``)."""
+    if not outputs:
+        return inner
+    weight = cfg.extras["distillation"].teacher_weight
+
+    def gold() -> float:
+        return gold_weight(progress.step(), progress.total, weight)
+
+    return Taught(model, inner, outputs, gold)
 
 
 def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:

@@ -1,25 +1,23 @@
 """The extras: optional parts that the core runs without (the student tree leaves them out).
 
-``EXTRAS`` lists each: its name, its module, its flags and the choices it adds to a core flag. A
-tree without the module does not offer them; using one ends in one line naming the missing file.
+``EXTRAS`` lists each: its name, its module, its flags, the choices it adds to a core flag and the
+extras whose settings it reads (``needs``). A tree without the module does not offer them; using
+one ends in one line naming the missing file.
 
-An extra's module hooks into the run through these names, each optional:
-
-    Settings                    a settings dataclass (minbert/flags.py): its flags, in a --help
-                                section of their own; a run's values are ``cfg.extras[name]``
-    problems(cfg, elsewhere)    what is wrong with its settings given the whole TrainConfig
-                                (``elsewhere``: a recorded command); yields one line each
-    reporter(cfg, folder)       None, or what the loop tells what it logs: ``start(step)`` (a
-                                resume's: drop reports past it), ``losses``, ``metrics``,
-                                ``learning_rate`` (step, values) and ``close()`` at the end
+An extra acts on a run only through hooks: functions of its module named as in ``HOOKS``, each
+optional, which the driver fires at fixed places over the present extras (``Hooks``) without
+knowing who listens, as minGPT's callbacks and the Hugging Face Trainer's events are fired.
+Each hook's ``cfg`` is the run's TrainConfig with ``cfg.extras`` holding only the extra's own
+settings and those of the extras it ``needs``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -30,19 +28,34 @@ from multitask.errors import UsageError
 class Extra:
     """One optional part. ``flags``: each flag its ``Settings`` declare and the value that
     leaves it off (a tree without the extra accepts a saved config.json at those values);
-    ``choices``: (core flag, choice) pairs it adds, such as ("step_gradient", "pcgrad")."""
+    ``choices``: (core flag, choice, what it does) for each choice it adds to a core flag, such
+    as ("step_gradient", "pcgrad", ...); ``needs``: the extras whose settings its hooks read;
+    ``hooks``: the module holding its hooks where that is not ``module`` (a part of minbert/,
+    which imports nothing of the driver's); ``where``: its flags that say where a run runs, not
+    what it trains (a --resume may change them); ``merged``: its list flags that, given twice,
+    are merged."""
 
     name: str
     module: str
     flags: tuple[tuple[str, Any], ...] = ()
-    choices: tuple[tuple[str, str], ...] = ()
+    choices: tuple[tuple[str, str, str], ...] = ()
+    needs: tuple[str, ...] = ()
+    hooks: str | None = None
+    where: tuple[str, ...] = ()
+    merged: tuple[str, ...] = ()
+
+    def modules(self) -> tuple[str, ...]:
+        return (self.module,) if self.hooks is None else (self.module, self.hooks)
 
     def present(self) -> bool:
         """Whether this tree has the extra's code."""
-        return importlib.util.find_spec(self.module) is not None
+        return all(importlib.util.find_spec(module) is not None for module in self.modules())
 
     def file(self) -> str:
         return f"{self.module.replace('.', '/')}.py"
+
+    def hook_module(self) -> ModuleType:
+        return importlib.import_module(self.hooks or self.module)
 
 
 EXTRAS = (
@@ -50,16 +63,176 @@ EXTRAS = (
         "distillation",
         "multitask.distillation",
         flags=(("teachers", []), ("teacher_annealing", False), ("teacher_weight", None)),
+        merged=("teachers",),
     ),
-    Extra("fusion", "multitask.fusion", choices=(("option", "fusion"),)),
-    Extra("pcgrad", "minbert.pcgrad", choices=(("step_gradient", "pcgrad"),)),
-    Extra("compiled", "multitask.compiled", flags=(("compile", False), ("compile_mode", "auto"))),
-    Extra("optimizer_foreach", "minbert.optimizer_foreach", choices=(("optimizer", "foreach"),)),
-    Extra("fused_adamw", "multitask.fused_adamw", choices=(("optimizer", "fused"),)),
+    Extra(
+        "fusion",
+        "multitask.fusion",
+        choices=(("option", "fusion", "AdapterFusion over a finished adapter run's adapters"),),
+    ),
+    Extra(
+        "pcgrad",
+        "minbert.pcgrad",
+        choices=(("step_gradient", "pcgrad", "summed, conflicts projected"),),
+        hooks="multitask.pcgrad_update",
+    ),
+    Extra(
+        "compiled",
+        "multitask.compiled",
+        flags=(("compile", False), ("compile_mode", "auto")),
+        needs=("distillation",),
+        where=("compile", "compile_mode"),
+    ),
+    Extra(
+        "optimizer_foreach",
+        "minbert.optimizer_foreach",
+        choices=(("optimizer", "foreach", "the same, multi-tensor"),),
+    ),
+    Extra(
+        "fused_adamw",
+        "multitask.fused_adamw",
+        choices=(("optimizer", "fused", "torch's fused AdamW"),),
+    ),
     Extra("peft_format", "multitask.peft_format", flags=(("init_lora", []),)),
     Extra("tensorboard", "multitask.tensorboard_report", flags=(("report_to", "none"),)),
-    Extra("cuda_graphs", "multitask.cuda_graphs", flags=(("cuda_graphs", "auto"),)),
+    Extra(
+        "cuda_graphs",
+        "multitask.cuda_graphs",
+        flags=(("cuda_graphs", "auto"),),
+        needs=("compiled", "distillation"),
+        where=("cuda_graphs",),
+    ),
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Hook:
+    """A function an extra's module may define: its ``signature`` and ``when`` the driver (or
+    the config check) fires it, and how the answers of several extras combine (``fired``)."""
+
+    name: str
+    signature: str
+    when: str
+    fired: str
+    kept: bool = False  # takes what the extra kept at ``prepare``, as its last argument
+
+
+# Every hook, the one place each is described (an extra defines any of them, or none).
+HOOKS = (
+    Hook(
+        "problems",
+        "(cfg, elsewhere) -> Iterator[str]",
+        "when the command's settings are checked, before anything runs: one line for each thing "
+        "wrong with its settings given the rest (``elsewhere``: a command recorded on another "
+        "machine, whose folders may not be here)",
+        "every line of every extra, in ``EXTRAS``' order",
+    ),
+    Hook(
+        "refuse",
+        "(cfg, device, processes) -> None",
+        "first in the run's set-up, before anything is read or written: a UsageError for what "
+        "this device (torch.device) and number of processes cannot run",
+        "each in turn",
+    ),
+    Hook(
+        "wrap_model",
+        "(cfg, model) -> model",
+        "once the model is built and the runs it starts from are loaded, before it moves to its "
+        "device (training and --evaluate alike)",
+        "chained: each extra wraps (or changes and returns) what the one before returned",
+    ),
+    Hook(
+        "prepare",
+        "(cfg, folder, train, device) -> kept",
+        "before the run folder is started (so before --overwrite removes anything): what the "
+        "extra needs from elsewhere for this run (``train``: each task's training examples); "
+        "None: it takes no part. What it returns is its ``kept``, the last argument of its "
+        "hooks marked ``kept`` (they are fired only for an extra that kept something)",
+        "each in turn; each extra's answer kept for its own later hooks",
+    ),
+    Hook(
+        "started",
+        "(cfg, folder, kept) -> None",
+        "right after the run folder is started (written to from here on)",
+        "each in turn",
+        kept=True,
+    ),
+    Hook(
+        "wrap_objective",
+        "(cfg, inner, model, progress, kept) -> objective",
+        "when the objective is built: a new objective around ``inner`` (the model, or the last "
+        "extra's objective), offering ``criterion`` as the core's do; SMART goes around the "
+        "result. ``progress``: ``Progress`` (the step the loop is at, and the run's steps)",
+        "chained",
+        kept=True,
+    ),
+    Hook(
+        "wrap_step",
+        "(cfg, step, device, processes) -> step",
+        "when the step module is built: a module around the step (task, batch -> loss)",
+        "chained",
+    ),
+    Hook(
+        "update",
+        "(cfg, seed, skip) -> update or None",
+        "when the update strategy is chosen: one in place of the core's (``seed()``: the step's "
+        "seed; ``skip``: --nonfinite skip)",
+        "the first answer that is not None",
+    ),
+    Hook(
+        "step_function",
+        "(cfg, parts) -> callable or None",
+        "once the run is set up: a function called as ``train_step`` is, which trains each step "
+        "instead (``parts``: ``StepParts``, what a step is made of)",
+        "the first answer that is not None",
+    ),
+    Hook(
+        "reporter",
+        "(cfg, folder) -> reporter or None",
+        "once the run is set up (rank 0 only): what the loop tells what it logs: ``start(step)`` "
+        "(a resume's: drop reports past it), ``losses``, ``metrics``, ``learning_rate`` "
+        "(step, values) and ``close()`` at the end",
+        "every answer that is not None",
+    ),
+    Hook(
+        "summary",
+        "(cfg) -> dict or None",
+        "when summary.json is made: keys to add to it",
+        "merged, in ``EXTRAS``' order",
+    ),
+    Hook(
+        "finish",
+        "(cfg, folder, summary, kept) -> None",
+        "at the end of a run, once its files are written (``summary``: summary.json's)",
+        "each in turn",
+        kept=True,
+    ),
+)
+HOOK_NAMES = tuple(hook.name for hook in HOOKS)
+
+
+@dataclasses.dataclass
+class Progress:
+    """Where the loop is, as an objective reads it during the run: ``step()`` (1 at the first
+    step) of ``total`` steps."""
+
+    step: Callable[[], int]
+    total: int
+
+
+@dataclasses.dataclass
+class StepParts:
+    """What one training step is made of, for ``step_function``: the processes and device, the
+    optimizer, the update strategy, the model, each task's training split as encoded (its
+    tokens' table gives the widest batch) and the tokenizer's [PAD] id."""
+
+    processes: int
+    device: Any
+    optimizer: Any
+    update: Any
+    model: Any
+    train: dict[str, Any]
+    pad_id: int
 
 
 def present() -> list[Extra]:
@@ -69,6 +242,71 @@ def present() -> list[Extra]:
 
 def named(name: str) -> Extra:
     return next(extra for extra in EXTRAS if extra.name == name)
+
+
+def view(cfg: Any, extra: Extra) -> Any:
+    """``cfg`` as ``extra``'s hooks see it: ``cfg.extras`` holds its own settings and those of
+    the extras it ``needs`` (where this tree has them), no other extra's."""
+    seen = {n: s for n, s in cfg.extras.items() if n == extra.name or n in extra.needs}
+    return dataclasses.replace(cfg, extras=seen)
+
+
+class Hooks:
+    """The present extras' hooks for one run's ``cfg`` (a TrainConfig), fired by name: the
+    driver names the hook, never the extra."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.kept: dict[str, Any] = {}  # each extra's answer to ``prepare``
+
+    def listening(self, name: str) -> Iterator[Callable[..., Any]]:
+        """Each present extra's ``name`` hook, in ``EXTRAS``' order, as a function of the
+        hook's arguments after ``cfg`` (and before ``kept``, for a hook that takes it: only the
+        extras that kept something at ``prepare`` listen to that)."""
+        hook = next((h for h in HOOKS if h.name == name), None)
+        if hook is None:
+            raise ValueError(f"no hook {name!r}; the hooks are {', '.join(HOOK_NAMES)}")
+        for extra in present():
+            function = getattr(extra.hook_module(), name, None)
+            if function is None or (hook.kept and extra.name not in self.kept):
+                continue
+            kept = (self.kept[extra.name],) if hook.kept else ()
+            yield functools.partial(with_kept, function, view(self.cfg, extra), kept)
+
+    def call(self, name: str, *args: Any) -> list[Any]:
+        """Every listening extra's answer that is not None, in ``EXTRAS``' order."""
+        answers = [function(*args) for function in self.listening(name)]
+        return [answer for answer in answers if answer is not None]
+
+    def first(self, name: str, *args: Any) -> Any:
+        """The first listening extra's answer that is not None, or None."""
+        answers = self.call(name, *args)
+        return answers[0] if answers else None
+
+    def chain(self, name: str, value: Any, *args: Any) -> Any:
+        """``value`` passed through each listening extra in turn (each returns the next)."""
+        for function in self.listening(name):
+            value = function(value, *args)
+        return value
+
+    def merged(self, name: str, *args: Any) -> dict[str, Any]:
+        """The dicts the listening extras answer, merged in ``EXTRAS``' order."""
+        merged: dict[str, Any] = {}
+        for answer in self.call(name, *args):
+            merged |= answer
+        return merged
+
+    def prepare(self, *args: Any) -> None:
+        """``prepare`` of each present extra; what each answers (not None) is its ``kept``."""
+        for extra in present():
+            function = getattr(extra.hook_module(), "prepare", None)
+            kept = None if function is None else function(view(self.cfg, extra), *args)
+            if kept is not None:
+                self.kept[extra.name] = kept
+
+
+def with_kept(function: Callable[..., Any], cfg: Any, kept: tuple, *args: Any) -> Any:
+    return function(cfg, *args, *kept)
 
 
 def load(name: str, flag: str) -> ModuleType:
@@ -92,12 +330,22 @@ def sections() -> dict[str, type]:
 def choices(flag: str) -> tuple[str, ...]:
     """The choices every extra adds to the core's ``flag``, present or not, so that a recorded
     command parses and, where the extra is absent, ends in the line naming its file."""
-    return tuple(choice for extra in EXTRAS for name, choice in extra.choices if name == flag)
+    return tuple(choice for extra in EXTRAS for name, choice, _ in extra.choices if name == flag)
 
 
 def needs(flag: str) -> dict[str, str]:
     """{choice: module} of the choices extras add to ``flag`` (``setting(needs=...)``)."""
-    return {c: e.module for e in EXTRAS for name, c in e.choices if name == flag}
+    return {c: e.module for e in EXTRAS for name, c, _ in e.choices if name == flag}
+
+
+def where_it_runs() -> tuple[str, ...]:
+    """Every extra's flags that say where a run runs, not what it trains."""
+    return tuple(flag for extra in EXTRAS for flag in extra.where)
+
+
+def merged_flags() -> tuple[str, ...]:
+    """Every extra's list flags that, given twice, are merged (as ``--teachers``)."""
+    return tuple(f"--{flag}" for extra in EXTRAS for flag in extra.merged)
 
 
 def refuse_absent(values: dict[str, Any], words: list[str] = (), source: str = "") -> None:
@@ -115,7 +363,7 @@ def refuse_absent(values: dict[str, Any], words: list[str] = (), source: str = "
                 load(extra.name, f"--{flag}")
             if values.get(flag, off) != off:
                 load(extra.name, f"{where}--{flag}")
-        for flag, choice in extra.choices:
+        for flag, choice, _ in extra.choices:
             if values.get(flag) == choice:
                 load(extra.name, f"{where}--{flag} {choice}")
 
@@ -123,45 +371,26 @@ def refuse_absent(values: dict[str, Any], words: list[str] = (), source: str = "
 def chosen(cfg: Any) -> Iterator[tuple[Extra, str]]:
     """Each (extra, "--<flag> <choice>") whose choice ``cfg`` (a TrainConfig, flat) makes."""
     for extra in EXTRAS:
-        for flag, choice in extra.choices:
+        for flag, choice, _ in extra.choices:
             if cfg.get(flag) == choice:
                 yield extra, f"--{flag} {choice}"
 
 
-def reporters(cfg: Any, folder: Any) -> list[Any]:
-    """The reporters of the present extras that report with ``cfg``'s settings."""
-    made = []
-    for extra in present():
-        hook = getattr(importlib.import_module(extra.module), "reporter", None)
-        if hook is not None and (made_one := hook(cfg, folder)) is not None:
-            made.append(made_one)
-    return made
-
-
 def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
     """What each present extra finds wrong with ``cfg`` (its ``problems`` hook)."""
-    for extra in present():
-        hook = getattr(importlib.import_module(extra.module), "problems", None)
-        if hook is not None:
-            try:
-                yield from hook(cfg, elsewhere)
-            except ValueError as err:
-                yield str(err)
+    for hook in Hooks(cfg).listening("problems"):
+        try:
+            yield from hook(elsewhere)
+        except ValueError as err:
+            yield str(err)
 
 
-def setting_of(cfg: Any, name: str, setting: str) -> Any:
-    """Setting ``setting`` of extra ``name`` in a run's TrainConfig, or None where this tree
-    lacks the extra."""
-    settings = cfg.extras.get(name)
-    return getattr(settings, setting) if settings is not None else None
-
-
-def described(flag: str, core: str, choices: dict[str, str]) -> str:
+def described(flag: str, core: str) -> str:
     """The help of the core's ``flag``: ``core`` (its own choices) and "choice: what it does"
-    for each choice in ``choices`` that an extra this tree has adds, so --help names only what
-    the tree can run."""
-    here = {choice for extra in present() for name, choice in extra.choices if name == flag}
-    return "; ".join([core, *(f"{c}: {what}" for c, what in choices.items() if c in here)])
+    for each choice that an extra this tree has adds, so --help names only what the tree can
+    run."""
+    here = [f"{c}: {what}" for e in present() for name, c, what in e.choices if name == flag]
+    return "; ".join([core, *here])
 
 
 def first_present(flag: str, choice: str, otherwise: str) -> str:
@@ -172,4 +401,4 @@ def first_present(flag: str, choice: str, otherwise: str) -> str:
 
 def extra_for(flag: str, choice: str) -> Extra:
     """The extra that adds ``choice`` to the core's ``flag``."""
-    return next(e for e in EXTRAS if (flag, choice) in e.choices)
+    return next(e for e in EXTRAS if (flag, choice) in [(f, c) for f, c, _ in e.choices])

@@ -16,7 +16,9 @@ the encoder (checkpoint, sentence representation, pair encoding, --max_length, e
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,6 +29,12 @@ from multitask.errors import UsageError
 # The encoder-shaping settings a fusion run takes from its stage-1 run (config.json keys).
 STAGE_ONE_KEYS = ("checkpoint", "representation", "pair_encoding", "max_length")
 ADAPTER_PREFIX = "bert.plugins.adapter."
+
+
+def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
+    """The hook (multitask/extras.py): a fusion run names its stage one, and only a fusion run."""
+    if (cfg.model.option == "fusion") != bool(cfg.model.adapters_from):
+        yield "--option fusion and --adapters_from RUN_DIR (its stage-1 adapter run) go together"
 
 
 def stage_one(run_dir: str) -> tuple[list[str], dict[str, torch.Tensor]]:

@@ -1,12 +1,13 @@
 """What a training step minimises, when it is more than the model's own loss.
 
 The plain objective is ``MultitaskModel.loss(task, batch)``: forward, head, the task's loss. The
-research options wrap it, each in a class of its own here, and the driver chains them once at
-set-up (``objective_for``); the step calls the outermost, ``objective(task, batch) -> loss``:
+research options wrap it, each in a class of its own (here the core's, SMART; an extra's comes
+from its ``wrap_objective`` hook), and the driver chains them once at set-up (``objective_for``);
+the step calls the outermost, ``objective(task, batch) -> loss``:
 
     loss = model.loss(task, batch)                          # the plain path
-    loss = Taught(model, teachers, ...)(task, batch)        # distillation: another target
-    loss = Smart(model, Taught(...), ...)(task, batch)      # SMART around either
+    loss = inner(task, batch)                               # an extra's objective around it
+    loss = Smart(model, inner, ...)(task, batch)            # SMART around either
 
 Each objective also offers ``criterion(task, outputs, batch)``, its loss of head outputs already
 computed, which is how SMART adds its terms to whatever is inside it without a second forward.
@@ -14,37 +15,16 @@ computed, which is how SMART adds its terms to whatever is inside it without a s
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from minbert.smart import MomentumTeacher, SmartConfig, bregman_term, smart_regularizer
-from multitask.collate import Batch, to_device
+from multitask.collate import Batch
 from multitask.model import MultitaskModel
 from multitask.step import Objective
 from tasks.base import Task
-
-
-class Taught:
-    """Distillation from single-task teachers (an extra; Clark et al. 2019, BAM!): a taught
-    task trains towards λ·gold + (1 − λ)·teacher, the teacher's outputs on the batch's examples
-    (``Batch.rows``) and λ from ``gold`` (the step's share of the gold label); every other task
-    keeps the model's own loss."""
-
-    def __init__(
-        self, model: MultitaskModel, teachers: dict[str, torch.Tensor], gold: Callable[[], float]
-    ) -> None:
-        self.model, self.teachers, self.gold = model, teachers, gold
-
-    def criterion(self, task: Task, outputs: torch.Tensor, batch: Batch) -> torch.Tensor:
-        if task.name not in self.teachers:
-            return self.model.criterion(task, outputs, batch)
-        teacher = to_device(self.teachers[task.name][batch.rows], outputs.device)
-        return task.taught_loss(outputs.float(), batch.labels, teacher, self.gold())
-
-    def __call__(self, task: Task, batch: Batch) -> torch.Tensor:
-        return self.criterion(task, self.model(task.name, batch), batch)
 
 
 @dataclass
@@ -56,14 +36,12 @@ class Smart:
     device and frozen as it will train (``for_model``)."""
 
     model: MultitaskModel
-    inner: Taught | MultitaskModel  # whose ``criterion`` gives the data term
+    inner: Any  # the model, or an extra's objective around it: its criterion is the data term
     config: SmartConfig
     teacher: MomentumTeacher
 
     @classmethod
-    def for_model(
-        cls, model: MultitaskModel, inner: Taught | MultitaskModel, config: SmartConfig
-    ) -> Smart:
+    def for_model(cls, model: MultitaskModel, inner: Any, config: SmartConfig) -> Smart:
         trainable = [p for p in model.parameters() if p.requires_grad]
         return cls(model, inner, config, MomentumTeacher(trainable, config.momentum))
 
@@ -95,17 +73,12 @@ class Smart:
 
 
 def objective_for(
-    model: MultitaskModel,
-    teachers: dict[str, torch.Tensor] | None = None,
-    gold: Callable[[], float] | None = None,
-    smart: SmartConfig | None = None,
+    model: MultitaskModel, inner: Any = None, smart: SmartConfig | None = None
 ) -> Objective:
-    """The run's objective: the model's loss, with a taught target where ``teachers`` has the
-    task (λ from ``gold``), all of it inside SMART when ``smart`` is given."""
-    objective: Objective = model.loss
-    inner: Taught | MultitaskModel = model
-    if teachers:
-        objective = inner = Taught(model, teachers, gold or (lambda: 1.0))
+    """The run's objective: the model's loss, or ``inner`` (an objective around the model, from
+    the extras' ``wrap_objective`` hooks), all of it inside SMART when ``smart`` is given."""
+    inner = model if inner is None else inner
+    objective: Objective = model.loss if inner is model else inner
     if smart is not None:
         objective = Smart.for_model(model, inner, smart)
     return objective

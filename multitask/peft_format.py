@@ -57,6 +57,15 @@ def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
         adapter_folders(entries, cfg.tasks)
 
 
+def wrap_model(cfg: Any, model: MultitaskModel) -> MultitaskModel:
+    """The hook (multitask/extras.py): with --init_lora, each named task's LoRA from its PEFT
+    folder, once the model is built (not on a resume, which restores its weights from last.pt)."""
+    init_lora = cfg.extras["peft_format"].init_lora
+    if init_lora and not cfg.resume:
+        load_adapters(init_lora, cfg.tasks, model, cfg.model.checkpoint)
+    return model
+
+
 def adapter_folders(entries: list[str], tasks: list[str]) -> dict[str, str]:
     """``--init_lora ["sst=out/sst", ...]`` -> ``{"sst": "out/sst"}``; ValueError names a bad
     entry."""
