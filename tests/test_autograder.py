@@ -101,10 +101,10 @@ def test_a_hostile_submission_cannot_write_its_own_grade(autograder):
         "atexit.register(forge)\n"
         f"pathlib.Path('results.json').write_text(FORGED)\n"
     )
-    judge = (autograder / "source" / "course" / "judge.py").read_bytes()
+    judge = (autograder / "source" / "course" / "grading" / "judge.py").read_bytes()
     results = run_autograder(autograder, {OPT: hostile, SAMPLING: solution(SAMPLING)})
     assert results["score"] == 5  # no AdamW: only the sampler's points
-    assert (autograder / "source" / "course" / "judge.py").read_bytes() == judge
+    assert (autograder / "source" / "course" / "grading" / "judge.py").read_bytes() == judge
 
 
 DAEMON = """
@@ -142,8 +142,8 @@ def test_without_namespaces_the_submissions_are_graded_and_nothing_forges(autogr
     right, wrong = solution(SAMPLING), solution(SAMPLING).replace("0.8", "0.5")
     hang = "while True:\n    pass\n"
     target = autograder / "results" / "results.json"
-    judge = (autograder / "source" / "course" / "judge.py").read_bytes()
-    daemon = DAEMON % (str(target), str(autograder / "source" / "course" / "judge.py"))
+    judge = (autograder / "source" / "course" / "grading" / "judge.py").read_bytes()
+    daemon = DAEMON % (str(target), str(autograder / "source" / "course" / "grading" / "judge.py"))
     cases = [
         ({OPT: solution(OPT), SAMPLING: right}, 15),
         ({OPT: solution(OPT), SAMPLING: wrong}, 12.5),
@@ -154,7 +154,7 @@ def test_without_namespaces_the_submissions_are_graded_and_nothing_forges(autogr
         assert run_autograder(autograder, files, env)["score"] == score
     time.sleep(5)  # the daemon would have written by now
     assert json.loads(target.read_text())["score"] == 5
-    assert (autograder / "source" / "course" / "judge.py").read_bytes() == judge
+    assert (autograder / "source" / "course" / "grading" / "judge.py").read_bytes() == judge
 
 
 def test_a_grader_that_refuses_says_so_in_results_json(autograder):

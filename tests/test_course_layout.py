@@ -99,3 +99,17 @@ def test_the_student_tree_ships_nothing_of_grading_or_authoring():
     assert {"course/checks/__init__.py", "course/checks/sampling.py"} <= targets
     assert [t for t in targets if t.startswith(("course/grading/", "course/authoring/"))] == []
     assert files["README.md"] == "course/authoring/student_readme.md"
+
+
+def test_checks_are_found_by_their_table_in_its_order():
+    """``MODULES`` is the one table of the checks' files; the report lists the checks file by
+    file in its order, every file of ``course/checks/`` is in it, and the imports follow it (no
+    sorting switched off to keep an order of import statements)."""
+    from course.checks import CHECKS, MODULES
+
+    folder = ROOT / "course" / "checks"
+    files = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert sorted(MODULES) == sorted(files) and len(set(MODULES)) == len(MODULES)
+    order = list(dict.fromkeys(c.compute.__module__ for c in CHECKS))
+    assert order == [f"course.checks.{name}" for name in MODULES]
+    assert "isort" not in (folder / "__init__.py").read_text(encoding="utf-8")

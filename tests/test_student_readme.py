@@ -21,7 +21,7 @@ import pytest
 from course.authoring import scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "course" / "student_readme.md"
+README = ROOT / "course" / "authoring" / "student_readme.md"
 RESULTS = ROOT / "benchmarks" / "results" / "student-first-run.md"
 DATA = ROOT.parent / "shared" / "data"
 # The exercises the README says the first run needs.
