@@ -427,7 +427,7 @@ def test_a_bad_flag_is_one_line_before_anything_is_written(
 
 
 def test_the_gradescope_leaderboard_zip_scores_an_upload_as_the_board_does(course, tmp_path):
-    """``python -m course.gradescope --leaderboard --labels LABELS_DIR OUT.zip`` unpacked as
+    """``python -m course.grading.autograder --leaderboard --labels LABELS_DIR OUT.zip`` unpacked as
     Gradescope lays out /autograder: an upload's files scored as the driver's --evaluate says,
     with the leaderboard key; the labels are in the zip (the instructor's), not in results."""
     from course.grading import autograder
