@@ -344,7 +344,7 @@ def where_it_runs() -> tuple[str, ...]:
 
 
 def merged_flags() -> tuple[str, ...]:
-    """Every extra's list flags that, given twice, are merged (as ``--teachers``)."""
+    """Every extra's list flags that, given twice, are merged into one list."""
     return tuple(f"--{flag}" for extra in EXTRAS for flag in extra.merged)
 
 
