@@ -162,15 +162,9 @@ def set_up(cfg: TrainConfig) -> Run:
     report = parameter_report(model.bert, dict(model.heads))
     print(format_parameter_report(report))
     folder.write_parameters(report)
-    separately = model.encodes_separately
-    tables = {
-        "train": encode_train(data, tokenizer, separately, cfg.swap_pairs, cfg.pad_multiple),
-        "dev": encode_split(data, tokenizer, separately, "dev"),
-    }  # each split tokenized once
-    report_truncation(data, tables, tokenizer, separately, cfg.model.max_length)
+    tables = encoded(cfg, data, tokenizer, model)
     sizes = {name: len(splits["train"]) for name, splits in data.items()}
-    per_step = cfg.batch_size * (1 if cfg.step_gradient == "one-task" else len(sizes))
-    steps_per_epoch = cfg.steps_per_epoch or math.ceil(sum(sizes.values()) / per_step)
+    steps_per_epoch = epoch_length(cfg, sizes)
     total_steps = steps_per_epoch * cfg.epochs
     optimizer = optimizer_for(
         model, cfg.lr, cfg.weight_decay, cfg.layer_decay, cfg.encoder_lr, cfg.optimizer
@@ -211,6 +205,27 @@ def set_up(cfg: TrainConfig) -> Run:
     )
     run.step_function = step_function(run)
     return run
+
+
+def encoded(
+    cfg: TrainConfig, data: Data, tokenizer: Tokenizer, model: MultitaskModel
+) -> dict[str, dict[str, EncodedSplit]]:
+    """The training and dev splits, each tokenized once (as the model encodes a pair), and the
+    report of what truncation cut."""
+    separately = model.encodes_separately
+    tables = {
+        "train": encode_train(data, tokenizer, separately, cfg.swap_pairs, cfg.pad_multiple),
+        "dev": encode_split(data, tokenizer, separately, "dev"),
+    }
+    report_truncation(data, tables, tokenizer, separately, cfg.model.max_length)
+    return tables
+
+
+def epoch_length(cfg: TrainConfig, sizes: dict[str, int]) -> int:
+    """The steps of an epoch: --steps_per_epoch, or enough batches to see every training example
+    once (a step takes one task's batch, or every task's)."""
+    per_step = cfg.batch_size * (1 if cfg.step_gradient == "one-task" else len(sizes))
+    return cfg.steps_per_epoch or math.ceil(sum(sizes.values()) / per_step)
 
 
 def step_function(run: Run) -> Any:
