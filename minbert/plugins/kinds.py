@@ -1,5 +1,5 @@
 """The plug-in kinds by name: ``KIND_NAMES`` is the table (the project's one rule for finding a
-part: docs/layout.md), and kind ``<name>`` is the ``Plugin`` subclass of that kind in
+part: one table names them all), and kind ``<name>`` is the ``Plugin`` subclass of that kind in
 ``minbert/plugins/<name>.py``, imported when first used. A tree without a kind's file (the student
 tree has no fusion) does not offer it; a file that does not import fails only the kind it holds.
 Also: attaching a kind to a model, and its parameter count."""
