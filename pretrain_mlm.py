@@ -12,14 +12,15 @@ Design notes: docs/design/entry-points.md.
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+from torch import nn
 from tqdm import tqdm
 
 from minbert.flags import ArgumentParser, HelpFormatter, add_flags, flatten, setting, unflatten
@@ -34,13 +35,22 @@ from minbert.mlm import (
 )
 from minbert.pretrained import load_config, resolve_checkpoint_dir
 from minbert.tokenizer import Tokenizer
+from multitask import extras
 from multitask.batching import BatchStream, derived_seed
-from multitask.config import SEEDS, not_a_checkpoint
+from multitask.config import SEEDS, TrainConfig, not_a_checkpoint
 from multitask.data import load_data
 from multitask.devices import THREADS_RANGE
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
-from multitask.run import Layout, RunFolder, merge_config, overlapping
-from multitask.step import linear_warmup_decay, optimizer_for
+from multitask.run import REPORTS, Layout, RunFolder, merge_config, overlapping
+from multitask.state import MLMState
+from multitask.step import (
+    HostChecked,
+    NonFiniteLoss,
+    linear_warmup_decay,
+    optimizer_for,
+    report_losses,
+    train_step,
+)
 from tasks import TASKS
 from tasks.reader import has_visible_text
 
@@ -48,7 +58,7 @@ from tasks.reader import has_visible_text
 MLM_FOLDER = Layout(
     command="pretrain_mlm.py",
     state=("mlm_config.json", "last.pt", "mlm_log.jsonl", "model.safetensors"),
-    outputs=("mlm_loss.png", "config.json", "vocab.txt", "tokenizer_config.json"),
+    outputs=("mlm_loss.png", "config.json", "vocab.txt", "tokenizer_config.json", *REPORTS),
     logs=("mlm_log.jsonl",),
 )
 # Settings a resumed run may change: where and how it runs, not what it computes.
@@ -57,6 +67,14 @@ WHERE_IT_RUNS = ("out_dir", "resume", "overwrite", "threads")
 REQUIRED = ("tasks", "checkpoint", "steps", "batch_size", "lr", "eval_every", "seed")
 PATHS = ("text", "data_dir", "checkpoint", "out_dir")
 MASK_DRAWS = 100  # draws of a batch's masks until one masks a token (each draw is 15% a token)
+HELD_OUT = ("loss", "perplexity", "accuracy")  # the evaluation's figures a reporter is told
+
+
+def the_drivers(name: str) -> Any:
+    """The driver's setting ``name`` (multitask/config.py's TrainConfig) as a setting of this
+    command too: its default, help and range have their one owner there."""
+    driver = next(f for f in dataclasses.fields(TrainConfig) if f.name == name)
+    return setting(driver.default, driver.metadata["help"], within=driver.metadata["within"])
 
 
 @dataclass
@@ -80,12 +98,28 @@ class MLMConfig:
     batch_size: int = setting(32, "sentences per step", within="[1, inf)")
     lr: float = setting(5e-5, "peak learning rate (AdamW)", within="(0, 10]")
     warmup: float = setting(0.1, "warm-up, a fraction of the steps", within="[0, 1)")
+    max_grad_norm: float = the_drivers("max_grad_norm")
     eval_every: int = setting(200, "evaluate and save every N steps", within="[1, inf)")
     seed: int = setting(11711, "random seed (order, masks, dropout)", within=SEEDS)
     out_dir: str = setting("runs/mlm", "output checkpoint directory", group="run")
     resume: bool = setting(False, "continue the run in --out_dir")
     overwrite: bool = setting(False, "replace an earlier run of this command in --out_dir")
     threads: int | None = setting(None, "CPU threads for torch", within=THREADS_RANGE)
+    # Not flags themselves: the settings of each present extra that reports what a run logs
+    # (``reporting``), by its name
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_flat(self) -> dict[str, Any]:
+        """mlm_config.json: {flag name: value} of what the run computes (not where it runs)."""
+        own = {key: value for s in self.extras.values() for key, value in flatten(s).items()}
+        return {k: v for k, v in {**flatten(self), **own}.items() if k not in WHERE_IT_RUNS}
+
+
+def reporting() -> dict[str, type]:
+    """{name: Settings} of each present extra with a ``reporter`` hook (multitask/extras.py): the
+    extras this command offers, as the driver does, telling them what the run logs."""
+    listening = {e.name for e in extras.present() if hasattr(e.hook_module(), "reporter")}
+    return {name: s for name, s in extras.sections().items() if name in listening}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     add_flags(parser, MLMConfig)
+    for settings in reporting().values():  # each reporting extra's own section
+        add_flags(parser, settings)
     return parser
 
 
@@ -111,10 +147,14 @@ def parse_args(argv: list[str] | None = None) -> MLMConfig:
         if not folder.file("last.pt").is_file():
             raise UsageError(f"--resume: {folder.file('last.pt')} not found; nothing to resume")
         saved = folder.read_settings(MLMConfig, "--resume", "mlm_config.json", REQUIRED)
+        for settings in reporting().values():
+            folder.read_settings(settings, "--resume", "mlm_config.json")
+        extras.refuse_absent(saved, source=f"--resume: {folder.file('mlm_config.json')}")
         inherited = [k for k in defaults if k not in WHERE_IT_RUNS]
         flat = merge_config(flat, saved, inherited, defaults, "--resume", flat["out_dir"])
     try:
-        cfg = unflatten(MLMConfig, flat)
+        own = {name: unflatten(settings, flat) for name, settings in reporting().items()}
+        cfg = dataclasses.replace(unflatten(MLMConfig, flat), extras=own)
     except ValueError as err:
         raise UsageError(str(err)) from None
     check(cfg)
@@ -137,6 +177,12 @@ def check(cfg: MLMConfig) -> None:
     positions = load_config(checkpoint).max_position_embeddings
     if cfg.max_length > positions:
         raise UsageError(f"--max_length {cfg.max_length}: the checkpoint has {positions} positions")
+    for name in cfg.extras:  # what each reporting extra finds wrong (its ``problems`` hook)
+        extra = extras.named(name)
+        problems = getattr(extra.hook_module(), "problems", None)
+        if problems is not None:
+            for message in problems(extras.view(cfg, extra), False):
+                raise UsageError(message)
 
 
 def sentences_of(cfg: MLMConfig) -> tuple[list[str], list[str]]:
@@ -177,9 +223,47 @@ def sentences_of(cfg: MLMConfig) -> tuple[list[str], list[str]]:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Corpus:
+    """The one "task" of a further-pretraining run, its sentences, as ``train_step`` names a
+    batch's task (in a non-finite loss) and a reporter a loss (``train/loss/mlm``)."""
+
+    name: str = "mlm"
+
+
+CORPUS = Corpus()
+
+
+class Masked(NamedTuple):
+    """A batch as masked for one step: ``ids`` with the chosen tokens replaced (80% [MASK], 10%
+    random, 10% kept), ``labels`` the original ids there and IGNORE elsewhere."""
+
+    ids: torch.Tensor
+    labels: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor
+
+
+class MaskedLM(nn.Module):
+    """The step as ``train_step`` (multitask/step.py) takes it, a module of (task, batch) -> loss:
+    the masked-LM loss of a ``Masked`` batch, the cross-entropy of the MLM head's prediction at
+    each chosen token (minbert/mlm.py: ``mlm_loss``)."""
+
+    def __init__(self, model: BertForMaskedLM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, task: Corpus, batch: Masked) -> torch.Tensor:
+        logits, targets = self.model.masked_logits(
+            batch.ids, batch.attention_mask, batch.labels, batch.token_type_ids
+        )
+        return mlm_loss(logits, targets)
+
+
 @dataclass
 class MLMRun:
-    """What the loop works with, built by ``set_up``."""
+    """What the loop works with, built by ``set_up``; ``state`` is where the run is
+    (multitask/state.py), which last.pt saves with the parts."""
 
     cfg: MLMConfig
     folder: RunFolder
@@ -190,47 +274,48 @@ class MLMRun:
     stream: BatchStream
     train: list[str]
     held: list[str]
-    step: int = 0
-    seconds: float = 0.0
-    recent: list[float] = field(default_factory=list)  # the last 50 training losses
+    reporters: list[Any]  # the reporting extras' reporters, told what the log says
+    state: MLMState = field(default_factory=MLMState)
+    step_module: nn.Module = field(init=False)  # the loss of a step: ``MaskedLM``
+    update: HostChecked = field(default_factory=HostChecked)  # a non-finite loss raises
 
-    def state(self) -> dict[str, Any]:
-        """What last.pt saves: everything a resume at ``step`` needs."""
+    def __post_init__(self) -> None:
+        self.step_module = MaskedLM(self.model)
+
+    def saved(self) -> dict[str, Any]:
+        """What last.pt saves: everything a resume at ``state.step`` needs."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "stream": self.stream.state_dict(),
             "rng": torch.get_rng_state(),
-            "step": self.step,
-            "seconds": self.seconds,
-            "recent": list(self.recent),
+            **self.state.saved(),
         }
 
     def restore(self) -> None:
         """Put last.pt back into the parts built as at the start."""
-        state = self.folder.load_state()
+        saved = self.folder.load_state()
         try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scheduler.load_state_dict(state["scheduler"])
-            self.stream.load_state_dict(state["stream"])
-            torch.set_rng_state(state["rng"])
-            self.step, self.seconds = int(state["step"]), float(state.get("seconds", 0.0))
-            self.recent = [float(x) for x in state.get("recent", [])]
+            self.model.load_state_dict(saved["model"])
+            self.optimizer.load_state_dict(saved["optimizer"])
+            self.scheduler.load_state_dict(saved["scheduler"])
+            self.stream.load_state_dict(saved["stream"])
+            torch.set_rng_state(saved["rng"])
+            self.state = MLMState.from_saved(saved)
         except (KeyError, ValueError, RuntimeError, TypeError) as err:
             raise UsageError(
                 f"{self.folder.file('last.pt')} does not belong to the run configured in "
                 f"{self.folder.file('mlm_config.json')} ({str(err).splitlines()[0]})"
             ) from None
-        self.folder.saved_step = self.step
-        self.folder.truncate_logs(self.step)
-        print(f"resumed {self.folder.path} at step {self.step}")
+        self.folder.saved_step = self.state.step
+        self.folder.truncate_logs(self.state.step)
+        print(f"resumed {self.folder.path} at step {self.state.step}")
 
 
 def set_up(cfg: MLMConfig) -> MLMRun:
-    """Everything is read and built before the folder is touched; then the folder, and on a
-    resume the saved state."""
+    """Everything is read and built before the folder is touched; then the folder, on a resume
+    the saved state, and the reporters (a resume's reports past its step dropped first)."""
     folder = RunFolder(cfg.out_dir, layout=MLM_FOLDER)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     foreign = folder.file("config.json").exists() and not folder.file("mlm_config.json").exists()
@@ -249,12 +334,16 @@ def set_up(cfg: MLMConfig) -> MLMRun:
     optimizer = optimizer_for(model, cfg.lr, 0.01)
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * cfg.steps), cfg.steps)
     stream = BatchStream("mlm", tokenizer.count_tokens(train), cfg.batch_size, cfg.seed)
-    run = MLMRun(cfg, folder, tokenizer, model, optimizer, scheduler, stream, train, held)
+    reporters = extras.Hooks(cfg).call("reporter", folder)
+    run = MLMRun(
+        cfg, folder, tokenizer, model, optimizer, scheduler, stream, train, held, reporters
+    )
     if cfg.resume:
         run.restore()
-    else:
-        settings = {k: v for k, v in flatten(cfg).items() if k not in WHERE_IT_RUNS}
-        folder.write_json("mlm_config.json", settings)
+    for reporter in run.reporters:
+        reporter.start(run.state.step)
+    if not cfg.resume:
+        folder.write_json("mlm_config.json", cfg.to_flat())
         record(run, evaluate_mlm(model, tokenizer, held))
     return run
 
@@ -265,13 +354,13 @@ def train_steps(run: MLMRun) -> None:
     continuation = word_continuations(vocab) if cfg.whole_word else None
     bar = tqdm(
         total=cfg.steps,
-        initial=run.step,
+        initial=run.state.step,
         desc="MLM",
         file=sys.stderr,
         dynamic_ncols=True,
         mininterval=0.1 if sys.stderr.isatty() else 60,
     )
-    started = time.time() - run.seconds
+    started = time.time() - run.state.seconds
     run.model.train()
     try:
         steps(run, bar, started, vocab, continuation)
@@ -280,46 +369,47 @@ def train_steps(run: MLMRun) -> None:
 
 
 def steps(run: MLMRun, bar: tqdm, started: float, vocab: dict, continuation) -> None:
-    """The steps from ``run.step`` to --steps (``train_steps`` sets up the bar)."""
-    cfg = run.cfg
-    while run.step < cfg.steps:
+    """The steps from ``state.step`` to --steps (``train_steps`` sets up the bar)."""
+    cfg, state = run.cfg, run.state
+    while state.step < cfg.steps:
         batch = run.tokenizer([run.train[i] for i in run.stream.next()])
-        generator = torch.Generator().manual_seed(derived_seed(cfg.seed, run.step))
+        generator = torch.Generator().manual_seed(derived_seed(cfg.seed, state.step))
         masked, labels = masks_with_a_token(batch, vocab, generator, continuation)
-        run.step += 1
+        state.step += 1
         bar.update(1)
         if masked is None:
-            tqdm.write(f"step {run.step}: no token of this batch could be masked; step skipped")
+            tqdm.write(f"step {state.step}: no token of this batch could be masked; step skipped")
         else:
-            update(run, batch, masked, labels)
-            bar.set_postfix(loss=f"{sum(run.recent) / len(run.recent):.3f}", refresh=False)
-        if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
-            run.seconds = round(time.time() - started, 1)
+            update(run, Masked(masked, labels, batch["attention_mask"], batch["token_type_ids"]))
+            bar.set_postfix(loss=f"{state.train_loss():.3f}", refresh=False)
+        if state.step % cfg.eval_every == 0 or state.step == cfg.steps:
+            state.seconds = round(time.time() - started, 1)
             metrics = evaluate_mlm(run.model, run.tokenizer, run.held)
-            train_loss = sum(run.recent) / len(run.recent) if run.recent else None
-            record(run, {**metrics, "train_loss": train_loss, "seconds": run.seconds})
-            run.folder.save_state(run.state(), run.step)
+            train_loss = state.train_loss()
+            record(run, {**metrics, "train_loss": train_loss, "seconds": state.seconds})
+            run.folder.save_state(run.saved(), state.step)
 
 
-def update(run: MLMRun, batch: dict, masked: torch.Tensor, labels: torch.Tensor) -> None:
-    """One optimizer step on the masked batch; a non-finite loss stops the run before it updates
-    anything (the weights on disk and in memory stay those of the step before)."""
-    logits, targets = run.model.masked_logits(
-        masked, batch["attention_mask"], labels, batch["token_type_ids"]
-    )
-    loss = mlm_loss(logits, targets)
-    value = loss.item()
-    if not math.isfinite(value):
-        raise RunStopped(
-            f"non-finite loss at step {run.step} (is --lr too large?); the step did not update "
-            f"the model; {run.folder.on_disk()}",
-            3,
+def update(run: MLMRun, batch: Masked) -> None:
+    """One optimizer step on the masked batch, the driver's ``train_step`` (its gradients clipped
+    to --max_grad_norm); a non-finite loss stops the run before it updates anything
+    (``HostChecked``: the weights on disk and in memory stay those of the step before)."""
+    try:
+        losses = train_step(
+            run.step_module,
+            [(CORPUS, batch)],
+            run.optimizer,
+            run.update,
+            run.scheduler,
+            max_grad_norm=run.cfg.max_grad_norm,
         )
-    run.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    run.optimizer.step()
-    run.scheduler.step()
-    run.recent = [*run.recent[-49:], value]
+    except NonFiniteLoss:
+        raise RunStopped(
+            f"non-finite loss at step {run.state.step} (is --lr too large?); the step did not "
+            f"update the model; {run.folder.on_disk()}",
+            3,
+        ) from None
+    run.state.add_loss(losses[0].item())
 
 
 def masks_with_a_token(batch, vocab, generator, continuation):
@@ -335,11 +425,20 @@ def masks_with_a_token(batch, vocab, generator, continuation):
 
 
 def record(run: MLMRun, metrics: dict[str, Any]) -> None:
-    """One line of mlm_log.jsonl at the run's step, echoed above the progress bar."""
-    line = {"step": run.step}
+    """One line of mlm_log.jsonl at the run's step, echoed above the progress bar, and told to
+    the reporters as the driver tells them its log: after a step the training loss and the
+    learning rate, then the held-out figures (``HELD_OUT``, as dev metrics)."""
+    step = run.state.step
+    line = {"step": step}
     line |= {k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}
     run.folder.append_log("mlm_log.jsonl", [line])
-    tqdm.write(f"step {run.step}: " + ", ".join(f"{k} {v}" for k, v in line.items() if k != "step"))
+    tqdm.write(f"step {step}: " + ", ".join(f"{k} {v}" for k, v in line.items() if k != "step"))
+    if step > 0:
+        train_loss = metrics["train_loss"]
+        trained = {CORPUS.name: train_loss} if train_loss is not None else {}
+        report_losses(run.reporters, step, trained, run.optimizer)
+    for reporter in run.reporters:
+        reporter.metrics(step, {name: metrics[name] for name in HELD_OUT})
 
 
 def finish(run: MLMRun) -> dict[str, Any]:
@@ -348,6 +447,8 @@ def finish(run: MLMRun) -> dict[str, Any]:
     run.model.save_pretrained(out, resolve_checkpoint_dir(run.cfg.checkpoint) / "vocab.txt")
     plot(run.folder)
     print(f"done: checkpoint directory {out} (train_multitask.py --checkpoint {out})")
+    for reporter in run.reporters:
+        reporter.close()
     return run.folder.read_log("mlm_log.jsonl")[-1]
 
 
@@ -383,7 +484,7 @@ def pretrain(cfg: MLMConfig) -> dict[str, Any]:
         stage = "while writing the checkpoint directory"
         return finish(run)
     except KeyboardInterrupt as err:
-        (what, code), where = stop_reason(err), stage or f"at step {run.step}"
+        (what, code), where = stop_reason(err), stage or f"at step {run.state.step}"
         raise RunStopped(f"{what} {where}; {folder.on_disk()}", code) from None
     except OSError as err:
         raise RunStopped(f"{err}; {folder.on_disk()}", 1) from None

@@ -61,6 +61,7 @@ from multitask.step import (
     linear_warmup_decay,
     loss_weights,
     optimizer_for,
+    report_losses,
     train_step,
 )
 from tasks import get_task
@@ -395,10 +396,7 @@ def log_line(run: Run, epoch: int, bar: tqdm) -> None:
     read_losses(run)  # the losses come to the host here: a CPU-GPU sync point
     logged = run.log.line()
     run.folder.log_training(run.state.step, epoch, logged)
-    rate = max(group["lr"] for group in run.optimizer.param_groups)
-    for reporter in run.reporters:
-        reporter.losses(run.state.step, logged)
-        reporter.learning_rate(run.state.step, rate)
+    report_losses(run.reporters, run.state.step, logged, run.optimizer)
     bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in logged.items()), refresh=False)
 
 

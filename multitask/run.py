@@ -52,6 +52,10 @@ class Layout:
     logs: tuple[str, ...]
 
 
+# What the extras' reporters write (the TensorBoard extra's events), in folders of their own: an
+# output of every command that offers reporting.
+REPORTS = ("tensorboard/events.out.tfevents.*",)
+
 DRIVER = Layout(
     command="train_multitask.py",
     state=(
@@ -69,7 +73,7 @@ DRIVER = Layout(
         "*-output.csv",
         "task-*.safetensors",
         "teacher-outputs.safetensors",
-        "tensorboard/events.out.tfevents.*",  # the TensorBoard extra's events, in a folder
+        *REPORTS,
     ),
     logs=("metrics.jsonl", "train_log.jsonl"),
 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -176,8 +177,10 @@ def train_step(
     gradients combined as ``update`` does (PCGrad projects them) and, with ``max_grad_norm``,
     scaled so that their total L2 norm is at most that (``clip_grad_norm_``, read on the
     device), then the update as ``update`` makes it, the schedule's step, and the objective's
-    ``after_update`` (SMART's teacher) when the step counts. Returns the detached losses, or None
-    for a step ``update`` skipped (the module docstring states the non-finite contract)."""
+    ``after_update`` (SMART's teacher) when the step counts. Of each task it reads only the
+    ``name`` (a loss's, when not finite: pretrain_mlm.py's one "task" is its corpus). Returns the
+    detached losses, or None for a step ``update`` skipped (the module docstring states the
+    non-finite contract)."""
     optimizer.zero_grad(set_to_none=True)
     losses, finite = [], True
     for task, batch in batches:
@@ -199,6 +202,24 @@ def train_step(
     if counts and after_update is not None:
         after_update()
     return losses if counts else None
+
+
+def learning_rate(optimizer: torch.optim.Optimizer) -> float:
+    """The rate a log reports: the largest of the groups' (they differ by layer, --layer_decay,
+    and by --encoder_lr), as the schedule has set it for the next step."""
+    return max(group["lr"] for group in optimizer.param_groups)
+
+
+def report_losses(
+    reporters: Sequence[Any], step: int, losses: dict[str, float], optimizer: torch.optim.Optimizer
+) -> None:
+    """Tell each reporter (an extra's, multitask/extras.py: the ``reporter`` hook) a log line's
+    mean losses by task and the learning rate at ``step``: the one way train_multitask.py and
+    pretrain_mlm.py report their training."""
+    rate = learning_rate(optimizer)
+    for reporter in reporters:
+        reporter.losses(step, losses)
+        reporter.learning_rate(step, rate)
 
 
 def loss_weights(entries: Sequence[str], tasks: Sequence[str]) -> dict[str, float]:
