@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -42,7 +42,6 @@ from multitask.data import load_data
 from multitask.devices import THREADS_RANGE
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
 from multitask.run import REPORTS, Layout, RunFolder, merge_config, overlapping
-from multitask.state import MLMState
 from multitask.step import (
     HostChecked,
     NonFiniteLoss,
@@ -258,6 +257,47 @@ class MaskedLM(nn.Module):
             batch.ids, batch.attention_mask, batch.labels, batch.token_type_ids
         )
         return mlm_loss(logits, targets)
+
+
+@dataclass
+class MLMState:
+    """Where a further-pretraining run is: ``step``, the optimizer steps taken; ``seconds``, its
+    wall-clock at the last evaluation (evaluations included); ``recent``, the last ``WINDOW``
+    training losses, whose mean is the logged ``train_loss`` and the progress bar's loss.
+
+    A typed record beside the driver's ``TrainingState`` (multitask/state.py) rather than in it,
+    because their fields do not mean the same: ``running`` is each task's losses since the last
+    log line, emptied by every line, where ``recent`` is a window that slides across log lines;
+    ``best``, ``examples``, ``eval_seconds`` and ``train_files`` have nothing to hold in a run
+    without dev tasks or fingerprinted files. The window in ``running`` would change what
+    mlm_log.jsonl's train_loss is; a new field in ``TrainingState`` would change the driver's
+    last.pt. So last.pt keeps the top-level keys it has always had (``saved``), and one saved
+    before ``seconds`` and ``recent`` were kept resumes with them empty (``from_saved``). Here,
+    not in multitask/state.py, because the student tree ships that file and not this one."""
+
+    WINDOW: ClassVar[int] = 50
+
+    step: int = 0
+    seconds: float = 0.0
+    recent: list[float] = field(default_factory=list)
+
+    def add_loss(self, value: float) -> None:
+        """One step's training loss into the window (the oldest falls out)."""
+        self.recent = [*self.recent[-(self.WINDOW - 1) :], value]
+
+    def train_loss(self) -> float | None:
+        """The window's mean, or None before any step trained."""
+        return sum(self.recent) / len(self.recent) if self.recent else None
+
+    def saved(self) -> dict[str, Any]:
+        """The form last.pt holds: ``step``, ``seconds`` and ``recent``, at its top level."""
+        return {"step": self.step, "seconds": self.seconds, "recent": list(self.recent)}
+
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> MLMState:
+        """A record from last.pt's ``step``, ``seconds`` and ``recent`` (``saved``'s form)."""
+        recent = [float(x) for x in saved.get("recent", [])]
+        return cls(step=int(saved["step"]), seconds=float(saved.get("seconds", 0.0)), recent=recent)
 
 
 @dataclass

@@ -178,7 +178,7 @@ def train_step(
     scaled so that their total L2 norm is at most that (``clip_grad_norm_``, read on the
     device), then the update as ``update`` makes it, the schedule's step, and the objective's
     ``after_update`` (SMART's teacher) when the step counts. Of each task it reads only the
-    ``name`` (a loss's, when not finite: pretrain_mlm.py's one "task" is its corpus). Returns the
+    ``name`` (a loss's, when not finite: MLM pretraining's one "task" is its corpus). Returns the
     detached losses, or None for a step ``update`` skipped (the module docstring states the
     non-finite contract)."""
     optimizer.zero_grad(set_to_none=True)
@@ -214,8 +214,8 @@ def report_losses(
     reporters: Sequence[Any], step: int, losses: dict[str, float], optimizer: torch.optim.Optimizer
 ) -> None:
     """Tell each reporter (an extra's, multitask/extras.py: the ``reporter`` hook) a log line's
-    mean losses by task and the learning rate at ``step``: the one way train_multitask.py and
-    pretrain_mlm.py report their training."""
+    mean losses by task and the learning rate at ``step``: the one way every command that trains
+    through ``train_step`` (the driver, MLM pretraining) reports its training."""
     rate = learning_rate(optimizer)
     for reporter in reporters:
         reporter.losses(step, losses)

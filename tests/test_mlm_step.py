@@ -1,7 +1,7 @@
 """pretrain_mlm.py's step is the driver's (multitask/step.py: ``train_step``): --max_grad_norm
 clips it, a non-finite loss stops it before any update, the reporting extras hear what it logs
-(and a resume drops what they heard past its step), and its state (multitask/state.py:
-``MLMState``) resumes from a last.pt of the layout written before that record existed."""
+(and a resume drops what they heard past its step), and its state (``MLMState``, a typed
+record) resumes from a last.pt of the layout written before that record existed."""
 
 from __future__ import annotations
 
