@@ -115,19 +115,20 @@ def lab_parts(root=_common.ROOT) -> list[str]:
     """The files of the lab's extras (multitask/extras.py), which the driver imports on demand."""
     from multitask.extras import EXTRAS
 
-    return sorted(extra.file() for extra in EXTRAS if (root / extra.file()).is_file())
+    return sorted(f for extra in EXTRAS for f in extra.files() if (root / f).is_file())
 
 
 def levers(tree: dict[str, str]) -> tuple[list[list[str]], int]:
     """A row for each set of files, and the lines left within the aim for a whole driver (its
     model, step, data and evaluation too) beside the rest of the tree."""
     root = _common.ROOT
-    whole = {rel: read_source(root, rel) for rel in project_files(root) if rel.endswith(".py")}
+    everything = [*project_files(root), *lab_parts()]  # the project's files leave extras out
+    whole = {rel: read_source(root, rel) for rel in everything if rel.endswith(".py")}
     extras = {rel: whole[rel] for rel in lab_parts() if rel not in tree}
     floor = {p: t for p, t in tree.items() if p not in DRIVER_FRONT}
     no_driver = {p: t for p, t in floor.items() if not p.startswith("multitask/")}
     rows = (
-        ("the whole project (no manifest)", whole, len(project_files(root))),
+        ("the whole project (no manifest)", whole, len(everything)),
         ("the manifest with the lab's extras (each lab_part module)", tree | extras, None),
         ("the student tree as the manifest writes it", tree, None),
         ("a driver for students of zero lines, beside the driver's parts", floor, None),

@@ -33,7 +33,8 @@ class Extra:
     ``hooks``: the module holding its hooks where that is not ``module`` (a part of minbert/,
     which imports nothing of the driver's); ``where``: its flags that say where a run runs, not
     what it trains (a --resume may change them); ``merged``: its list flags that, given twice,
-    are merged."""
+    are merged; ``kinds``: the plug-in kinds it brings (``minbert/plugins/<kind>.py``), which a
+    tree without the extra lacks too; ``parts``: its other modules (its helpers, a command)."""
 
     name: str
     module: str
@@ -43,9 +44,16 @@ class Extra:
     hooks: str | None = None
     where: tuple[str, ...] = ()
     merged: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ()
 
     def modules(self) -> tuple[str, ...]:
         return (self.module,) if self.hooks is None else (self.module, self.hooks)
+
+    def files(self) -> tuple[str, ...]:
+        """Every file of the extra, relative to the project: what the student tree leaves out."""
+        modules = (*self.modules(), *(f"minbert.plugins.{kind}" for kind in self.kinds))
+        return tuple(f"{m.replace('.', '/')}.py" for m in (*modules, *self.parts))
 
     def present(self) -> bool:
         """Whether this tree has the extra's code."""
@@ -69,6 +77,8 @@ EXTRAS = (
         "fusion",
         "multitask.fusion",
         choices=(("option", "fusion", "AdapterFusion over a finished adapter run's adapters"),),
+        kinds=("fusion",),
+        parts=("multitask.fusion_weights",),
     ),
     Extra(
         "pcgrad",
@@ -99,6 +109,7 @@ EXTRAS = (
         "cuda_graphs",
         "multitask.cuda_graphs",
         flags=(("cuda_graphs", "auto"),),
+        parts=("multitask.device_lr", "multitask.static_batch"),
         needs=("compiled", "distillation"),
         where=("cuda_graphs",),
     ),

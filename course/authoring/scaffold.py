@@ -33,6 +33,7 @@ from pathlib import Path
 from course.authoring.unused_names import mark_unused
 from minbert.checkpoint import WriteError, atomic_write
 from minbert.flags import ArgumentParser, nonempty_path
+from multitask.extras import EXTRAS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,14 +42,14 @@ END = re.compile(r"# END SOLUTION\s*$")
 HINT = re.compile(r"# HINT:\s?(.*?)\s*$")
 MARKER_PREFIXES = ("# BEGIN SOLUTION", "# END SOLUTION")
 
-# Instructor-only files, never copied into the student tree: AdamW's multi-tensor path (the
-# exercise in another form; without it the driver trains with the student's own loop) and its
-# test, the tests that grade the scaffolding
-# and the grader against the full solution (they quote solution lines), and the reference
-# equations with the script that turns them into the grader's stored data
-# (course/reference_data.pt, which is copied).
+# Instructor-only files, never copied into the student tree, whatever the manifest matches:
+# every file of an extra (multitask/extras.py's table: the student tree is the core, and AdamW's
+# multi-tensor path is the exercise in another form), the tests that grade the scaffolding and
+# the grader against the full solution (they quote solution lines), and the reference equations
+# with the script that turns them into the grader's stored data (course/reference_data.pt, which
+# is copied).
 INSTRUCTOR_ONLY = (
-    "minbert/optimizer_foreach.py",  # the AdamW exercise in multi-tensor form
+    *(file for extra in EXTRAS for file in extra.files()),
     "tests/test_optimizer_foreach.py",
     "tests/test_scaffold.py",
     "tests/test_student_tree_names.py",  # what the student tree names, against the full project
