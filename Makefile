@@ -4,8 +4,8 @@
 #                on torch's plain CPU kernels (another CPU's rounding: the tolerances must hold)
 # and the environment the AdapterHub export test loads its folders in:
 #   make adapters-env   .venv-adapters: the adapters library beside an older transformers than
-#                       the project's (tests/test_adapters_export.py), torch from the project's
-#                       environment
+#                       the project's (tests/driver/test_adapters_export.py), torch from the
+#                       project's environment
 #
 # Where PYTHON is already a virtual environment (sys.prefix != sys.base_prefix: an activated
 # venv), everything installs into and runs with it. Anywhere else (a system Python, which may

@@ -123,7 +123,7 @@ def portable_path(path: str, root: Path = ROOT) -> str:
     the clone (``DATA_DIR``) is ``../shared/data``; a run folder is ``runs/...`` from its runs
     folder (``runs``, ``runs2``, ...) on; another data folder is the clone's ``data``; a
     scratch folder under /tmp is ``$TMPDIR/...``. Any other path is kept (and
-    tests/test_structure.py names it)."""
+    tests/structure/test_structure.py names it)."""
     parts = Path(path).parts
     if INTERPRETER.fullmatch(path):
         return "python"

@@ -7,8 +7,8 @@
 1. graphed: the default 3-epoch command on a cold machine (CUDA graphs, ``--cuda_graphs auto``);
 2. eager: the same with ``--cuda_graphs off``; 3. plain-loop: the plain Hugging Face loop at the
    driver's settings (one epoch); 4. profile-graphed: ten graphed steps (launches, GPU idle);
-5. gpu-tests: ``tests/test_gpu.py``; 6. compiled: the Inductor path, for reference, if time is
-   left. A stage that fails is recorded and the next runs; one that would not fit is skipped.
+5. gpu-tests: ``tests/driver/test_gpu.py``; 6. compiled: the Inductor path, for reference, if time
+   is left. A stage that fails is recorded and the next runs; one that would not fit is skipped.
 
 Writes gpu-check.md and gpu-check.json (each command's whole wall-clock, examples/s, dev scores,
 the ratios side by side) into --results_dir and $OUT, with the command, commit and machine.
@@ -111,7 +111,7 @@ def stages(args: argparse.Namespace) -> list[Stage]:
         profile("graphed", [], rounds),
         Stage(
             "gpu-tests",
-            ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
+            ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/driver/test_gpu.py"],
             90,
             150,
         ),

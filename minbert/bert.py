@@ -85,8 +85,8 @@ class BertSelfAttention(nn.Module):
     """Multi-head self-attention: head_i = Attention(X W_i^Q, X W_i^K, X W_i^V), heads concatenated.
 
     ``use_fast_path`` routes the equation through PyTorch's fused
-    ``torch.nn.functional.scaled_dot_product_attention``; ``tests/test_bert.py`` checks that both
-    give the same numbers.
+    ``torch.nn.functional.scaled_dot_product_attention``; ``tests/model/test_bert.py`` checks that
+    both give the same numbers.
     """
 
     def __init__(self, config: BertConfig) -> None:

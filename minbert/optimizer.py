@@ -10,7 +10,7 @@ Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization" (ICLR 2019).
 ``AdamW`` computes the same numbers as ``torch.optim.AdamW`` (non-fused, non-foreach, no amsgrad):
 the operations below are done in the same order with the same rounding, and its per-parameter
 state uses the same keys (``step``, ``exp_avg``, ``exp_avg_sq``), so a state dict saved by one
-loads into the other. ``tests/test_optimizer.py`` and ``sanity_check.py`` check both claims.
+loads into the other. ``tests/model/test_optimizer.py`` and ``sanity_check.py`` check both claims.
 """
 
 from __future__ import annotations

@@ -50,15 +50,15 @@ MARKER_PREFIXES = ("# BEGIN SOLUTION", "# END SOLUTION")
 # is copied).
 INSTRUCTOR_ONLY = (
     *(file for extra in EXTRAS for file in extra.files()),
-    "tests/test_optimizer_foreach.py",
-    "tests/test_scaffold.py",
-    "tests/test_student_tree_names.py",  # what the student tree names, against the full project
-    "tests/test_grader_mutants.py",
-    "tests/test_grader_store.py",  # plants cheats through the mutant harness
-    "tests/test_grade_class.py",  # plants solution files as submissions
-    "tests/test_grade_hostile.py",  # plants solution files and attacks as submissions
-    "tests/test_autograder.py",  # plants solution files as submissions
-    "tests/test_exercise_isolation.py",  # runs the scaffold
+    "tests/model/test_optimizer_foreach.py",
+    "tests/course/test_scaffold.py",
+    "tests/course/test_student_tree_names.py",  # what the student tree names, against the project
+    "tests/course/test_grader_mutants.py",
+    "tests/course/test_grader_store.py",  # plants cheats through the mutant harness
+    "tests/course/test_grade_class.py",  # plants solution files as submissions
+    "tests/course/test_grade_hostile.py",  # plants solution files and attacks as submissions
+    "tests/course/test_autograder.py",  # plants solution files as submissions
+    "tests/course/test_exercise_isolation.py",  # runs the scaffold
     "course/authoring/course_references.py",
     "course/authoring/make_course_references.py",
 )

@@ -4,7 +4,7 @@
 The masking is graded exactly: ``mask_tokens``' docstring fixes the order of its three random
 draws, so with the same seed a correct implementation gives the same masks, token for token; a
 failure is compared with the masks that common mistakes give (specials chosen, no 80/10/10
-split, labels everywhere, ...). ``tests/test_mlm.py`` checks the statistics over many draws.
+split, labels everywhere, ...). ``tests/model/test_mlm.py`` checks the statistics over many draws.
 """
 
 from __future__ import annotations
