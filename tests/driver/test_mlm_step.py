@@ -21,10 +21,10 @@ import pretrain_mlm
 from multitask import extras
 from multitask.errors import RunStopped
 from multitask.run import RunFolder
-from tests.test_extras_hooks import extra_words, named_extras, names_in
-from tests.test_tensorboard_report import events, scalars
+from tests.driver.test_extras_hooks import extra_words, named_extras, names_in
+from tests.driver.test_tensorboard_report import events, scalars
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 # last.pt's keys as pretrain_mlm.py wrote them before its state was a typed record
 OLD_LAYOUT = ("model", "optimizer", "scheduler", "stream", "rng", "step", "seconds", "recent")
