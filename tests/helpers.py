@@ -5,11 +5,14 @@ for a run stopped as soon as it can be resumed). Import them from here:
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def driver_argv(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> list[str]:
@@ -89,3 +92,16 @@ def processes_with(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def copy_of_the_code(folder: Path, names: tuple[str, ...]) -> Path:
+    """``folder`` holding a copy of the project's files and folders ``names`` (bytecode left
+    behind), for a test that changes code: the repository itself is never written."""
+    for name in names:
+        source, target = ROOT / name, folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, target)
+    return folder

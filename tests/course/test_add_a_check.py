@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.helpers import copy_of_the_code
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "docs" / "add-a-check.md"
@@ -30,12 +31,7 @@ def blocks(kind: str) -> list[str]:
 
 
 def copy_code(folder: Path) -> Path:
-    for name in COPIED:
-        source, target = ROOT / name, folder / name
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, target)
+    copy_of_the_code(folder, COPIED)
     subprocess.run(["git", "init", "-q"], cwd=folder, check=True)
     return folder
 

@@ -4,26 +4,19 @@ lists every option, and ``--option pals`` ends in one line naming the file and t
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import driver_argv, short_run
+from tests.helpers import copy_of_the_code, driver_argv, short_run
 
-ROOT = Path(__file__).resolve().parents[2]
 CODE = ("minbert", "tasks", "multitask", "train_multitask.py")
 
 
 def broken_copy(folder: Path) -> tuple[Path, int]:
     """The driver's code in ``folder``, with a syntax error on a last line of the PALs' file;
     that line's number."""
-    for name in CODE:
-        source, target = ROOT / name, folder / name
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, target)
+    copy_of_the_code(folder, CODE)
     pals = folder / "minbert/plugins/pals.py"
     text = pals.read_text(encoding="utf-8")
     pals.write_text(text + "def broken(:\n", encoding="utf-8")
