@@ -111,7 +111,9 @@ class UserIds:
         self.folder = _lock_folder()
 
     def claim(self) -> tuple[int, int]:
-        """(a free user id, the open lock file that holds it); its leftovers killed first."""
+        """(a free user id, the open lock file that holds it); its leftovers killed first, and an
+        id whose processes outlive that (a runner's children still being reaped on a loaded
+        machine) passed over, so that a new runner is never watched with another's memory."""
         for uid in RUNNER_UIDS:
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
             fd = os.open(self.folder / str(uid), flags, 0o600)
@@ -121,6 +123,9 @@ class UserIds:
                 os.close(fd)
                 continue
             kill_user(uid)  # a grader that died left them: nobody holds this id
+            if processes_of(uid):  # still alive after kill_user's wait: its watch would count them
+                os.close(fd)
+                continue
             return uid, fd
         first, last = RUNNER_UIDS.start, RUNNER_UIDS.stop - 1
         raise NoUserId(f"every runner user id {first}-{last} is taken")

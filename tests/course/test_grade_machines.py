@@ -264,3 +264,18 @@ def test_landlock_confines_reads_writes_and_connections(tmp_path):
     assert done.stdout == ""
     assert (allowed / "new").read_text() == "ok"
     assert sorted(p.name for p in denied.iterdir()) == ["solution.py"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runner user ids are root's")
+def test_a_user_id_whose_processes_outlive_the_kill_is_passed_over(tmp_path, monkeypatch):
+    """A runner's children still alive when the next runner starts (being reaped, on a loaded
+    machine) would be counted by the new runner's watch: their id is not handed out again."""
+    monkeypatch.setattr(sandbox, "LOCKS", (str(tmp_path / "locks"),))
+    lingering = sandbox.RUNNER_UIDS.start
+    monkeypatch.setattr(sandbox, "kill_user", lambda uid, seconds=10.0: None)
+    monkeypatch.setattr(sandbox, "processes_of", lambda uid: [4242] if uid == lingering else [])
+    uid, fd = sandbox.UserIds().claim()
+    try:
+        assert uid == lingering + 1
+    finally:
+        os.close(fd)

@@ -1,6 +1,7 @@
-"""Adding a plug-in kind is adding one file: a copy of this project with one new file,
-``minbert/plugins/gain.py`` (a learned gain per layer, the identity at start), trains with
-``--option gain`` and its flag ``--gain_start``, with no other file changed."""
+"""Adding a plug-in kind is adding one file and its name to the table of kinds: a copy of this
+project with one new file, ``minbert/plugins/gain.py`` (a learned gain per layer, the identity at
+start), and "gain" in ``KIND_NAMES`` trains with ``--option gain`` and its flag
+``--gain_start``, with nothing else changed."""
 
 from __future__ import annotations
 
@@ -71,9 +72,14 @@ def project_copy(to: Path) -> Path:
     return to
 
 
-def test_a_plugin_kind_is_one_file(tiny_checkpoint, tiny_data, tmp_path):
+def test_a_plugin_kind_is_one_file_and_a_table_line(tiny_checkpoint, tiny_data, tmp_path):
     copy = project_copy(tmp_path / "project")
     (copy / "minbert/plugins/gain.py").write_text(GAIN, encoding="utf-8")
+    kinds = copy / "minbert/plugins/kinds.py"
+    table = 'KIND_NAMES = ("adapter", "fusion", "layernorm", "lhuc", "lora", "pals"'
+    text = kinds.read_text(encoding="utf-8")
+    assert text.count(table) == 1
+    kinds.write_text(text.replace(table, table + ', "gain"'), encoding="utf-8")
     run = [sys.executable, "train_multitask.py"]
     shown = subprocess.run([*run, "--help"], cwd=copy, capture_output=True, text=True)
     assert "gain" in shown.stdout and "--gain_start" in shown.stdout, shown.stderr[-2000:]
