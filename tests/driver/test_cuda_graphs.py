@@ -193,18 +193,29 @@ def reason_for(processes=1, update=None, optimizer=None, model=None, **changed) 
 def test_each_fallback_prints_its_one_line(case, says, capsys):
     reason = reason_for(**case)
     assert says in reason
-    assert decide("auto", torch.device("cuda"), reason) is False
+    assert decide("on", torch.device("cuda"), reason) is False
     lines = capsys.readouterr().out.splitlines()
-    assert lines == [f"--cuda_graphs auto: the eager step trains: {reason}"]
+    assert lines == [f"--cuda_graphs on: the eager step trains: {reason}"]
 
 
-def test_a_run_that_can_be_captured_is_on_cuda_and_silent_elsewhere(capsys):
+def test_a_run_that_can_be_captured_is_on_cuda_with_on_and_silent_elsewhere(capsys):
     assert reason_for() is None
-    assert decide("auto", torch.device("cuda"), None) is True
     assert decide("on", torch.device("cuda"), None) is True
     assert decide("off", torch.device("cuda"), None) is False
     assert decide("auto", torch.device("cpu"), None) is False
     assert capsys.readouterr().out == ""  # off, or auto on the CPU: nothing to say
+
+
+def test_auto_is_off_on_a_gpu_until_the_graphed_step_is_measured(capsys):
+    """No GPU run has timed the graphed step against eager yet: the default stays eager, and
+    the help says so."""
+    from multitask import cuda_graphs
+
+    assert cuda_graphs.AUTO_CAPTURES_ON_A_GPU is False
+    assert decide("auto", torch.device("cuda"), None) is False
+    assert capsys.readouterr().out == ""
+    help_text = cuda_graphs.Settings.__dataclass_fields__["cuda_graphs"].metadata["help"]
+    assert "auto (off: not yet measured on a GPU)" in help_text
 
 
 def test_on_off_a_gpu_is_refused_in_one_line(tiny_checkpoint, tiny_data, tmp_path, capsys):

@@ -42,7 +42,8 @@ def test_every_stage_runs_and_is_recorded(tiny_checkpoint, tiny_data, tmp_path, 
         assert profile["cpu_ops_per_step"] > 0 and profile["kernels_per_step"] is None  # no GPU
     assert stages["eager"]["command"].startswith("python train_multitask.py --device cpu")
     assert "--cuda_graphs off" in stages["eager"]["command"]
-    assert "--cuda_graphs" not in stages["graphed"]["command"]  # the default command
+    # on a GPU the graphed stage asks for on (auto is off until measured); on a CPU, auto
+    assert "--cuda_graphs auto" in stages["graphed"]["command"]
     assert report["command"].startswith("python benchmarks/gpu_check.py --dry_run")
     assert {"GPU", "CUDA", "torch", "python"} <= set(report["machine"])
     markdown = (tmp_path / "results" / "gpu-check-dry-run.md").read_text()
