@@ -268,21 +268,21 @@ def set_up(argv: list[str] | None) -> object:
     mine = [PROJECT_ROOT, args.submissions, args.out.parent, args.points.parent, *args.hide]
     if args.level == sandbox.OWN_USER:
         must_be_private(mine)
-        runnable_by_others(sandbox.python_paths(mine))
+        runnable_by_others(mine)
     args.private = [*mine, args.results, Path.home(), Path.cwd()]
     return args
 
 
-def runnable_by_others(paths: list[str]) -> None:
+def runnable_by_others(private: list[Path]) -> None:
     """Without namespaces the runners, users of their own, must reach Python and its packages;
     without Landlock they could also read every file other users may (said, not refused)."""
-    for path in [os.path.realpath(sys.executable), *paths]:
-        if os.path.exists(path) and not sandbox.reachable_by_others(path):
-            raise UsageError(
-                f"{path} is closed to other users, and this machine has no namespaces: the "
-                "runners (users of their own) cannot run Python from there; grade with a Python "
-                "every user can reach (a venv outside /root, the system's)"
-            )
+    closed = sandbox.python_closed_to_runners(private)
+    if closed is not None:
+        raise UsageError(
+            f"{closed} is closed to other users, and this machine has no namespaces: the "
+            "runners (users of their own) cannot run Python from there; grade with a Python "
+            "every user can reach (a venv outside /root, the system's)"
+        )
     if landlock.abi() < 1:
         print(
             "warning: no namespaces and no Landlock here: each runner is a user of its own, but "

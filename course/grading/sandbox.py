@@ -502,3 +502,15 @@ def reachable_by_others(path: str) -> bool:
     """Another user can reach ``path`` (every folder above it lets them through, it lets them
     read): a runner without namespaces, a user of its own, can run what is there."""
     return not unreachable(Path(path))
+
+
+def python_closed_to_runners(private: list[Path]) -> str | None:
+    """The first of this Python's interpreter, prefixes and package folders (``python_paths``)
+    that another user cannot reach, or None: without namespaces the runners, users of their own,
+    must run Python from there. The one definition of "the runners can reach this Python": the
+    grader refuses where it is not None, and the tests of that level skip
+    (tests/course/containment.py)."""
+    for path in [os.path.realpath(sys.executable), *python_paths(private)]:
+        if os.path.exists(path) and not reachable_by_others(path):
+            return path
+    return None

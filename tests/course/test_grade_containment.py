@@ -28,6 +28,7 @@ import pytest
 import torch
 
 from course.grading import autograder, sandbox
+from tests.course.containment import NAMESPACE_LEVELS, contained, own_user_level
 from tests.helpers import processes_with
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -294,9 +295,6 @@ def clean_after():
     yield from leftovers()
 
 
-NAMESPACE_LEVELS = [lv for lv in sandbox.offered() if lv in (sandbox.ROOT, sandbox.USER_NAMESPACE)]
-
-
 @pytest.mark.parametrize("level", NAMESPACE_LEVELS)
 def test_a_hostile_class_with_namespaces(level, tmp_path, decoy, clean_after):
     env = os.environ | {"MINBERT_CONTAINMENT": level}
@@ -325,10 +323,8 @@ def autograder_source(tmp_path: Path) -> Path:
     return root / "source"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the level without namespaces is root's")
+@own_user_level
 def test_a_hostile_class_as_root_without_namespaces(tmp_path, decoy, clean_after):
-    if not sandbox.reachable_by_others(os.path.realpath(sys.executable)):
-        pytest.skip(f"{sys.executable} is closed to other users: no runner user could start it")
     tmp_path.chmod(0o700)
     env = without_namespaces(tmp_path)
     project = autograder_source(tmp_path)
@@ -352,7 +348,7 @@ def test_the_judge_bounds_its_work_by_the_stored_shape():
     assert result.status == FAIL and "has shape (2000000, 1, 1), expected (32, 20)" in result.detail
 
 
-@pytest.mark.skipif(not sandbox.offered(), reason="no containment on this machine")
+@contained
 def test_a_submission_that_silences_the_side_effect_probe_scores_nothing_there(tmp_path):
     """A correct sampler whose module replaces the grader's side-effect probe (the class's
     method, or a function's code) gets no points for the checks that ran its code; the same

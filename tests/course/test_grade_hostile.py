@@ -24,14 +24,13 @@ from pathlib import Path
 import pytest
 
 from course.grading import grade, sandbox
+from tests.course.containment import AS_ROOT, LEVEL, contained, level_offered
 from tests.helpers import processes_with
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
 MARKER = "hostile-daemon-3f9a"  # in the command line of the daemon the hostile code starts
 INSTRUCTOR = ["minbert/bert.py", "README.md", OPT, "course/grading/judge.py"]
-LEVEL = sandbox.containment()
-contained = pytest.mark.skipif(LEVEL is None, reason="no containment on this machine")
 
 
 def solution(rel: str) -> str:
@@ -113,8 +112,7 @@ def rows_of(out: Path) -> dict[str, dict]:
 def test_a_hostile_submission_changes_nothing_outside_its_copy(
     level, tmp_path, monkeypatch, instructor_files
 ):
-    if level not in sandbox.offered():
-        pytest.skip("no user namespaces here")
+    level_offered(level)
     monkeypatch.setattr(sandbox, "containment", lambda: level)
     subs, out, paths = a_class(tmp_path)
     submitted = {p: p.read_bytes() for p in subs.rglob("*") if p.is_file()}
@@ -262,7 +260,7 @@ def test_a_read_only_out_folder_is_refused_before_grading(tmp_path, capsys):
         subprocess.run(["umount", str(folder)], capture_output=True)
         os.chmod(folder, 0o700)
     err = capsys.readouterr().err.strip().splitlines()
-    if mounted.returncode != 0 and os.geteuid() == 0:
+    if mounted.returncode != 0 and AS_ROOT:
         pytest.skip("root writes through permission bits, and no bind mount here")
     assert code == 2 and len(err) == 1 and "cannot write there" in err[0]
 

@@ -19,14 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from course.grading import grade, landlock, sandbox
+from course.grading import grade, sandbox
 from course.grading.jail import TREE
+from tests.course.containment import (
+    as_root,
+    at_root_level,
+    contained,
+    landlock_with_tcp,
+    with_unshare,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
 CHECKS = ["--only", "adamw", "--only", "sampler", "--timeout", "30"]
-LEVEL = sandbox.containment()
-contained = pytest.mark.skipif(LEVEL is None, reason="no containment on this machine")
 
 
 def solution(rel: str) -> str:
@@ -158,7 +163,7 @@ def kill_runners_in_adamw(times: int, stop: threading.Event) -> None:
 SLOW_ADAMW = "import pathlib, time\npathlib.Path('in-adamw').touch()\ntime.sleep(3)\n"
 
 
-@pytest.mark.skipif(LEVEL != sandbox.ROOT, reason="finds its runners by their user ids (root)")
+@at_root_level
 @pytest.mark.parametrize("kills", [1, 3])
 def test_a_runner_killed_from_outside_is_tried_again_then_withheld(kills, tmp_path, capsys):
     future = "from __future__ import annotations\n"
@@ -187,7 +192,7 @@ def test_a_runner_killed_from_outside_is_tried_again_then_withheld(kills, tmp_pa
     assert said.endswith("--student carol")
 
 
-@pytest.mark.skipif(LEVEL not in (sandbox.ROOT, sandbox.USER_NAMESPACE), reason="no unshare")
+@with_unshare
 def test_an_unshare_that_fails_once_is_tried_again(tmp_path, monkeypatch):
     """The fault seen on a loaded machine (``unshare: sigprocmask unblock failed``): the first
     runner does not start; the second does, and the student loses nothing."""
@@ -243,7 +248,7 @@ except PermissionError:
 """
 
 
-@pytest.mark.skipif(landlock.abi() < 4, reason="Landlock with TCP rules (ABI 4) not here")
+@landlock_with_tcp
 def test_landlock_confines_reads_writes_and_connections(tmp_path):
     allowed, denied = tmp_path / "allowed", tmp_path / "denied"
     allowed.mkdir()
@@ -266,7 +271,7 @@ def test_landlock_confines_reads_writes_and_connections(tmp_path):
     assert sorted(p.name for p in denied.iterdir()) == ["solution.py"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="runner user ids are root's")
+@as_root
 def test_a_user_id_whose_processes_outlive_the_kill_is_passed_over(tmp_path, monkeypatch):
     """A runner's children still alive when the next runner starts (being reaped, on a loaded
     machine) would be counted by the new runner's watch: their id is not handed out again."""
