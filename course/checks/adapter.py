@@ -7,6 +7,7 @@ from functools import partial
 
 import torch
 
+from course.gradients import gradient_failure
 from course.measure import site_backward_problem
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
@@ -24,7 +25,8 @@ ADAPTER_OPTIONS = {"size": 4}
 )
 def check_adapter(ctx: Context) -> Outputs:
     """Houlsby adapters at both positions of every layer against the stored
-    h + W_up · GELU(W_down · h + b_down) + b_up."""
+    h + W_up · GELU(W_down · h + b_down) + b_up; the gradients must reach h and the adapter's
+    weights (``course/gradients.py``)."""
     from minbert.config import BertConfig
     from minbert.plugins.adapter import HoulsbyAdapter
 
@@ -41,4 +43,8 @@ def check_adapter(ctx: Context) -> Outputs:
             if changed := kept.problem():
                 return problem(f"the adapter ({key}) {changed}")
     said = site_backward_problem(plugin, partial(plugin.after_attention, 0, "sst"), data["h"])
-    return problem(said) if said else outputs(graded(got))
+    h = data["h"]["sst layer 1 feed_forward"]
+    site = lambda p, x: p.after_feed_forward(1, "sst", x)
+    if said:
+        return problem(said)
+    return gradient_failure(site, {"h": h}, plugin, "the adapter") or outputs(graded(got))

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from course.dropout import FUSED, MODES, DropoutRecorder, mode, recorded_dropout
+from course.gradients import gradient_failure
 from course.locate import locate
 from course.measure import (
     Measurement,
@@ -60,7 +61,8 @@ EMBEDDINGS_SEEN = {
 def check_embeddings(ctx: Context) -> Outputs:
     """BertEmbeddings on stored weights and ids, eval and training mode, against the stored
     dropout(LayerNorm(word[ids] + position[0..T−1] + type[ids])); the ids and the buffers must
-    stay as they were, and in training mode the backward pass must go through."""
+    stay as they were, in training mode the backward pass must go through, and the gradients
+    must reach every table and the LayerNorm (``course/gradients.py``)."""
     from minbert.bert import BertConfig, BertEmbeddings
 
     data = ctx.course_data["embeddings"]
@@ -88,7 +90,9 @@ def check_embeddings(ctx: Context) -> Outputs:
             return problem(said)
         shown = {"embeddings": f"the embeddings ({name} mode)"}
         found.append(graded({"embeddings": got}, calls=recorder.calls, names=shown))
-    return outputs(*found)
+    ids = {n: data[n] for n in ("input_ids", "token_type_ids")}
+    failed = gradient_failure(lambda m, *a: m(*a), ids, embeddings, "BertEmbeddings")
+    return failed or outputs(*found)
 
 
 def positions_not_cut(err: RuntimeError, positions: int) -> bool:
@@ -112,7 +116,8 @@ def check_attention_function(ctx: Context) -> Outputs:
     there (``no_fused_attention``). With dropout it runs as in training, with gradients enabled
     (recorded dropout multiplies out of place, so autograd goes through its masks), and the
     backward pass must go through: an in-place operation on a tensor autograd saved gives the
-    right numbers but fails there. The recorder's calls go to ``grade`` for the message."""
+    right numbers but fails there; without dropout the gradients must reach q, k and v
+    (``course/gradients.py``). The recorder's calls go to ``grade`` for the message."""
     from minbert.bert import scaled_dot_product_attention
 
     data = ctx.course_data["attention_function"]
@@ -133,7 +138,13 @@ def check_attention_function(ctx: Context) -> Outputs:
         calls = recorder.calls if recorder is not None else None
         shown = {"attention output": f"the attention output (dropout_p {p})"}
         found.append(graded({"attention output": got}, "", axes, calls, shown))
-    return outputs(*found)
+    mask = data["mask"].double()
+    with no_fused_attention():
+        failed = gradient_failure(
+            lambda _, q, k, v: scaled_dot_product_attention(q, k, v, mask, 0.0),
+            {name: data[name] for name in ("q", "k", "v")},
+        )
+    return failed or outputs(*found)
 
 
 class ScalingSites(SiteHandler):
@@ -347,7 +358,8 @@ def check_self_attention(ctx: Context) -> Outputs:
     """BertSelfAttention on stored weights, fused and written-out paths, without and with plug-in
     sites, in eval and training mode, against stored multi-head attention. In training mode the
     fused op runs through the written-out equation under recorded dropout; in eval mode a fused
-    call with dropout_p > 0 is recorded (``fused_recorded``)."""
+    call with dropout_p > 0 is recorded (``fused_recorded``). On both paths the gradients must
+    reach x and the query, key and value maps (``course/gradients.py``)."""
     from minbert.bert import BertConfig, BertSelfAttention
 
     data, seed = ctx.course_data["self_attention"], ctx.course_data["seed"]
@@ -372,6 +384,19 @@ def check_self_attention(ctx: Context) -> Outputs:
                     if said := kept.problem():
                         return problem(f"BertSelfAttention ({where}) {said}")
             found.append(graded(got, calls=recorder.calls, names=names))
+    mask = data["mask"].double()
+    for path in PATHS:
+        attention.use_fast_path = path == "fused"
+        with fused_through_written_out():
+            failed = gradient_failure(
+                lambda m, x: m(x, mask),
+                {"x": data["x"]},
+                attention,
+                "BertSelfAttention",
+                f"BertSelfAttention ({path} path)",
+            )
+        if failed:
+            return failed
     attention.use_fast_path = True
     return outputs(*found)
 
@@ -422,7 +447,10 @@ def layer_check(with_sites: bool) -> Callable[[Context], Outputs]:
                 return problem(said)
             names = {"layer output": shown("the layer output", f"{name} mode", sites)}
             found.append(graded({"layer output": got}, calls=recorder.calls, names=names))
-        return outputs(*found)
+        mask = data["mask"].double()
+        with sites_hooked(layer, sites):
+            failed = gradient_failure(lambda m, x: m(x, mask), {"x": data["x"]}, layer, "BertLayer")
+        return failed or outputs(*found)
 
     return run
 

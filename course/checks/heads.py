@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from course.dropout import MODES, mode
+from course.gradients import GRADIENT_CUT, gradient_failure
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import Context, check
 from course.untouched import Untouched
@@ -40,7 +41,8 @@ HEADS_TOLERANCE = 1e-5
 )
 def check_pooling(ctx: Context) -> Outputs:
     """sentence_representation(..., "mean") on stored (B, T, D) hidden states and a padded mask
-    against the stored Σ_t m_t h_t / Σ_t m_t; neither argument may change."""
+    against the stored Σ_t m_t h_t / Σ_t m_t; neither argument may change, and the gradient must
+    reach the hidden states (``course/gradients.py``)."""
     from tasks.heads import sentence_representation
 
     data = ctx.course_data["heads"]["pooling"]
@@ -54,7 +56,9 @@ def check_pooling(ctx: Context) -> Outputs:
         r = sentence_representation({"last_hidden_state": hidden}, mask, "mean")
     if changed := kept.problem():
         return problem(f"sentence_representation {changed}")
-    return outputs(graded({"mean pooling r": r}, axes=("sentence", "dim")))
+    pooled = lambda _, h: sentence_representation({"last_hidden_state": h}, mask, "mean")
+    failed = gradient_failure(pooled, {"last_hidden_state": data["hidden"]})
+    return failed or outputs(graded({"mean pooling r": r}, axes=("sentence", "dim")))
 
 
 # The axes of a pair head's arguments, u and v (B, D), as messages name positions in them.
@@ -92,7 +96,8 @@ def pair_heads(state: dict | None = None) -> torch.nn.ModuleDict:
 )
 def check_pair_features(ctx: Context) -> Outputs:
     """PairFeatureHead (one and two layers) on stored (B, D) pairs in float64 against the stored
-    W · dropout([u; v; |u − v|; u ⊙ v]) + b, in eval and training mode."""
+    W · dropout([u; v; |u − v|; u ⊙ v]) + b, in eval and training mode; the gradients must reach
+    u, v and the head's layers (``course/gradients.py``)."""
     data = ctx.course_data["heads"]["pair_features"]
     heads = pair_heads(data["state"])
     found = []
@@ -105,6 +110,11 @@ def check_pair_features(ctx: Context) -> Outputs:
                 if said := kept.problem():
                     return problem(f"PairFeatureHead ({label}, {name} mode) {said}")
         found.append(graded(got, f"({name} mode) ", ("pair", "output"), recorder.calls))
+    pair = {"u": data["u"], "v": data["v"]}
+    for label, head in heads.items():
+        failed = gradient_failure(lambda m, u, v: m(u, v), pair, head, "PairFeatureHead", label)
+        if failed:
+            return failed
     return outputs(*found)
 
 
@@ -118,7 +128,7 @@ def check_pair_features(ctx: Context) -> Outputs:
 )
 def check_cosine_head(ctx: Context) -> Outputs:
     """CosineSimilarityHead with stored a, b on stored (B, D) pairs against the stored
-    a · cos(u, v) + b."""
+    a · cos(u, v) + b; the gradients must reach u, v, a and b (``course/gradients.py``)."""
     from tasks.heads import CosineSimilarityHead
 
     data = ctx.course_data["heads"]["cosine"]
@@ -129,7 +139,9 @@ def check_cosine_head(ctx: Context) -> Outputs:
         got = {"ŷ": head(*kept.arguments.values())}
     if said := kept.problem():
         return problem(f"CosineSimilarityHead {said}")
-    return outputs(graded(got, axes=("pair", "output")))
+    pair = {"u": data["u"], "v": data["v"]}
+    failed = gradient_failure(lambda m, u, v: m(u, v), pair, head, "CosineSimilarityHead")
+    return failed or outputs(graded(got, axes=("pair", "output")))
 
 
 def loss_tasks() -> dict:
@@ -193,7 +205,12 @@ def check_task_losses(ctx: Context) -> Outputs:
         if isinstance(loss, torch.Tensor) and not loss.requires_grad:
             return problem(
                 f"{type(task).__name__}.loss returned a loss detached from the outputs (no "
-                "gradient reaches the head): compute it with torch operations on the outputs"
+                "gradient reaches the head): compute it with torch operations on the outputs",
+                GRADIENT_CUT,
             )
         got[name] = loss.detach() if isinstance(loss, torch.Tensor) else loss
+        loss_of = lambda _, out, task=task, labels=labels: task.loss(out, labels)
+        where = f"{type(task).__name__}.loss"
+        if failed := gradient_failure(loss_of, {"outputs": data[name]["outputs"]}, where=where):
+            return failed
     return outputs(graded(got))

@@ -7,6 +7,7 @@ from functools import partial
 
 import torch
 
+from course.gradients import gradient_failure
 from course.measure import site_backward_problem
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
@@ -24,7 +25,8 @@ from course.untouched import Untouched
 )
 def check_lhuc(ctx: Context) -> Outputs:
     """LHUC on every layer's output against the stored h ⊙ 2·σ(r_layer); h must stay as it
-    was, and in training mode the backward pass must go through."""
+    was, in training mode the backward pass must go through, and the gradients must reach h and
+    r (``course/gradients.py``)."""
     from minbert.config import BertConfig
     from minbert.plugins.lhuc import LHUC
 
@@ -40,4 +42,8 @@ def check_lhuc(ctx: Context) -> Outputs:
             if changed := kept.problem():
                 return problem(f"after_layer ({key}) {changed}")
     said = site_backward_problem(plugin, partial(plugin.after_layer, 0, "sst"), data["h"])
-    return problem(said) if said else outputs(graded(got))
+    h = data["h"]["sst layer 1"]
+    site = lambda p, x: p.after_layer(1, "sst", x)
+    if said:
+        return problem(said)
+    return gradient_failure(site, {"h": h}, plugin, "LHUC") or outputs(graded(got))

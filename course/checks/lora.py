@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import torch
 
 from course.dropout import MODES, mode
+from course.gradients import gradient_failure
 from course.measure import Measurement, compare, site_backward_problem, worst_of
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
@@ -43,7 +44,8 @@ LORA_MERGE_CONFIG = {"vocab_size": 50}  # BertConfig.tiny overrides of the merge
 def check_lora_linear(ctx: Context) -> Outputs:
     """LoRA's linear site against the stored W x + b + (α/r)·B A dropout(x) on the targets,
     W x + b elsewhere, in eval and training mode; x, y and the weights must stay as they were,
-    and in training mode the backward pass must go through."""
+    in training mode the backward pass must go through, and the gradients must reach x, A and B
+    (``course/gradients.py``)."""
     from minbert.config import BertConfig
     from minbert.plugins.lora import LoRA, target_shape
 
@@ -72,7 +74,11 @@ def check_lora_linear(ctx: Context) -> Outputs:
                     return problem(f"linear ({key}, {name} mode) {said}")
         found.append(graded(got, f"({name} mode) ", calls=recorder.calls))
     said = site_backward_problem(plugin, partial(lora_site, plugin, bases), data["x"])
-    return problem(said) if said else outputs(*found)
+    x = next(iter(data["x"].values()))
+    site = lambda p, x: lora_site(p, bases, x)
+    if said:
+        return problem(said)
+    return gradient_failure(site, {"x": x}, plugin, "LoRA") or outputs(*found)
 
 
 def lora_site(plugin, bases: dict, x: torch.Tensor) -> torch.Tensor:

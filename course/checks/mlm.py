@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from course.gradients import gradient_failure
 from course.measure import Measurement, grade, not_float32, under_autocast
 from course.outcome import Outputs, problem
 from course.registry import Context, check
@@ -195,7 +196,8 @@ def judge_mlm_loss(ctx: Context, out: Outputs) -> Measurement:
 )
 def check_mlm_loss(ctx: Context) -> Outputs:
     """mlm_loss on stored logits and labels, (B, T, V) and the chosen positions alone (N, V),
-    and on bfloat16 logits under autocast."""
+    and on bfloat16 logits under autocast; the gradient must reach the logits
+    (``course/gradients.py``)."""
     from minbert.mlm import mlm_loss
 
     data = ctx.course_data["mlm"]["loss"]
@@ -209,6 +211,9 @@ def check_mlm_loss(ctx: Context) -> Outputs:
         }
     if said := kept.problem():
         return problem(f"mlm_loss {said}")
+    loss_of = lambda _, x: mlm_loss(x, labels)
+    if failed := gradient_failure(loss_of, {"logits": logits}, where="mlm_loss"):
+        return failed
     return got | {
         "loss under autocast": under_autocast(lambda: mlm_loss(logits.bfloat16(), labels))
     }

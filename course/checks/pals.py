@@ -12,6 +12,7 @@ from functools import partial
 import torch
 
 from course.dropout import MODES, mode
+from course.gradients import gradient_failure
 from course.measure import site_backward_problem
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import PLUGIN_TASKS, Context, check
@@ -61,8 +62,9 @@ def graded_pal(config, tasks) -> torch.nn.Module:
 )
 def check_pals(ctx: Context) -> Outputs:
     """The PAL term of every layer against the stored V_D · g_l(V_E · x), eval and training;
-    x, the mask and the PAL's weights must stay as they were, and in training mode the backward
-    pass must go through."""
+    x, the mask and the PAL's weights must stay as they were, in training mode the backward
+    pass must go through, and the gradients must reach x and the PAL's weights
+    (``course/gradients.py``)."""
     from minbert.config import BertConfig
 
     data = ctx.course_data["pals"]
@@ -83,4 +85,8 @@ def check_pals(ctx: Context) -> Outputs:
         found.append(graded(got, f"({name} mode) ", calls=recorder.calls))
     site = partial(plugin.parallel, 0, "sst", mask=data["mask"])
     said = site_backward_problem(plugin, site, {"x": data["x"]})
-    return problem(said) if said else outputs(*found)
+    mask = data["mask"].double()  # additive, not differentiated
+    site = lambda p, x: p.parallel(1, "sst", x, mask)
+    if said:
+        return problem(said)
+    return gradient_failure(site, {"x": data["x"]}, plugin, "the PAL") or outputs(*found)

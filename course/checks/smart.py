@@ -4,10 +4,12 @@ SMART's adversarial step on a small model defined here, against stored outputs."
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 
 import torch
 
+from course.gradients import gradient_failure
 from course.measure import Measurement, autograd_nodes, grade, not_float32, under_autocast
 from course.outcome import Outputs, graded, outputs, problem, stored_cases
 from course.registry import Context, check
@@ -86,7 +88,8 @@ def judge_symmetric_kl(ctx: Context, out: Outputs) -> Measurement:
     exercises=("smart",),
 )
 def check_symmetric_kl(ctx: Context) -> Outputs:
-    """symmetric_kl on stored logits, and on them in bfloat16 under autocast."""
+    """symmetric_kl on stored logits, and on them in bfloat16 under autocast; the gradients must
+    reach both logits (``course/gradients.py``)."""
     from minbert.smart import symmetric_kl
 
     data = ctx.course_data["smart"]["kl"]
@@ -95,6 +98,10 @@ def check_symmetric_kl(ctx: Context) -> Outputs:
         got = symmetric_kl(*kept.arguments.values())
     if said := kept.problem():
         return problem(f"symmetric_kl {said}")
+    logits = {"p_logits": data["p"], "q_logits": data["q"]}
+    divergence = lambda _, p, q: symmetric_kl(p, q)
+    if failed := gradient_failure(divergence, logits, where="symmetric_kl"):
+        return failed
     bf16 = data["p"].bfloat16(), data["q"].bfloat16()
     low = under_autocast(lambda: symmetric_kl(*bf16))
     return {"divergence": got, "divergence under autocast": low}
@@ -111,6 +118,32 @@ def noting_graphs(forward: Callable, graphs: list[int]) -> Callable:
     return noted
 
 
+def non_finite_problem() -> str:
+    """Why ``_normalise`` breaks its docstring's rule that a NaN or infinite gradient entry counts
+    as 0 ("" when it keeps it): on a gradient with NaN, +inf and −inf entries, its step must be
+    finite and equal to its step on the same gradient with those entries 0. The rule is checked
+    against the student's own function, so nothing of the reference is computed here."""
+    from minbert.smart import _normalise
+
+    g = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(3))
+    broken = g.clone()
+    broken[0, 0, 1], broken[0, 2, 3], broken[1, 1, 0] = math.nan, math.inf, -math.inf
+    zeroed = torch.nan_to_num(broken, nan=0.0, posinf=0.0, neginf=0.0)
+    for norm in ("l2", "linf"):
+        step, expected = _normalise(broken.clone(), norm), _normalise(zeroed, norm)
+        if not isinstance(step, torch.Tensor) or not bool(step.isfinite().all()):
+            return (
+                f"_normalise (norm {norm}) of a gradient with NaN and infinite entries returned "
+                "non-finite values: a NaN or infinite entry counts as 0 (its docstring)"
+            )
+        if not torch.allclose(step, expected, rtol=1e-6, atol=1e-7):
+            return (
+                f"_normalise (norm {norm}) of a gradient with NaN and infinite entries differs "
+                "from its step on the same gradient with those entries 0: they count as 0"
+            )
+    return ""
+
+
 @check(
     "smart: adversarial perturbation vs reference ascent",
     tolerance=1e-6,
@@ -120,6 +153,10 @@ def noting_graphs(forward: Callable, graphs: list[int]) -> Callable:
     "of size η along it normalised per token (a zero step where the gradient is zero, as on "
     "padding), then back onto the ε-ball",
     exercises=("smart",),
+    seen={
+        "non-finite": "a NaN or infinite gradient entry is not counted as 0 in _normalise "
+        "(torch.nan_to_num first)",
+    },
     raises={
         "does not require grad": "δ's gradient is taken with gradients off (the caller may run "
         "under torch.no_grad()): take it inside torch.enable_grad()",
@@ -136,6 +173,8 @@ def check_smart(ctx: Context) -> Outputs:
     (``SMART_CASES``)."""
     from minbert.smart import SmartConfig, adversarial_perturbation
 
+    if said := non_finite_problem():
+        return problem(said, "non-finite")
     embeddings, models = smart_problem()
     got = {}
     for norm, steps, kind, model, grad_mode in SMART_CASES:

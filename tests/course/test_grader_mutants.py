@@ -1339,6 +1339,136 @@ HEADS_MUTANTS = [
 ]
 MUTANTS += HEADS_MUTANTS
 
+# Mistakes that leave every output right and cut the graph: the code cannot train. Each
+# exercise whose code takes part in training has at least one; the gradient check
+# (course/gradients.py) names what gets no gradient or a wrong one.
+CUT = "cuts the graph"
+GRADIENT_MUTANTS = [
+    m(
+        "grad-emb-words-detached",
+        "embeddings",
+        BERT,
+        ("self.word_embeddings(input_ids)", "self.word_embeddings(input_ids).detach()"),
+        named=CUT,
+    ),
+    m(
+        "grad-att-v-detached",
+        "attention",
+        BERT,
+        ("return probs @ v", "return probs @ v.detach()"),
+        named=CUT,
+    ),
+    m(
+        "grad-att-queries-detached",
+        "attention",
+        BERT,
+        ("q = split_heads(self.query(x))", "q = split_heads(self.query(x)).detach()"),
+        named=CUT,
+    ),
+    m(
+        "grad-layer-ffn-detached",
+        "layer",
+        BERT,
+        (OUT2, "return self.LayerNorm(x + self.dropout(self.dense(h)).detach())"),
+        named=CUT,
+    ),
+    m(
+        "grad-adapter-bottleneck-detached",
+        "adapter",
+        ADAPTER,
+        ("z = gelu(self.down(h))", "z = gelu(self.down(h)).detach()"),
+        named=CUT,
+    ),
+    m(
+        "grad-lhuc-scale-detached",
+        "lhuc",
+        LHUC,
+        ("r = self.by_task[task].r[layer]", "r = self.by_task[task].r[layer].detach()"),
+        named=CUT,
+    ),
+    m(
+        "grad-lhuc-no-grad-block",
+        "lhuc",
+        LHUC,
+        (
+            "r = self.by_task[task].r[layer]",
+            "with torch.no_grad():\n            r = self.by_task[task].r[layer] * 1.0",
+        ),
+        named=CUT,
+    ),
+    m(
+        "grad-lora-update-detached",
+        "lora",
+        LORA,
+        (LORA_ADD, "return y + self.scale * update(self.dropout(x)).detach()"),
+        named=CUT,
+    ),
+    m(
+        "grad-lora-b-data",
+        "lora",
+        LORA,
+        ("F.linear(F.linear(x, self.A), self.B)", "F.linear(F.linear(x, self.A), self.B.data)"),
+        named=CUT,
+    ),
+    m(
+        "grad-pals-encoder-detached",
+        "pals",
+        PALS,
+        ("z = pal.encoder(x)", "z = pal.encoder(x).detach()"),
+        named=CUT,
+    ),
+    m("grad-kl-q-detached", "smart", SMART, (LOG_Q, LOG_Q + ".detach()"), named=CUT),
+    m(
+        "smart-nan-not-zero",
+        "smart",
+        SMART,
+        ("g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)", "g = g"),
+        named="not counted as 0",
+    ),
+    m(
+        "grad-mlm-logits-detached",
+        "mlm-loss",
+        MLM,
+        (LOSS, LOSS.replace("logits.flatten", "logits.detach().flatten")),
+        named=CUT,
+    ),
+    m(
+        "grad-pooling-hidden-detached",
+        "pooling",
+        HEADS,
+        ("return (hidden * m).sum(1)", "return (hidden.detach() * m).sum(1)"),
+        named=CUT,
+    ),
+    m(
+        "grad-pair-features-detached",
+        "pair-features",
+        HEADS,
+        ("(u - v).abs(), u * v], dim=-1)", "(u - v).abs(), u * v], dim=-1).detach()"),
+        named=CUT,
+    ),
+    m(
+        "grad-cosine-item",
+        "cosine-head",
+        HEADS,
+        (
+            "self.scale * cosine + self.shift",
+            "self.scale.item() * cosine + self.shift.item()",
+        ),
+        named=CUT,
+    ),
+    m(
+        "grad-mse-rebuilt",
+        "task-losses",
+        BASE,
+        (
+            "return F.mse_loss(outputs[:, 0].float(), labels.float())",
+            "return F.mse_loss(torch.tensor(outputs[:, 0].tolist()), labels.float())",
+        ),
+        named=CUT,
+    ),
+]
+MUTANTS += GRADIENT_MUTANTS
+
 ALGORITHM_2 = """\
                 state["step"] += 1
                 t = float(state["step"])
