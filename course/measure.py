@@ -19,6 +19,11 @@ import torch
 
 from course import seal
 from course.dropout import eval_mode_mistakes, explain_calls
+from course.observed import Observed, _axis_names, _position
+from course.shapes import case_shapes
+
+# The axes of a tensor output where a check names none: a batch of token vectors.
+DEFAULT_AXES = ("sentence", "token", "dim")
 
 
 @dataclass
@@ -30,6 +35,9 @@ class Measurement:
     hint: str = ""
     # known mistake -> max |got − the output that mistake gives| (see ``grade``)
     mistakes: dict[str, float] = field(default_factory=dict)
+    # the shape of the error -> how far the output is from the expected once it is undone
+    # (``course/shapes.py``): named when no known mistake is near
+    shapes: dict[str, float] = field(default_factory=dict)
 
     def is_worse_than(self, other: Measurement) -> bool:
         """Larger difference, with NaN (a broken computation) worst of all."""
@@ -49,12 +57,22 @@ def worst_of(measurements: list[Measurement]) -> Measurement:
     for m in measurements:
         if m.is_worse_than(worst):
             worst = Measurement(m.max_abs_diff, m.hint, worst.mistakes)
-    names = dict.fromkeys(name for m in measurements for name in m.mistakes)
-    worst.mistakes = {
-        name: max(_as_distance(m.mistakes.get(name, m.max_abs_diff)) for m in measurements)
+    worst.mistakes = _merged([m.mistakes for m in measurements], measurements)
+    worst.shapes = _merged([m.shapes for m in measurements], measurements)
+    return worst
+
+
+def _merged(tables: list[dict[str, float]], measurements: list[Measurement]) -> dict[str, float]:
+    """Each name of ``tables`` (one a measurement) at its largest distance; where a
+    measurement's table lacks it, that measurement's difference from the expected."""
+    names = dict.fromkeys(name for table in tables for name in table)
+    return {
+        name: max(
+            _as_distance(table.get(name, m.max_abs_diff))
+            for table, m in zip(tables, measurements, strict=True)
+        )
         for name in names
     }
-    return worst
 
 
 def _as_distance(d: float) -> float:
@@ -114,36 +132,6 @@ def compare(
     return Measurement(diff.max().item(), hint)
 
 
-def _axis_names(axes: tuple[str, ...], ndim: int) -> tuple[str, ...]:
-    """The names of ``ndim`` axes: the last ``ndim`` of ``axes``, "index" for any beyond them."""
-    return axes[-ndim:] if len(axes) >= ndim else tuple(axes) + ("index",) * (ndim - len(axes))
-
-
-def _position(where: tuple[int, ...], axes: tuple[str, ...]) -> str:
-    """ "sentence 1, token 3" for the index ``where``, naming its axes from the end of ``axes``."""
-    names = _axis_names(axes, len(where)) if len(axes) != len(where) else axes
-    return ", ".join(f"{axis} {i}" for axis, i in zip(names, where))
-
-
-def position_name(where: tuple[int, ...], axes: tuple[str, ...], ndim: int) -> str:
-    """ "sentence 1, token 3" for the index ``where`` into a tensor of ``ndim`` axes."""
-    return _position(where, _axis_names(axes, ndim))
-
-
-def _distance(got: torch.Tensor, other: torch.Tensor) -> float:
-    """max |got − other|, where NaN matches NaN and an infinity the same infinity (so a known
-    mistake whose output is NaN or inf in some places matches a student's output broken in the
-    same places); inf when the shapes differ or one side alone is NaN or infinite."""
-    if not isinstance(got, torch.Tensor) or got.shape != other.shape:
-        return math.inf
-    if got.numel() == 0:
-        return 0.0
-    a, b = got.detach().double(), other.detach().double()
-    same = (a.isnan() & b.isnan()) | (a == b)  # a == b holds for equal infinities too
-    d = torch.where(same, 0.0, (a - b).abs()).nan_to_num(nan=math.inf).max().item()
-    return d
-
-
 def grade(
     case: dict,
     got: dict[str, torch.Tensor],
@@ -172,75 +160,19 @@ def grade(
             names.get(name, f"{label}{name}"),
             seen[name],
             sealed,
-            axes or ("sentence", "token", "dim"),
+            axes or DEFAULT_AXES,
         )
         for name, sealed in expected.items()
     ]
     worst = worst_of(found)
+    if worst.max_abs_diff > 0.0:
+        worst.shapes = case_shapes(expected, got, axes or DEFAULT_AXES)
     worst.mistakes = {
         mistake: max(seen[name].distance(outputs.get(name, expected[name])) for name in expected)
         for mistake, outputs in case.get("mistakes", {}).items()
     } | eval_mode_mistakes(calls, case)
     worst.hint = explain_calls(worst.hint, calls, case)
     return worst
-
-
-class Observed:
-    """The student's output ``got`` in the sealed form of the stored output ``name``
-    (``seal.py``): its projection, its digest, or the digests of the buckets around its values;
-    ``form`` is None when it is not a tensor of the stored shape."""
-
-    def __init__(self, name: str, got: object, sealed: dict) -> None:
-        self.name, self.got, self.kind, self.form = name, got, sealed["kind"], None
-        self._near: list | None = None
-        self._buckets: dict[float, list[list[str]]] = {}
-        if not isinstance(got, torch.Tensor) or list(got.shape) != list(sealed["shape"]):
-            return
-        got = got.detach()
-        if self.kind == "projection":
-            self.form = seal.project(name, got)
-        elif self.kind == "rounded":
-            self.form = self._rounded(sealed["q"])
-        else:
-            integral = got.is_floating_point() and bool((got == got.round()).all())
-            self.form = seal.exact_digest(name, got.to(torch.int64) if integral else got)
-
-    def _rounded(self, q: float) -> list[list[str]]:
-        """Per value, the digests of the buckets of width q around it (``rounded``), nearest
-        first; kept per q."""
-        if q not in self._buckets:
-            values = self.got.detach().double().reshape(-1).tolist()
-            self._buckets[q] = [
-                seal.nearby_digests(self.name, i, x, q) for i, x in enumerate(values)
-            ]
-        return self._buckets[q]
-
-    def offsets(self, sealed: dict) -> list[int | None]:
-        """Per value, how many buckets it is from the stored one (0 to 2; None: farther), by the
-        digests (``rounded``, or a ``projection`` that holds them: an expected output)."""
-        if self.kind == "rounded":  # a mistake's buckets may be wider (``seal.MISTAKE_ULPS``)
-            near, stored = self._rounded(sealed["q"]), sealed["digests"]
-        else:
-            if self._near is None:
-                values = self.got.detach().double().reshape(-1).tolist()
-                self._near = seal.value_digests(self.name, values, sealed["q"], near=True)
-            near, stored = self._near, sealed["digests"].tolist()
-        found = [
-            next((j for j, d in enumerate(row) if d == s), None) for row, s in zip(near, stored)
-        ]
-        return [None if j is None else (j + 1) // 2 for j in found]  # nearest first: 0, ±1, ±2
-
-    def distance(self, sealed: dict) -> float:
-        """How far the output is from a stored one, in the stored form: the largest projected
-        difference (``_distance``: a slice NaN or infinite in both matches), or 0 (the same
-        digests: a NaN's bucket is "nan") or inf; inf when the shape differs."""
-        if self.form is None:
-            return math.inf
-        if self.kind == "projection":
-            return _distance(self.form, sealed["values"])
-        if self.kind == "rounded":
-            return 0.0 if None not in self.offsets(sealed) else math.inf
-        return 0.0 if self.form == sealed["digest"] else math.inf
 
 
 def measure_sealed(
@@ -304,13 +236,21 @@ def measure_sealed(
 
 def diagnose(measurement: Measurement, tolerance: float) -> str:
     """The known mistake whose output the student's matches (within 10× the tolerance and closer
-    than the correct output), or "" when none does."""
+    than the correct output); where none does, the shape of the error (``course/shapes.py``)
+    that, undone, leaves the output within the tolerance; else ""."""
     near = [
         (distance, name)
         for name, distance in measurement.mistakes.items()
         if distance <= 10 * tolerance and not distance >= measurement.max_abs_diff
     ]
-    return min(near)[1] if near else ""
+    if near:
+        return min(near)[1]
+    shaped = [
+        (distance, name)
+        for name, distance in measurement.shapes.items()
+        if distance <= tolerance and not distance >= measurement.max_abs_diff
+    ]
+    return min(shaped)[1] if shaped else ""
 
 
 def autograd_nodes(tensors: list[torch.Tensor]) -> int:

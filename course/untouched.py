@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from course.measure import position_name
+from course.observed import position_name
 
 
 def same(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from course.measure import Measurement, Observed, measure_sealed
+from course.measure import Measurement, measure_sealed
+from course.observed import Observed
 from course.outcome import Outputs, problem
 from course.registry import Context, check
 from course.untouched import Untouched

@@ -8,7 +8,8 @@ import math
 import torch
 
 from course.locate import locate
-from course.measure import Measurement, Observed, grade, shortest
+from course.measure import Measurement, grade, shortest
+from course.observed import Observed
 from course.outcome import Outputs, problem
 from course.registry import Context, check, student_functions
 

@@ -31,7 +31,7 @@ import minbert.plugins
 from course import seal
 from course.authoring import scaffold
 from course.checks import CHECKS
-from course.measure import Observed
+from course.observed import Observed
 from course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
 from minbert.plugins.kinds import available, plugin_class
 
@@ -1468,6 +1468,62 @@ GRADIENT_MUTANTS = [
     ),
 ]
 MUTANTS += GRADIENT_MUTANTS
+
+# Mistakes the catalogue of known mistakes does not hold: caught, and where the error has a shape
+# (course/shapes.py: k times the expected, the square root of it, shifted, transposed) named by it.
+SCALED = "the expected everywhere"
+SHAPED_MUTANTS = [
+    m(
+        "shape-probabilities-over-max",
+        "sampler",
+        SAMPLING,
+        ("total = sum(weights.values())", "total = max(weights.values())"),
+    ),
+    m(
+        "shape-adamw-v-correction-unrooted",
+        "adamw",
+        OPT,
+        ("math.sqrt(bias_correction2)", "bias_correction2"),
+    ),
+    m(
+        "shape-ce-summed",
+        "task-losses",
+        BASE,
+        (CE, "return F.cross_entropy(outputs.float(), labels, reduction='sum')"),
+        named="6 times " + SCALED,
+    ),
+    m(
+        "shape-rmse",
+        "task-losses",
+        BASE,
+        (MSE, "return F.mse_loss(outputs[:, 0].float(), labels.float()).sqrt()"),
+        named="square root of the expected",
+    ),
+    m(
+        "shape-kl-halved",
+        "smart",
+        SMART,
+        (KL, KL.replace("return (", "return 0.5 * (")),
+        named="1/2 of " + SCALED,
+    ),
+    m(
+        "shape-pooling-without-cls",
+        "pooling",
+        HEADS,
+        (
+            "m = attention_mask.unsqueeze(-1).to(hidden.dtype)",
+            "m = attention_mask.unsqueeze(-1).to(hidden.dtype).clone()\n        m[:, 0] = 0",
+        ),
+    ),
+    m("shape-lhuc-previous-row", "lhuc", LHUC, ("r[layer]", "r[layer - 1]")),
+    m(
+        "shape-cosine-scaled-twice",
+        "cosine-head",
+        HEADS,
+        ("self.scale * cosine + self.shift", "2 * self.scale * cosine + self.shift"),
+    ),
+]
+MUTANTS += SHAPED_MUTANTS
 
 ALGORITHM_2 = """\
                 state["step"] += 1

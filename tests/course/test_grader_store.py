@@ -283,7 +283,8 @@ def test_one_value_beyond_the_tolerance_fails_where_the_projections_miss_it() ->
     """The digests decide: one value 3 tolerances off moves a projection by far less than the
     tolerance, and the check still fails there, naming the value; within the tolerance every
     value passes."""
-    from course.measure import Observed, measure_sealed
+    from course.measure import measure_sealed
+    from course.observed import Observed
 
     expected = torch.randn(3, 70, generator=torch.Generator().manual_seed(1))
     sealed = seal.seal("w", expected, 1e-5)
@@ -296,7 +297,8 @@ def test_one_value_beyond_the_tolerance_fails_where_the_projections_miss_it() ->
 
 
 def test_rounded_values_pass_within_the_tolerance_and_fail_beyond() -> None:
-    from course.measure import Observed, measure_sealed
+    from course.measure import measure_sealed
+    from course.observed import Observed
 
     expected = torch.tensor([0.6, 0.2, 1.0], dtype=torch.float64)
     sealed = seal.seal("α", expected, 1e-12)

@@ -179,7 +179,8 @@ def test_packaged_checkpoint_matches_reference_outputs() -> None:
     scripts/make_reference.py (sanity_check.py runs the same comparison with more detail)."""
     model = load_pretrained(packaged_checkpoint()).eval()
     assert (model.config.num_hidden_layers, model.config.hidden_size) == (6, 384)
-    from course.measure import Observed, measure_sealed
+    from course.measure import measure_sealed
+    from course.observed import Observed
 
     reference = torch.load(REFERENCE_FILE, weights_only=True)
     for batch_name in ("single", "pair"):

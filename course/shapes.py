@@ -1,0 +1,191 @@
+"""The shape of an error: what a wrong output is, seen from the expected one, when no known mistake
+of the check's catalogue matches it.
+
+Many mistakes leave a mark that a transform of the output undoes: a sum where a mean belongs, a
+missing or inverted scale or the wrong normaliser make the output exactly k times the expected;
+an off-by-one position, row or layer makes it the expected shifted by one along an axis; a
+transposition swaps two axes; a mistake at the edges leaves everything right but the first or the
+last position of an axis. Each candidate transform is applied to the student's output and
+measured against the sealed expected output (``course/seal.py``), as a known mistake's output is,
+so the diagnosis is computed from the student's output and the stored form alone: nothing of the
+reference is revealed beyond what the check's own message says.
+
+``error_shapes`` returns every candidate's diagnosis with its distance; ``diagnose``
+(``course/measure.py``) names the nearest within the check's tolerance when no known mistake is
+near.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course import seal
+from course.observed import Observed, _axis_names
+
+SCALAR_FACTORS = 64  # a number k times the expected: k (or 1/k) from 2 to this
+SCALE_EXPLAINED = "a sum where a mean belongs, a missing or inverted scale, or the wrong normaliser"
+
+
+def error_shapes(
+    name: str, got: torch.Tensor, sealed: dict, axes: tuple[str, ...]
+) -> dict[str, float]:
+    """Diagnosis -> how far the transformed output is from the expected (in the sealed form), for
+    each candidate transform of ``got`` (the student's output ``name``, whose axes are named by
+    ``axes``: the last ones, as the messages name them). Empty for an exact output."""
+    if (
+        sealed["kind"] == "exact"
+        or not isinstance(got, torch.Tensor)
+        or not got.is_floating_point()
+    ):
+        return {}
+    if list(got.shape) != list(sealed["shape"]) or not bool(got.isfinite().all()):
+        return {}
+    names = _axis_names(axes, got.ndim) if got.ndim else ()
+    found: dict[str, float] = {}
+    for said, transformed, wrapped in candidates(name, got, sealed, names):
+        distance = distance_but(name, transformed, sealed, wrapped)
+        if distance < found.get(said, math.inf):
+            found[said] = distance
+    found |= edge_shapes(name, got, sealed, names)
+    return found
+
+
+def candidates(name: str, got: torch.Tensor, sealed: dict, names: tuple[str, ...]):
+    """(diagnosis, the output with the mistake undone, the (axis, index) a shift wrapped round or
+    None) for each candidate transform."""
+    for factor in scale_factors(name, got, sealed):
+        said = f"your output is {times(factor)} the expected everywhere ({SCALE_EXPLAINED})"
+        yield said, got / factor, None
+    if bool((got >= 0).all()):
+        yield (
+            "your output is the square root of the expected (an RMS where a mean square "
+            "belongs, a norm where its square belongs)",
+            got * got,
+            None,
+        )
+        yield (
+            "your output is the square of the expected (a mean square where its root belongs)",
+            got.sqrt(),
+            None,
+        )
+    off_by_one = "(an off-by-one position, row or layer)"
+    for axis, size in enumerate(got.shape):
+        if size < 3:
+            continue
+        word = names[axis]
+        # rolled by +1, index 0 holds the last value (wrapped): the student's value at i is the
+        # expected one at i + 1
+        said = f"at each {word} your output is the expected one of the next {word} {off_by_one}"
+        yield said, torch.roll(got, 1, axis), (axis, 0)
+        said = (
+            f"at each {word} your output is the expected one of the {word} before it {off_by_one}"
+        )
+        yield said, torch.roll(got, -1, axis), (axis, size - 1)
+    for a in range(got.ndim):
+        for b in range(a + 1, got.ndim):
+            if got.shape[a] == got.shape[b] and got.shape[a] > 1:
+                said = f"your output has its {names[a]} and {names[b]} axes swapped (transposed)"
+                yield said, got.transpose(a, b), None
+
+
+def distance_but(
+    name: str, t: torch.Tensor, sealed: dict, wrapped: tuple[int, int] | None
+) -> float:
+    """How far ``t`` is from the expected output (the sealed form's distance), leaving out the
+    values at ``wrapped`` (axis, index): what a shift brought round from the other end. inf when
+    those values cannot be told apart (an axis inside the projected slices)."""
+    seen = Observed(name, t, sealed)
+    if wrapped is None:
+        return seen.distance(sealed)
+    axis, index = wrapped
+    if sealed["kind"] == "projection":
+        leading, _ = seal.slice_shape(tuple(sealed["shape"]))
+        if axis >= len(leading):
+            return math.inf
+        diff = (seen.form - sealed["values"]).abs().amax(-1)  # (*leading)
+        kept = torch.ones(leading, dtype=torch.bool)
+        kept.select(axis, index).fill_(False)
+        return float(diff[kept].max()) if bool(kept.any()) else math.inf
+    outside = torch.tensor([o is None for o in seen.offsets(sealed)]).reshape(t.shape)
+    outside.select(axis, index).fill_(False)
+    return math.inf if bool(outside.any()) else 0.0
+
+
+def times(factor: float) -> str:
+    """ "2 times", "1/8 of", "2.83 times" (√8) for a factor."""
+    for n in range(2, 10_000):
+        if math.isclose(factor, n, rel_tol=1e-4):
+            return f"{n} times"
+        if math.isclose(factor, 1 / n, rel_tol=1e-4):
+            return f"1/{n} of"
+        if n < 1_000 and math.isclose(factor, math.sqrt(n), rel_tol=1e-4):
+            return f"√{n} times"
+        if n < 1_000 and math.isclose(factor, 1 / math.sqrt(n), rel_tol=1e-4):
+            return f"1/√{n} of"
+    return f"{factor:.4g} times"
+
+
+def scale_factors(name: str, got: torch.Tensor, sealed: dict) -> list[float]:
+    """The factors f to try as "the output is f times the expected": from a projection, the
+    least-squares f of the student's projections against the stored ones; for a small output
+    (digests only), 2, the sizes of its axes, their products and the square root of the last,
+    and the inverse of each; for a single number, every integer 2 to ``SCALAR_FACTORS`` and its
+    inverse."""
+    if sealed["kind"] == "projection":
+        mine = seal.project(name, got)
+        stored = sealed["values"]
+        denominator = float((stored * stored).sum())
+        if denominator == 0.0:
+            return []
+        factor = float((mine * stored).sum()) / denominator
+        if not math.isfinite(factor) or factor == 0.0 or math.isclose(factor, 1.0, rel_tol=1e-3):
+            return []
+        return [factor]
+    if got.numel() == 1:  # a number: its factor cannot be read off its shape
+        sizes = {float(n) for n in range(2, SCALAR_FACTORS + 1)}
+        return sorted(sizes | {1.0 / s for s in sizes})
+    sizes = {float(s) for s in got.shape if s > 1} | {2.0}
+    sizes |= {float(math.prod(got.shape))} if got.ndim > 1 else set()
+    if got.ndim and got.shape[-1] > 1:
+        sizes.add(math.sqrt(got.shape[-1]))
+    return sorted(sizes | {1.0 / s for s in sizes})
+
+
+def edge_shapes(
+    name: str, got: torch.Tensor, sealed: dict, names: tuple[str, ...]
+) -> dict[str, float]:
+    """ "right everywhere but the first (last) <axis>": when every value outside the tolerance
+    (by the digests) lies at index 0 (the last index) of one axis, at distance 0."""
+    if "digests" not in sealed or got.ndim == 0:
+        return {}
+    offsets = Observed(name, got, sealed).offsets(sealed)
+    outside = torch.tensor([o is None for o in offsets]).reshape(got.shape)
+    if not bool(outside.any()):
+        return {}
+    found = {}
+    where = outside.nonzero()
+    for axis, size in enumerate(got.shape):
+        if size < 2:
+            continue
+        for index, word in ((0, "first"), (size - 1, "last")):
+            if bool((where[:, axis] == index).all()):
+                found[f"your output is right everywhere but the {word} {names[axis]}"] = 0.0
+    return found
+
+
+def case_shapes(expected: dict[str, dict], got: dict, axes: tuple[str, ...]) -> dict[str, float]:
+    """The shapes of a stored case's error: for every output outside the tolerance, its
+    ``error_shapes``; a shape counts at its largest distance over those outputs, and at inf
+    where one of them lacks it (a diagnosis must explain every wrong output)."""
+    found: list[dict[str, float]] = []
+    for name, sealed in expected.items():
+        seen = Observed(name, got.get(name), sealed)
+        if seen.form is None or sealed["kind"] == "exact":
+            continue
+        if seen.distance(sealed) <= seal.WINDOW * sealed["q"] and None not in seen.offsets(sealed):
+            continue  # this output is right
+        found.append(error_shapes(name, got[name], sealed, axes))
+    names = {said for shapes in found for said in shapes}
+    return {said: max(shapes.get(said, math.inf) for shapes in found) for said in names}
