@@ -1,7 +1,11 @@
 # The two set-up commands of the README:
 #   make train   install, fetch the data, train the multitask model on the packaged checkpoint
-#   make test    install, lint, run the tests and sanity_check.py, then the numerics tests again
-#                on torch's plain CPU kernels (another CPU's rounding: the tolerances must hold)
+#   make test    install, lint, run every test (in parallel, pytest-xdist over the machine's
+#                cores) and sanity_check.py, then the numerics tests again on torch's plain CPU
+#                kernels (another CPU's rounding: the tolerances must hold); what CI runs
+# and a developer's inner loop:
+#   make check   lint and the fast tier (every test not marked slow: the top-level conftest.py
+#                says which), in parallel; under two minutes on 2 cores
 # and the environment the AdapterHub export test loads its folders in:
 #   make adapters-env   .venv-adapters: the adapters library beside an older transformers than
 #                       the project's (tests/driver/test_adapters_export.py), torch from the
@@ -36,7 +40,7 @@ endif
 
 PIP = $(ENV_PYTHON) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: install install-dev data train test lint adapters-env
+.PHONY: install install-dev data train test check lint adapters-env
 
 # The project environment, made once (the stamp file); a half-made one is removed and made again.
 # Debian and Ubuntu ship venv's ensurepip apart from Python (python3.X-venv): without it, the
@@ -91,8 +95,14 @@ $(ADAPTERS_VENV)/.built: Makefile $(ENV_MADE) | install
 	$(ADAPTERS_VENV)/bin/python -c "import torch, adapters, transformers"
 	touch $@
 
+# --dist loadgroup: the class graders' test files share one worker (conftest.py's GRADER_FILES)
+PARALLEL = -n auto --dist loadgroup
+
+check: install-dev data lint
+	$(ENV_PYTHON) -m pytest -q -m "not slow" $(PARALLEL)
+
 test: install-dev data lint adapters-env
-	$(ENV_PYTHON) -m pytest -q
+	$(ENV_PYTHON) -m pytest -q $(PARALLEL)
 	$(ENV_PYTHON) sanity_check.py
-	ATEN_CPU_CAPABILITY=default $(ENV_PYTHON) -m pytest -q -m numerics
+	ATEN_CPU_CAPABILITY=default $(ENV_PYTHON) -m pytest -q -m numerics $(PARALLEL)
 	ATEN_CPU_CAPABILITY=default $(ENV_PYTHON) sanity_check.py

@@ -28,3 +28,164 @@ def finished_run(tiny_checkpoint: Path, tiny_data: Path, tmp_path_factory) -> Pa
 
     out = tmp_path_factory.mktemp("finished") / "finetune"
     return tiny_run(tiny_checkpoint, tiny_data, out, "--option", "finetune")
+
+
+# ----------------------------------------------------------------------------------------------
+# The two tiers: `make check` runs every test not marked slow (the inner loop, under two minutes
+# on 2 cores), `make test` runs them all in parallel (the gate, what CI runs). Every test file is
+# named in TIERS with its tier; tests/structure/test_tiers.py fails when a test file is not, so a
+# new file is placed on purpose. benchmarks/test_times.py measures both tiers.
+FAST = "fast"  # every test of the file is in the fast tier
+SLOW = "slow"  # none is
+BY_FIXTURE = "by fixture"  # a test that uses one of SLOW_FIXTURES is slow, the others fast
+ONE_PER_EXERCISE = "one per exercise"  # a test parametrized by mutants or correct variants is
+# fast for the first of each exercise, slow for the others; its other tests are fast
+
+# Fixtures that train, grade or copy a tree, in the files whose tier is BY_FIXTURE or
+# ONE_PER_EXERCISE: whatever uses them there is slow. (tiny_data: a driver test that reads data
+# trains or evaluates; one that does not is static.)
+SLOW_FIXTURES = frozenset({"tiny_data", "finished_run", "made", "run_store", "solved_tree"})
+
+# The tests of slow files that stay fast, so that the fast tier touches what they guard: the
+# driver's one smoke run with a resume.
+FAST_TESTS = frozenset({"test_resume_after_kill_matches_uninterrupted_run"})
+
+TIERS: dict[str, str] = {
+    "tests/commands/test_bad_input_all_commands.py": BY_FIXTURE,
+    "tests/commands/test_bad_input_attention.py": SLOW,
+    "tests/commands/test_bad_input_export.py": SLOW,
+    "tests/commands/test_bad_input_fusion_weights.py": SLOW,
+    "tests/commands/test_bad_input_gradescope.py": SLOW,
+    "tests/commands/test_bad_input_predict.py": SLOW,
+    "tests/commands/test_bad_input_pretrain_mlm.py": SLOW,
+    "tests/commands/test_bad_input_sanity_check.py": FAST,
+    "tests/commands/test_bad_input_scaffold.py": FAST,
+    "tests/commands/test_bad_input_suite_runner.py": SLOW,
+    "tests/commands/test_bad_input_train_multitask.py": SLOW,
+    "tests/commands/test_help_texts.py": FAST,
+    "tests/commands/test_make_setup.py": SLOW,
+    "tests/course/test_add_a_check.py": SLOW,
+    "tests/course/test_autograder.py": SLOW,
+    "tests/course/test_checks.py": FAST,
+    "tests/course/test_class_intake.py": SLOW,
+    "tests/course/test_class_report.py": SLOW,
+    "tests/course/test_course_layout.py": FAST,
+    "tests/course/test_error_shapes.py": FAST,
+    "tests/course/test_exercise_isolation.py": SLOW,
+    "tests/course/test_grade_class.py": SLOW,
+    "tests/course/test_grade_containment.py": SLOW,
+    "tests/course/test_grade_hostile.py": SLOW,
+    "tests/course/test_grade_machines.py": SLOW,
+    "tests/course/test_grader_mutants.py": ONE_PER_EXERCISE,
+    "tests/course/test_grader_store.py": SLOW,
+    "tests/course/test_gradescope.py": SLOW,
+    "tests/course/test_judge_messages.py": FAST,
+    "tests/course/test_leaderboard.py": SLOW,
+    "tests/course/test_scaffold.py": SLOW,
+    "tests/course/test_solution_leaks.py": SLOW,
+    "tests/course/test_student_readme.py": SLOW,
+    "tests/course/test_student_tree_lint.py": SLOW,
+    "tests/course/test_student_tree_names.py": SLOW,
+    "tests/driver/test_batching.py": BY_FIXTURE,
+    "tests/driver/test_cuda_graphs.py": BY_FIXTURE,
+    "tests/driver/test_extras_hooks.py": BY_FIXTURE,
+    "tests/driver/test_extras_registry.py": BY_FIXTURE,
+    "tests/driver/test_grad_clipping.py": BY_FIXTURE,
+    "tests/driver/test_loss_weights.py": BY_FIXTURE,
+    "tests/driver/test_mlm_step.py": BY_FIXTURE,
+    "tests/driver/test_pcgrad.py": BY_FIXTURE,
+    "tests/driver/test_state.py": BY_FIXTURE,
+    "tests/driver/test_static_shapes.py": BY_FIXTURE,
+    "tests/driver/test_robustness.py": BY_FIXTURE,
+    "tests/driver/test_driver.py": BY_FIXTURE,
+    "tests/driver/test_adapters_export.py": SLOW,
+    "tests/driver/test_compiled.py": SLOW,
+    "tests/driver/test_distillation.py": SLOW,
+    "tests/driver/test_distributed.py": SLOW,
+    "tests/driver/test_fusion.py": SLOW,
+    "tests/driver/test_gpu.py": SLOW,
+    "tests/driver/test_init_from.py": SLOW,
+    "tests/driver/test_peft_export.py": SLOW,
+    "tests/driver/test_predict_export.py": SLOW,
+    "tests/driver/test_pretrain_mlm.py": SLOW,
+    "tests/driver/test_tensorboard_report.py": SLOW,
+    "tests/lab/test_adapter_ablation.py": SLOW,
+    "tests/lab/test_gpu_check.py": SLOW,
+    "tests/lab/test_plain_loop.py": SLOW,
+    "tests/lab/test_results_writer.py": FAST,
+    "tests/lab/test_suite_runner.py": SLOW,
+    "tests/lab/test_suites.py": BY_FIXTURE,
+    "tests/model/test_attention.py": BY_FIXTURE,
+    "tests/model/test_bert.py": FAST,
+    "tests/model/test_bert_given.py": FAST,
+    "tests/model/test_broken_kind.py": SLOW,
+    "tests/model/test_layer_decay.py": FAST,
+    "tests/model/test_mlm.py": FAST,
+    "tests/model/test_mlm_given.py": FAST,
+    "tests/model/test_optimizer.py": FAST,
+    "tests/model/test_optimizer_foreach.py": SLOW,
+    "tests/model/test_optimizer_given.py": FAST,
+    "tests/model/test_plugin_in_one_file.py": SLOW,
+    "tests/model/test_plugins.py": FAST,
+    "tests/model/test_plugins_given.py": FAST,
+    "tests/model/test_pretrained.py": FAST,
+    "tests/model/test_sampling.py": FAST,
+    "tests/model/test_sampling_given.py": FAST,
+    "tests/model/test_smart.py": FAST,
+    "tests/model/test_smart_given.py": FAST,
+    "tests/model/test_tokenizer.py": FAST,
+    "tests/structure/test_containment_skips.py": FAST,
+    "tests/structure/test_one_home.py": FAST,
+    "tests/structure/test_recipes.py": SLOW,
+    "tests/structure/test_structure.py": FAST,
+    "tests/structure/test_tiers.py": FAST,
+    "tests/tasks/test_reader.py": FAST,
+    "tests/tasks/test_tasks.py": FAST,
+}
+
+# Files whose tests start class graders (runner user ids, lock folders, process counts): under
+# pytest-xdist they run in one worker, one after another (``--dist loadgroup``).
+GRADER_FILES = frozenset(
+    f"tests/course/{name}.py"
+    for name in (
+        "test_autograder",
+        "test_class_intake",
+        "test_class_report",
+        "test_grade_class",
+        "test_grade_containment",
+        "test_grade_hostile",
+        "test_grade_machines",
+        "test_leaderboard",
+        "test_gradescope",
+    )
+)
+
+
+def tier_is_slow(item: pytest.Item, tier: str, first_of: dict) -> bool:
+    """Whether ``item`` (of a file of ``tier``) is slow; ``first_of`` holds the first test of
+    each (test function, exercise) seen so far (``ONE_PER_EXERCISE``)."""
+    if item.name in FAST_TESTS or item.originalname in FAST_TESTS:
+        return False
+    if tier == SLOW:
+        return True
+    if SLOW_FIXTURES & set(item.fixturenames):
+        return tier in (BY_FIXTURE, ONE_PER_EXERCISE)
+    if tier == ONE_PER_EXERCISE:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        exercise = next((getattr(p, "exercise", None) for p in params.values()), None)
+        if exercise is None:
+            return False
+        key = (item.originalname, exercise)
+        return first_of.setdefault(key, item.nodeid) != item.nodeid
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    first_of: dict = {}
+    for item in items:
+        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        tier = TIERS.get(path)
+        if tier is not None and tier_is_slow(item, tier, first_of):
+            item.add_marker(pytest.mark.slow)
+        if path in GRADER_FILES:
+            item.add_marker(pytest.mark.xdist_group("class-graders"))

@@ -4,8 +4,7 @@
     python benchmarks/gpu_check.py --dry_run          # the same stages on the CPU, tiny (a test)
 
 0. wheel: the packaged checkpoint's wheels from ``.whl/``, when there, on PYTHONPATH;
-1. graphed: the default 3-epoch command on a cold machine with ``--cuda_graphs on`` (``auto`` is
-   off on a GPU until this stage shows the graphed step faster than eager);
+1. graphed: the default 3-epoch command, ``--cuda_graphs on`` (auto stays off until measured);
 2. eager: the same with ``--cuda_graphs off``; 3. plain-loop: the plain Hugging Face loop at the
    driver's settings (one epoch); 4. profile-graphed: ten graphed steps (launches, GPU idle);
 5. gpu-tests: ``tests/driver/test_gpu.py``; 6. compiled: the Inductor path, for reference, if time

@@ -78,6 +78,7 @@ def results_json(results: Sequence[tuple[Result, str]], points: dict[str, float]
                     "result": result.status,
                     "diagnosis": result.diagnosis,
                     "uncompiled": bool(result.uncompiled),
+                    "timed_out": result.detail.startswith("timed out"),
                 },
             }
         )

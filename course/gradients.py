@@ -1,24 +1,13 @@
 """Gradient checks: whether the student's function can train, not only what it returns.
 
-A value check passes code whose graph is cut: ``q.detach()``, ``a.item()``, ``h.data``, a
-``torch.no_grad()`` block or a tensor rebuilt from another's values give the right numbers and
-no gradient (or a wrong one). Here the backward pass is checked against the function's own
-change: for a fixed random projection P of the output y = f(w₁, …, wₙ) and, for each input or
-parameter wᵢ, a fixed random direction δᵢ,
-
-    autograd:   ⟨∂(P·y)/∂wᵢ, δᵢ⟩
-    numeric:    (P·f(…, wᵢ + εδᵢ, …) − P·f(…, wᵢ − εδᵢ, …)) / 2ε      (central difference)
-
-must agree within a relative tolerance (``PRECISION``), computed in float64 where the student's
-code runs in it (the module and inputs converted, ``in_float64``), so that rounding stays far
-below any cut path. A value check of the same function compares y itself with the sealed
-reference, so the two together hold the gradient to the reference's: the derivative of a
-function equal to the reference. Each wᵢ is checked alone, so the message names the input or
-parameter that gets no gradient, or a wrong one. The numeric side runs the student's forward
-2n more times, on tiny inputs (milliseconds).
-
-Gradient checking by central differences: the standard test of a backward pass (cs231n's
-``grad_check_sparse``; ``torch.autograd.gradcheck`` compares whole Jacobians the same way).
+A value check passes code whose graph is cut (``.detach()``, ``.item()``, ``.data``, a
+``torch.no_grad()`` block, a tensor rebuilt from values): right numbers, no gradient. Here, for a
+fixed random projection P of the output y = f(w₁, …, wₙ) and a fixed direction δᵢ per input or
+parameter wᵢ, autograd's ⟨∂(P·y)/∂wᵢ, δᵢ⟩ must equal the central difference
+(P·f(wᵢ + εδᵢ) − P·f(wᵢ − εδᵢ)) / 2ε, in float64 (``PRECISION``). The value check holds f to the
+sealed reference, so together they hold the gradient to the reference's. Each wᵢ is checked
+alone, so the message names what gets no gradient or a wrong one. The standard test of a
+backward pass (cs231n's gradient check; ``torch.autograd.gradcheck`` compares whole Jacobians).
 """
 
 from __future__ import annotations

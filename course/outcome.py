@@ -43,6 +43,13 @@ def problem(message: str, mistake: str = "") -> Outputs:
     return {"problem": message, "mistake": mistake}
 
 
+def with_gradient(out: Outputs, failure: Outputs | None) -> Outputs:
+    """``out`` carrying the problem its gradient check found (``course/gradients.py``), or
+    ``out`` itself when there is none. The values are judged first: a FAIL says what differs;
+    only where the values pass does the gradient's problem fail the check (``judge_check``)."""
+    return out if failure is None else {**out, "gradient": failure}
+
+
 def observed(out: Outputs, known: dict[str, str] | None = None) -> Measurement:
     """The failing measurement of a ``problem``: its message, and the mistake it shows named in
     the check's words (``known``: key -> what the diagnosis says) at distance 0, so that

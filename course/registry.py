@@ -53,6 +53,8 @@ class Check:
         the diagnosis, the mistake in the student's terms.
     seen: the mistakes a ``problem`` of ``compute`` shows by itself: its key -> the diagnosis
         (``course/outcome.py``: ``observed``). The judge gets no problem: it is judged here.
+    functions: the qualified names, among the exercises' functions, of those whose output the
+        check judges (a FAIL's ``your code:`` names only them); empty: every one of them.
     """
 
     name: str
@@ -63,6 +65,7 @@ class Check:
     judge: Callable[[Context, Outputs], Measurement] | None = None
     raises: dict[str, str] = field(default_factory=dict)
     seen: dict[str, str] = field(default_factory=dict)
+    functions: tuple[str, ...] = ()
 
     @property
     def component(self) -> str:
@@ -167,6 +170,7 @@ def check(
     exercises: tuple[str, ...] = (),
     raises: dict[str, str] | None = None,
     seen: dict[str, str] | None = None,
+    functions: tuple[str, ...] = (),
 ) -> Callable[[ComputeFunction], ComputeFunction]:
     """Register the decorated function as the ``compute`` of the check ``name``, judged by
     ``judge`` (see ``Check``); the function is returned unchanged. Two checks of one name are a
@@ -177,6 +181,7 @@ def check(
             raise ValueError(f"a check named {name!r} is already registered")
         # every check knows a cut graph (course/gradients.py), besides its own mistakes
         known = {"raises": raises or {}, "seen": GRADIENT_SEEN | (seen or {})}
+        known["functions"] = tuple(functions)
         CHECKS.append(Check(name, tolerance, compute, hint, tuple(exercises), judge, **known))
         return compute
 
@@ -218,9 +223,11 @@ def student_functions(ctx: Context) -> dict[str, list[str]]:
 
 
 def check_functions(check: Check, ctx: Context) -> list[tuple[str, str]]:
-    """(path, qualified name) of the student's functions whose output ``check`` judges."""
+    """(path, qualified name) of the student's functions whose output ``check`` judges: its
+    ``functions``, or every function of its exercises."""
     places = exercise_places(ctx)
-    return [place for exercise in check.exercises for place in places.get(exercise, [])]
+    found = [place for exercise in check.exercises for place in places.get(exercise, [])]
+    return [place for place in found if not check.functions or place[1] in check.functions]
 
 
 def definition_lines(check: Check, ctx: Context) -> dict[str, int]:
@@ -301,6 +308,10 @@ def _judged(check: Check, ctx: Context, computed: dict) -> Result:
         diagnosis = "" if uncompiled or not named else named[0]
         return Result(check, status, None, error, diagnosis, uncompiled)
     outputs = computed.get("outputs")
+    gradient = None
+    if isinstance(outputs, dict) and "gradient" in outputs:  # judged once the values pass
+        gradient = outputs["gradient"]
+        outputs = {key: value for key, value in outputs.items() if key != "gradient"}
     try:
         if isinstance(outputs, dict) and outputs.get("problem") is not None:
             measurement = observed(outputs, check.seen)  # what compute saw, e.g. a side effect
@@ -315,9 +326,16 @@ def _judged(check: Check, ctx: Context, computed: dict) -> Result:
         return Result(check, FAIL, None, f"outputs the grader cannot read ({said})")
     diff = measurement.max_abs_diff
     passed = diff <= check.tolerance  # NaN compares false: fails
+    if passed and isinstance(gradient, dict) and gradient.get("problem") is not None:
+        cut = observed(gradient, check.seen)
+        return Result(check, FAIL, diff, cut.hint, diagnose(cut, check.tolerance))
     if passed:
         return Result(check, PASS, diff)
     return Result(check, FAIL, diff, measurement.hint, diagnose(measurement, check.tolerance))
+
+
+# The keys of a check's outputs that hold the check's own numbers and texts, not the student's.
+CHECKS_OWN_KEYS = ("label", "axes", "calls", "names", "problem", "mistake", "errors", "gradient")
 
 
 def not_a_tensor(outputs: object, name: str = "") -> tuple[str, object] | None:
@@ -328,7 +346,7 @@ def not_a_tensor(outputs: object, name: str = "") -> tuple[str, object] | None:
         return None
     if isinstance(outputs, dict):
         for key, value in outputs.items():
-            if key in ("label", "axes", "calls", "names", "problem", "mistake", "errors"):
+            if key in CHECKS_OWN_KEYS:
                 continue
             inner = name if key in ("got", "cases", "outputs") else key
             if (found := not_a_tensor(value, inner)) is not None:

@@ -1,18 +1,13 @@
 """The shape of an error: what a wrong output is, seen from the expected one, when no known mistake
 of the check's catalogue matches it.
 
-Many mistakes leave a mark that a transform of the output undoes: a sum where a mean belongs, a
-missing or inverted scale or the wrong normaliser make the output exactly k times the expected;
-an off-by-one position, row or layer makes it the expected shifted by one along an axis; a
-transposition swaps two axes; a mistake at the edges leaves everything right but the first or the
-last position of an axis. Each candidate transform is applied to the student's output and
-measured against the sealed expected output (``course/seal.py``), as a known mistake's output is,
-so the diagnosis is computed from the student's output and the stored form alone: nothing of the
-reference is revealed beyond what the check's own message says.
-
-``error_shapes`` returns every candidate's diagnosis with its distance; ``diagnose``
-(``course/measure.py``) names the nearest within the check's tolerance when no known mistake is
-near.
+A sum where a mean belongs, a missing or inverted scale or the wrong normaliser make the output k
+times the expected; an off-by-one position, row or layer shifts it by one along an axis; a
+transposition swaps two axes; a mistake at the edges leaves all right but the first or last
+position of an axis. Each candidate transform is applied to the student's output and measured
+against the sealed expected output (``course/seal.py``) as a known mistake's output is: nothing of
+the reference is revealed beyond what the check's message says. ``diagnose``
+(``course/measure.py``) names the nearest within the tolerance when no known mistake is near.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import torch
 
 from course.gradients import gradient_failure
 from course.measure import site_backward_problem
-from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
 from course.registry import PLUGIN_TASKS, Context, check
 from course.untouched import Untouched
 
@@ -47,4 +47,6 @@ def check_adapter(ctx: Context) -> Outputs:
     site = lambda p, x: p.after_feed_forward(1, "sst", x)
     if said:
         return problem(said)
-    return gradient_failure(site, {"h": h}, plugin, "the adapter") or outputs(graded(got))
+    return with_gradient(
+        outputs(graded(got)), gradient_failure(site, {"h": h}, plugin, "the adapter")
+    )

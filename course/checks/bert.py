@@ -21,7 +21,7 @@ from course.measure import (
     measure_sealed,
     worst_of,
 )
-from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
 from course.registry import Context, check, student_functions
 from course.untouched import Untouched
 from minbert.sites import SiteHandler
@@ -92,7 +92,7 @@ def check_embeddings(ctx: Context) -> Outputs:
         found.append(graded({"embeddings": got}, calls=recorder.calls, names=shown))
     ids = {n: data[n] for n in ("input_ids", "token_type_ids")}
     failed = gradient_failure(lambda m, *a: m(*a), ids, embeddings, "BertEmbeddings")
-    return failed or outputs(*found)
+    return with_gradient(outputs(*found), failed)
 
 
 def positions_not_cut(err: RuntimeError, positions: int) -> bool:
@@ -109,6 +109,7 @@ def positions_not_cut(err: RuntimeError, positions: int) -> bool:
     judge=stored_cases(*[("attention_function", name) for name in MODES]),
     hint="softmax(QKᵀ/√d_k + M)·V, with dropout on the attention probabilities",
     exercises=("attention",),
+    functions=("scaled_dot_product_attention",),
 )
 def check_attention_function(ctx: Context) -> Outputs:
     """scaled_dot_product_attention on stored padded random heads, without and with dropout (under
@@ -144,7 +145,7 @@ def check_attention_function(ctx: Context) -> Outputs:
             lambda _, q, k, v: scaled_dot_product_attention(q, k, v, mask, 0.0),
             {name: data[name] for name in ("q", "k", "v")},
         )
-    return failed or outputs(*found)
+    return with_gradient(outputs(*found), failed)
 
 
 class ScalingSites(SiteHandler):
@@ -385,20 +386,19 @@ def check_self_attention(ctx: Context) -> Outputs:
                         return problem(f"BertSelfAttention ({where}) {said}")
             found.append(graded(got, calls=recorder.calls, names=names))
     mask = data["mask"].double()
+    failed = None
     for path in PATHS:
         attention.use_fast_path = path == "fused"
         with fused_through_written_out():
-            failed = gradient_failure(
+            failed = failed or gradient_failure(
                 lambda m, x: m(x, mask),
                 {"x": data["x"]},
                 attention,
                 "BertSelfAttention",
                 f"BertSelfAttention ({path} path)",
             )
-        if failed:
-            return failed
     attention.use_fast_path = True
-    return outputs(*found)
+    return with_gradient(outputs(*found), failed)
 
 
 class StandInSelfAttention(torch.nn.Module):
@@ -450,7 +450,7 @@ def layer_check(with_sites: bool) -> Callable[[Context], Outputs]:
         mask = data["mask"].double()
         with sites_hooked(layer, sites):
             failed = gradient_failure(lambda m, x: m(x, mask), {"x": data["x"]}, layer, "BertLayer")
-        return failed or outputs(*found)
+        return with_gradient(outputs(*found), failed)
 
     return run
 

@@ -10,7 +10,7 @@ import torch
 
 from course.dropout import MODES, mode
 from course.gradients import GRADIENT_CUT, gradient_failure
-from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
 from course.registry import Context, check
 from course.untouched import Untouched
 
@@ -58,7 +58,7 @@ def check_pooling(ctx: Context) -> Outputs:
         return problem(f"sentence_representation {changed}")
     pooled = lambda _, h: sentence_representation({"last_hidden_state": h}, mask, "mean")
     failed = gradient_failure(pooled, {"last_hidden_state": data["hidden"]})
-    return failed or outputs(graded({"mean pooling r": r}, axes=("sentence", "dim")))
+    return with_gradient(outputs(graded({"mean pooling r": r}, axes=("sentence", "dim"))), failed)
 
 
 # The axes of a pair head's arguments, u and v (B, D), as messages name positions in them.
@@ -111,11 +111,11 @@ def check_pair_features(ctx: Context) -> Outputs:
                     return problem(f"PairFeatureHead ({label}, {name} mode) {said}")
         found.append(graded(got, f"({name} mode) ", ("pair", "output"), recorder.calls))
     pair = {"u": data["u"], "v": data["v"]}
+    failed = None
     for label, head in heads.items():
-        failed = gradient_failure(lambda m, u, v: m(u, v), pair, head, "PairFeatureHead", label)
-        if failed:
-            return failed
-    return outputs(*found)
+        pair_head = lambda m, u, v: m(u, v)
+        failed = failed or gradient_failure(pair_head, pair, head, "PairFeatureHead", label)
+    return with_gradient(outputs(*found), failed)
 
 
 @check(
@@ -141,7 +141,7 @@ def check_cosine_head(ctx: Context) -> Outputs:
         return problem(f"CosineSimilarityHead {said}")
     pair = {"u": data["u"], "v": data["v"]}
     failed = gradient_failure(lambda m, u, v: m(u, v), pair, head, "CosineSimilarityHead")
-    return failed or outputs(graded(got, axes=("pair", "output")))
+    return with_gradient(outputs(graded(got, axes=("pair", "output"))), failed)
 
 
 def loss_tasks() -> dict:
@@ -193,7 +193,7 @@ def check_task_losses(ctx: Context) -> Outputs:
     the stored mean losses; each loss must reach the outputs through autograd and leave both
     arguments as they were."""
     data = ctx.course_data["heads"]["losses"]
-    got = {}
+    got, failed = {}, None
     for name, task in loss_tasks().items():
         head_outputs = data[name]["outputs"].clone().requires_grad_(True)
         labels = task.label_tensor(data[name]["labels"].tolist())
@@ -211,6 +211,7 @@ def check_task_losses(ctx: Context) -> Outputs:
         got[name] = loss.detach() if isinstance(loss, torch.Tensor) else loss
         loss_of = lambda _, out, task=task, labels=labels: task.loss(out, labels)
         where = f"{type(task).__name__}.loss"
-        if failed := gradient_failure(loss_of, {"outputs": data[name]["outputs"]}, where=where):
-            return failed
-    return outputs(graded(got))
+        failed = failed or gradient_failure(
+            loss_of, {"outputs": data[name]["outputs"]}, where=where
+        )
+    return with_gradient(outputs(graded(got)), failed)

@@ -9,7 +9,7 @@ import torch
 
 from course.gradients import gradient_failure
 from course.measure import site_backward_problem
-from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
 from course.registry import PLUGIN_TASKS, Context, check
 from course.untouched import Untouched
 
@@ -46,4 +46,4 @@ def check_lhuc(ctx: Context) -> Outputs:
     site = lambda p, x: p.after_layer(1, "sst", x)
     if said:
         return problem(said)
-    return gradient_failure(site, {"h": h}, plugin, "LHUC") or outputs(graded(got))
+    return with_gradient(outputs(graded(got)), gradient_failure(site, {"h": h}, plugin, "LHUC"))

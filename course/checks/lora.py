@@ -17,7 +17,7 @@ import torch
 from course.dropout import MODES, mode
 from course.gradients import gradient_failure
 from course.measure import Measurement, compare, site_backward_problem, worst_of
-from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
 from course.registry import PLUGIN_TASKS, Context, check
 from course.untouched import Untouched
 
@@ -40,6 +40,7 @@ LORA_MERGE_CONFIG = {"vocab_size": 50}  # BertConfig.tiny overrides of the merge
     hint="add the low-rank update of the input (through A to rank r, then B), scaled by α/r, to "
     "the base output y; dropout on the update's input only",
     exercises=("lora",),
+    functions=("LowRankUpdate.forward", "LoRA.linear"),
 )
 def check_lora_linear(ctx: Context) -> Outputs:
     """LoRA's linear site against the stored W x + b + (α/r)·B A dropout(x) on the targets,
@@ -78,7 +79,7 @@ def check_lora_linear(ctx: Context) -> Outputs:
     site = lambda p, x: lora_site(p, bases, x)
     if said:
         return problem(said)
-    return gradient_failure(site, {"x": x}, plugin, "LoRA") or outputs(*found)
+    return with_gradient(outputs(*found), gradient_failure(site, {"x": x}, plugin, "LoRA"))
 
 
 def lora_site(plugin, bases: dict, x: torch.Tensor) -> torch.Tensor:
@@ -113,6 +114,7 @@ def judge_lora_merge(ctx: Context, out: Outputs) -> Measurement:
     hint="the merged weight adds the update's matrix, (d_out, d_in) like the base weight, "
     "scaled by α/r",
     exercises=("lora",),
+    functions=("LowRankUpdate.delta_weight",),
     seen=LORA_MERGE_SEEN,
 )
 def check_lora_merge(ctx: Context) -> Outputs:

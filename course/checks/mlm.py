@@ -13,7 +13,7 @@ import torch
 
 from course.gradients import gradient_failure
 from course.measure import Measurement, grade, not_float32, under_autocast
-from course.outcome import Outputs, problem
+from course.outcome import Outputs, problem, with_gradient
 from course.registry import Context, check
 from course.untouched import Untouched
 
@@ -212,8 +212,6 @@ def check_mlm_loss(ctx: Context) -> Outputs:
     if said := kept.problem():
         return problem(f"mlm_loss {said}")
     loss_of = lambda _, x: mlm_loss(x, labels)
-    if failed := gradient_failure(loss_of, {"logits": logits}, where="mlm_loss"):
-        return failed
-    return got | {
-        "loss under autocast": under_autocast(lambda: mlm_loss(logits.bfloat16(), labels))
-    }
+    failed = gradient_failure(loss_of, {"logits": logits}, where="mlm_loss")
+    low = under_autocast(lambda: mlm_loss(logits.bfloat16(), labels))
+    return with_gradient(got | {"loss under autocast": low}, failed)

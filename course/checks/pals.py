@@ -14,7 +14,7 @@ import torch
 from course.dropout import MODES, mode
 from course.gradients import gradient_failure
 from course.measure import site_backward_problem
-from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
 from course.registry import PLUGIN_TASKS, Context, check
 from course.untouched import Untouched
 
@@ -89,4 +89,5 @@ def check_pals(ctx: Context) -> Outputs:
     site = lambda p, x: p.parallel(1, "sst", x, mask)
     if said:
         return problem(said)
-    return gradient_failure(site, {"x": data["x"]}, plugin, "the PAL") or outputs(*found)
+    failed = gradient_failure(site, {"x": data["x"]}, plugin, "the PAL")
+    return with_gradient(outputs(*found), failed)

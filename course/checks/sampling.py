@@ -58,6 +58,7 @@ def judge_alpha(ctx: Context, out: Outputs) -> Measurement:
     hint="epochs count from 1; α falls linearly from 1 at the first epoch to 0.2 at the last "
     "(1 when E = 1)",
     exercises=("sampler",),
+    functions=("annealed_alpha",),
 )
 def check_annealed_alpha(ctx: Context) -> Outputs:
     """annealed_alpha(e, E) for every epoch of several E (``ALPHA_PAIRS``). A ZeroDivisionError
@@ -109,6 +110,7 @@ def judge_probabilities(ctx: Context, out: Outputs) -> Measurement:
     hint="each task's weight is its size to the power α; the probabilities are the weights "
     "normalised to sum to 1, keyed like sizes",
     exercises=("sampler",),
+    functions=("task_probabilities",),
 )
 def check_task_probabilities(ctx: Context) -> Outputs:
     """task_probabilities(sizes, α) for several sizes and α (``PROBABILITY_LABELS``). α = 0

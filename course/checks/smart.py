@@ -11,7 +11,7 @@ import torch
 
 from course.gradients import gradient_failure
 from course.measure import Measurement, autograd_nodes, grade, not_float32, under_autocast
-from course.outcome import Outputs, graded, outputs, problem, stored_cases
+from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
 from course.registry import Context, check
 from course.untouched import Untouched
 
@@ -86,6 +86,7 @@ def judge_symmetric_kl(ctx: Context, out: Outputs) -> Measurement:
     hint="the KL divergence in both directions between the two softmax distributions, summed "
     "over classes, averaged over the batch",
     exercises=("smart",),
+    functions=("symmetric_kl",),
 )
 def check_symmetric_kl(ctx: Context) -> Outputs:
     """symmetric_kl on stored logits, and on them in bfloat16 under autocast; the gradients must
@@ -98,13 +99,23 @@ def check_symmetric_kl(ctx: Context) -> Outputs:
         got = symmetric_kl(*kept.arguments.values())
     if said := kept.problem():
         return problem(f"symmetric_kl {said}")
-    logits = {"p_logits": data["p"], "q_logits": data["q"]}
-    divergence = lambda _, p, q: symmetric_kl(p, q)
-    if failed := gradient_failure(divergence, logits, where="symmetric_kl"):
-        return failed
     bf16 = data["p"].bfloat16(), data["q"].bfloat16()
     low = under_autocast(lambda: symmetric_kl(*bf16))
-    return {"divergence": got, "divergence under autocast": low}
+    return with_gradient(
+        {"divergence": got, "divergence under autocast": low}, kl_gradient_failure(ctx)
+    )
+
+
+def kl_gradient_failure(ctx: Context) -> Outputs | None:
+    """The failing outputs when the gradients of symmetric_kl do not reach both logits
+    (``course/gradients.py``), else None; the perturbation check asks it first, so that its
+    ascent (which differentiates the divergence) is not blamed for a cut inside symmetric_kl."""
+    from minbert.smart import symmetric_kl
+
+    data = ctx.course_data["smart"]["kl"]
+    logits = {"p_logits": data["p"], "q_logits": data["q"]}
+    divergence = lambda _, p, q: symmetric_kl(p, q)
+    return gradient_failure(divergence, logits, where="symmetric_kl")
 
 
 def noting_graphs(forward: Callable, graphs: list[int]) -> Callable:
@@ -175,6 +186,8 @@ def check_smart(ctx: Context) -> Outputs:
 
     if said := non_finite_problem():
         return problem(said, "non-finite")
+    if failed := kl_gradient_failure(ctx):
+        return failed
     embeddings, models = smart_problem()
     got = {}
     for norm, steps, kind, model, grad_mode in SMART_CASES:

@@ -14,9 +14,11 @@ import json
 import math
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +37,7 @@ from course.grading import landlock, sandbox
 from course.grading.inert import csv_cell
 from course.grading.intake import COLLIDES, Submission, list_class
 from course.grading.judge import Limits, judge_submission
-from course.grading.report import write_report
+from course.grading.report import GRADED, write_report
 from course.registry import WITHHELD, Context, format_result, select
 from minbert.checkpoint import atomic_write_text
 from minbert.flags import ArgumentParser, nonempty_path
@@ -114,13 +116,45 @@ def grade_one(submission: Submission, pristine: dict[str, bytes], args) -> Grade
     atomic_write_text(results_file, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(args.results / f"{submission.name}.log", f"{printed}\n{report}\n")
     row.points = exercise_points(results)
-    row.notes += verdict.notes
+    row.notes += verdict.notes + diagnoses_of(verdict.results)
     row.withheld = sorted(
         {e for r in verdict.results if r.status == WITHHELD for e in r.check.exercises}
     )
     if verdict.faults:
         row.status = f"grader fault: {verdict.faults[0]} (see {submission.name}.log)"
     return row
+
+
+def diagnoses_of(results: list) -> list[str]:
+    """ "<check's component>: <diagnosis>" for each failed check whose mistake the judge named,
+    once each: the notes column says why, as the student's report does."""
+    found = []
+    for result in results:
+        note = f"{result.check.component}: {result.diagnosis}"
+        if result.diagnosis and note not in found:
+            found.append(note)
+    return found
+
+
+def record_grading(args) -> None:
+    """When, at which commit of the grader and with which points file the class was graded,
+    beside its CSV (``report.GRADED``: the class report says it)."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown (not a git checkout)"
+    said = {
+        "graded_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": commit,
+        "points": str(args.points),
+    }
+    atomic_write_text(args.out.with_name(args.out.stem + GRADED), json.dumps(said, indent=2) + "\n")
 
 
 def write_grades(rows: list[Graded], exercises: list[str], out: Path) -> None:
@@ -370,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         args = set_up(argv)
         rows = grade(args)
+        record_grading(args)
         page, _ = write_report(args.out, args.points_table)
         print(f"wrote {args.out} ({len(rows)} students), {args.results}/ and {page}")
         faults.append(refusal_of_faults(rows, args))

@@ -30,8 +30,12 @@ UNNAMED = "a failure no known mistake explains"
 NOT_WRITTEN = "not written yet (NOT IMPLEMENTED)"
 FAULT = "grader fault (withheld, not scored)"
 UNCOMPILED = "a file that does not compile"
+TIMED_OUT = "timed out (the check did not finish in its time)"
 KINDS = {"FAIL": UNNAMED, "NOT IMPLEMENTED": NOT_WRITTEN, "WITHHELD": FAULT}
-NAMELESS = (*KINDS.values(), UNCOMPILED)  # counted apart from the named mistakes
+NAMELESS = (*KINDS.values(), UNCOMPILED, TIMED_OUT)  # counted apart from the named mistakes
+# What python -m course.grading.grade records of a grading, beside its CSV (``provenance``):
+# <stem>-graded.json (not in the results folder, where a student could be named "graded").
+GRADED = "-graded.json"
 
 
 @dataclass
@@ -54,6 +58,18 @@ class Summary:
     totals: dict[str, float]
     full_marks: float
     exercises: list[Exercise]
+    provenance: str = ""  # when, at which commit and with which points file the class was graded
+
+
+def provenance(grades: Path) -> str:
+    """ "graded 2026-12-06 19:40 UTC at commit 1c7ba2c with points course/points.json" from the
+    grading's record beside ``grades`` (``GRADED``); "" where there is none or it is unreadable."""
+    try:
+        said = json.loads(grades.with_name(grades.stem + GRADED).read_text(encoding="utf-8"))
+        when, commit, points = (str(said[k]) for k in ("graded_at", "commit", "points"))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return ""
+    return f"graded {when} at commit {commit} with points {points}"
 
 
 def summarise(grades: Path, points: dict[str, float]) -> Summary:
@@ -82,7 +98,8 @@ def summarise(grades: Path, points: dict[str, float]) -> Summary:
                 exercises[exercise].mistakes.setdefault(mistake, []).append(student)
     totals = {row["student"]: float(row["total"]) for row in rows}
     full_marks = sum(e.points for e in exercises.values())
-    return Summary(list(totals), totals, full_marks, list(exercises.values()))
+    exercises_seen = list(exercises.values())
+    return Summary(list(totals), totals, full_marks, exercises_seen, provenance(grades))
 
 
 def place(exercise: Exercise, student: str, cell: str) -> None:
@@ -123,6 +140,8 @@ def mistakes_of(tests: list[dict]) -> list[tuple[str, str]]:
         said = extra.get("diagnosis") or KINDS.get(extra.get("result"), "")
         if extra.get("uncompiled"):
             said = UNCOMPILED
+        elif extra.get("timed_out"):
+            said = TIMED_OUT
         for exercise in exercise_of(test):
             if said and (exercise, said) not in found:
                 found.append((exercise, said))
@@ -161,7 +180,8 @@ def html_page(summary: Summary) -> str:
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>Class report</title>"
         f"<style>{STYLE}</style></head><body><h1>Class report</h1>"
-        f"<p>{len(summary.students)} students; full marks {summary.full_marks:g}.</p>"
+        f"<p>{len(summary.students)} students; full marks {summary.full_marks:g}"
+        f"{'; ' + html.escape(summary.provenance) if summary.provenance else ''}.</p>"
         f"<h2>Totals</h2><div class='hist'>{hist}</div>"
         f"<p class='kind'>{' · '.join(f'{e}: {c}' for c, e in zip(counts, labels, strict=True))}"
         f"</p><h2>Exercises</h2><table><tr><th>exercise</th><th>full / partial / none / "

@@ -8,6 +8,7 @@ renders it. Instructor-only (it copies the solution files)."""
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -79,10 +80,21 @@ def test_the_counts_are_the_csvs(graded):
     assert sampler.mistakes[report.NOT_WRITTEN] == [UNTOUCHED]
     adamw = next(e for e in summary.exercises if e.name == "adamw")
     assert sorted(adamw.zero) == sorted(["erin", UNTOUCHED])
-    assert adamw.mistakes[report.UNNAMED] == ["erin"]  # the hang: no mistake named
+    assert adamw.mistakes[report.TIMED_OUT] == ["erin"]  # the hang: its own row
     assert sampler.mistakes[report.UNCOMPILED] == ["dave"]
     assert [e.name for e in summary.exercises] == ["adamw", "sampler"]  # graded with --only
     assert summary.full_marks == 15
+    assert re.fullmatch(
+        r"graded \d{4}-\d\d-\d\d \d\d:\d\d UTC at commit \S+.* with points \S+points\.json",
+        summary.provenance,
+    ), summary.provenance
+
+
+def test_the_notes_say_each_named_mistake(graded):
+    notes = {r["student"]: r["notes"] for r in csv.DictReader(graded.open(encoding="utf-8"))}
+    assert f"sampler: {ENDS_AT_ZERO}" in notes["bob"]
+    assert f"sampler: {NOT_NORMALISED}" in notes["carol"]
+    assert notes["alice"] == ""
 
 
 def test_the_page_names_the_mistakes_escaped_and_is_rebuilt_the_same(graded):

@@ -4,8 +4,10 @@ named, with what it is instead of a tensor, not an error inside the grader's mes
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
+import pytest
 import torch
 
 from course.checks import CHECKS
@@ -62,3 +64,22 @@ def test_a_runners_lines_are_taken_only_as_positive_ints():
         computed = {"error": "ValueError: no (tasks/heads.py:1)", "lines": lines}
         result = judge_check(pooling, ctx, computed)
         assert result.where == "tasks/heads.py:? (sentence_representation)"
+
+
+@pytest.mark.parametrize(
+    "check_name, function",
+    [
+        ("sampler: annealed_alpha", "annealed_alpha"),
+        ("sampler: task_probabilities", "task_probabilities"),
+        ("attention: scaled_dot_product_attention", "scaled_dot_product_attention"),
+        ("smart: symmetric KL", "symmetric_kl"),
+    ],
+)
+def test_a_fail_names_only_the_function_the_check_judges(check_name, function):
+    """Where an exercise has several functions, a check that judges one names that one alone."""
+    check = check_named(check_name)
+    ctx = Context(None, DEFAULT_REFERENCE)
+    broken = dataclasses.replace(check, compute=lambda ctx: {"nothing": None})
+    result = run_check(broken, ctx)
+    assert result.status == FAIL
+    assert re.fullmatch(rf"[\w/.]+:\d+ \({function}\)", result.where), result.where
