@@ -183,7 +183,7 @@ def tier_is_slow(item: pytest.Item, tier: str, first_of: dict) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     first_of: dict = {}
     for item in items:
-        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        path = item.path.resolve().relative_to(ROOT).as_posix()
         tier = TIERS.get(path)
         if tier is not None and tier_is_slow(item, tier, first_of):
             item.add_marker(pytest.mark.slow)
