@@ -8,6 +8,7 @@ every test under this folder, before any test module is imported.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -158,7 +159,20 @@ GRADER_FILES = frozenset(
         "test_leaderboard",
         "test_gradescope",
     )
-)
+) | {"tests/commands/test_bad_input_gradescope.py"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist every worker is a process of its own, and torch's default of a thread
+    per core in each would oversubscribe the cores: each worker takes its share of them (its
+    subprocesses too, through OMP_NUM_THREADS)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        import torch
+
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 def tier_is_slow(item: pytest.Item, tier: str, first_of: dict) -> bool:

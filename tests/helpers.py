@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,6 +92,17 @@ def processes_with(marker: str) -> list[int]:
                 found.append(int(cmdline.parent.name))
         except OSError:
             continue
+    return found
+
+
+def still_there(find: Callable[[], list[int]], seconds: float = 5.0) -> list[int]:
+    """What ``find()`` returns once it is empty, or after ``seconds``: a killed process can take a
+    moment to be reaped on a loaded machine, while one that escaped is still there after it."""
+    deadline = time.monotonic() + seconds
+    found = find()
+    while found and time.monotonic() < deadline:
+        time.sleep(0.1)
+        found = find()
     return found
 
 

@@ -29,7 +29,7 @@ import torch
 
 from course.grading import autograder, sandbox
 from tests.course.containment import NAMESPACE_LEVELS, contained, own_user_level
-from tests.helpers import processes_with
+from tests.helpers import processes_with, still_there
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
@@ -266,7 +266,8 @@ def grade_hostile_class(
     assert digest(subs) == before["subs"]
     assert decoy.read_bytes() == decoy_bytes
     assert planted() == []
-    assert processes_with(MARK) == [] and sandbox.processes_of(sandbox.RUNNER_UIDS) == []
+    assert processes_with(MARK) == []
+    assert still_there(lambda: sandbox.processes_of(sandbox.RUNNER_UIDS)) == []
     rows = {r["student"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
     assert set(rows) == {"alice", *ATTACKS}
     assert (rows["alice"]["adamw"], rows["alice"]["sampler"]) == ("10", "5")

@@ -25,7 +25,7 @@ import pytest
 
 from course.grading import grade, sandbox
 from tests.course.containment import AS_ROOT, LEVEL, contained, level_offered
-from tests.helpers import processes_with
+from tests.helpers import processes_with, still_there
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
@@ -180,7 +180,7 @@ def test_ctrl_c_ends_the_grader_in_one_line_and_leaves_no_runner(tmp_path):
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: interrupted")
     assert processes_with(f"{MARKER}-ctrl-c") == []
     if LEVEL == sandbox.ROOT:
-        assert sandbox.processes_of(sandbox.RUNNER_UIDS) == []
+        assert still_there(lambda: sandbox.processes_of(sandbox.RUNNER_UIDS)) == []
 
 
 CARELESS = [
