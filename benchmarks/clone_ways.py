@@ -35,7 +35,8 @@ WAYS = {
     "non-root": f"the command run by a user who is not root ({TESTER})",
     "umask": "the clone made and the command run under umask 077",
 }
-TAIL = 6  # the command's last lines kept in the results
+TAIL = 6  # the command's last lines kept in the results, less pip's notes about its indexes
+NOISE = ("WARNING: Location ",)
 
 
 def tester_uid() -> int:
@@ -91,7 +92,7 @@ def run_way(way: str, command: str, timeout: float) -> dict:
         wall = time.monotonic() - started
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    lines = [ln for ln in output.splitlines() if ln.strip()]
+    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith(NOISE)]
     return {"code": code, "seconds": wall, "tail": lines[-TAIL:]}
 
 
