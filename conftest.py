@@ -8,6 +8,7 @@ every test under this folder, before any test module is imported.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -43,9 +44,11 @@ ONE_PER_EXERCISE = "one per exercise"  # a test parametrized by mutants or corre
 # fast for the first of each exercise, slow for the others; its other tests are fast
 
 # Fixtures that train, grade or copy a tree, in the files whose tier is BY_FIXTURE or
-# ONE_PER_EXERCISE: whatever uses them there is slow. (tiny_data: a driver test that reads data
-# trains or evaluates; one that does not is static.)
-SLOW_FIXTURES = frozenset({"tiny_data", "finished_run", "made", "run_store", "solved_tree"})
+# ONE_PER_EXERCISE: whatever uses them there (itself or through another fixture) is slow.
+SLOW_FIXTURES = frozenset({"finished_run", "made", "run_store", "solved_tree", "runs"})
+# Arguments that make a test slow there when it takes them itself: a driver test that takes the
+# tiny data files runs the driver on them; model_and_batch's in-process batch is fast.
+SLOW_ARGUMENTS = frozenset({"tiny_data"})
 
 # The tests of slow files that stay fast, so that the fast tier touches what they guard: the
 # driver's one smoke run with a resume.
@@ -182,7 +185,9 @@ def tier_is_slow(item: pytest.Item, tier: str, first_of: dict) -> bool:
         return False
     if tier == SLOW:
         return True
-    if SLOW_FIXTURES & set(item.fixturenames):
+    function = getattr(item, "function", None)
+    arguments = set(inspect.signature(function).parameters) if function else set()
+    if SLOW_FIXTURES & set(item.fixturenames) or SLOW_ARGUMENTS & arguments:
         return tier in (BY_FIXTURE, ONE_PER_EXERCISE)
     if tier == ONE_PER_EXERCISE:
         params = getattr(getattr(item, "callspec", None), "params", {})

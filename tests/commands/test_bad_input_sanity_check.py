@@ -25,3 +25,19 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
 def test_bad_invocation(case, made, tiny_checkpoint, tiny_data, tmp_path, monkeypatch, capsys):
     check(case, Ctx(tmp_path, made, tiny_checkpoint, tiny_data), monkeypatch, capsys)
+
+
+def test_a_failing_check_makes_the_exit_code_1(monkeypatch, capsys):
+    """The grader's command says a FAIL in its exit code (scripts and CI read it), and 0 only
+    when every check passes: here the sampler's checks, one of them made to fail."""
+    import sanity_check
+    from course.registry import Result
+
+    def failing(check, ctx):
+        passed = check.name.startswith("sampler: annealed_alpha")
+        return Result(check, "PASS" if passed else "FAIL", 0.0 if passed else 1.0, "made to fail")
+
+    assert sanity_check.main(["--only", "sampler"]) == 0
+    monkeypatch.setattr(sanity_check, "run_check", failing)
+    assert sanity_check.main(["--only", "sampler"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "1 passed, 1 failed"
