@@ -69,6 +69,9 @@ def test_the_first_run_is_the_measured_one_with_its_figures() -> None:
     words = " ".join(readme.split())
     assert any(f"{s} s of CPU time" in words for s in cpu), cpu
     assert f"{min(wall):.0f} s" in words and f"{max(wall):.0f} s" in words, wall
+    # the threads the figures were measured with are the ones the printed command uses
+    default_threads = "torch's default threads" in results
+    assert ("torch's default threads" in words) == default_threads
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the course's data files in ../shared/data")
