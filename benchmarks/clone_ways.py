@@ -93,7 +93,8 @@ def run_way(way: str, command: str, timeout: float) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith(NOISE)]
-    return {"code": code, "seconds": wall, "tail": lines[-TAIL:]}
+    # the scratch clone's paths as a user reads them ($TMPDIR/...): no path of this machine
+    return {"code": code, "seconds": wall, "tail": [_common.portable(ln) for ln in lines[-TAIL:]]}
 
 
 def main() -> None:
