@@ -57,6 +57,7 @@ FAST_TESTS = frozenset({"test_resume_after_kill_matches_uninterrupted_run"})
 TIERS: dict[str, str] = {
     "tests/commands/test_bad_input_all_commands.py": BY_FIXTURE,
     "tests/commands/test_bad_input_attention.py": SLOW,
+    "tests/commands/test_bad_input_course.py": SLOW,
     "tests/commands/test_bad_input_export.py": SLOW,
     "tests/commands/test_bad_input_fusion_weights.py": SLOW,
     "tests/commands/test_bad_input_gradescope.py": SLOW,
@@ -109,6 +110,7 @@ TIERS: dict[str, str] = {
     "tests/driver/test_fusion.py": SLOW,
     "tests/driver/test_gpu.py": SLOW,
     "tests/driver/test_init_from.py": SLOW,
+    "tests/driver/test_overwrite.py": SLOW,
     "tests/driver/test_peft_export.py": SLOW,
     "tests/driver/test_predict_export.py": SLOW,
     "tests/driver/test_pretrain_mlm.py": SLOW,
@@ -162,7 +164,7 @@ GRADER_FILES = frozenset(
         "test_leaderboard",
         "test_gradescope",
     )
-) | {"tests/commands/test_bad_input_gradescope.py"}
+) | {"tests/commands/test_bad_input_gradescope.py", "tests/commands/test_bad_input_course.py"}
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -9,7 +9,6 @@ Design notes: docs/design/course.md.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 from pathlib import Path
@@ -20,6 +19,9 @@ from course.authoring import course_references as ref
 from course.dropout import MODES, recorded_dropout
 from course.registry import COURSE_DATA
 from course.seal import seal
+from minbert.checkpoint import atomic_write, load_trusted
+from minbert.flags import ArgumentParser, nonempty_path
+from multitask.errors import UsageError, run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -966,14 +968,50 @@ def _make() -> dict:
     }
 
 
+def written_here(path: Path) -> bool:
+    """Whether ``path`` is a file this script wrote: stored cases (plain tensors and containers)
+    holding its seed and exercise functions."""
+    try:
+        data = load_trusted(path)
+    except Exception:  # noqa: BLE001 - anything that is not such a file is not ours
+        return False
+    return isinstance(data, dict) and {"seed", "exercise functions"} <= set(data)
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """--out: a file in an existing folder, never over a file of the user's without --overwrite
+    (its own earlier output is replaced); a UsageError before anything is computed."""
+    if out.is_dir():
+        raise UsageError(f"--out {out}: a folder; give the file to write")
+    if not out.parent.is_dir():
+        raise UsageError(f"--out {out}: its folder {out.parent} does not exist")
+    if (out.exists() or out.is_symlink()) and not overwrite and not written_here(out):
+        raise UsageError(
+            f"--out {out} exists and is not a file of stored cases this script wrote; pass "
+            "--overwrite to replace it, or give another name"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=COURSE_DATA, help="default: %(default)s")
-    args = parser.parse_args(argv)
-    data = make()
-    torch.save(data, args.out)
-    print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
-    return 0
+    parser = ArgumentParser(
+        prog="python -m course.authoring.make_course_references",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("--out", type=nonempty_path, default=COURSE_DATA, help="the file to write")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out that this script did not write",
+    )
+
+    def body() -> None:
+        args = parser.parse_args(argv)
+        check_out(args.out, args.overwrite)
+        data = make()
+        atomic_write(args.out, lambda stream: torch.save(data, stream))
+        print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
+
+    return run_command(body, "--out is as it was")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,20 +158,95 @@ def record_grading(args) -> None:
     atomic_write_text(args.out.with_name(args.out.stem + GRADED), json.dumps(said, indent=2) + "\n")
 
 
-def write_grades(rows: list[Graded], exercises: list[str], out: Path) -> None:
-    """The CSV, every text cell inert (``course/grading/inert.py``); a withheld exercise says so."""
+def header(exercises: list[str]) -> list[str]:
+    """The first row of the grader's CSV."""
+    return ["student", "status", "total", *exercises, "notes"]
+
+
+def row_cells(row: Graded, exercises: list[str]) -> list[str]:
+    """One student's row of the CSV, every text cell inert (``course/grading/inert.py``)."""
+    points = ["withheld" if e in row.withheld else f"{row.points.get(e, 0.0):g}" for e in exercises]
+    total = f"{sum(row.points.values()):g}"
+    notes = csv_cell("; ".join(row.notes))
+    return [csv_cell(row.student), csv_cell(row.status), total, *points, notes]
+
+
+def write_grades(
+    rows: list[Graded], exercises: list[str], out: Path, kept: Sequence[list[str]] = ()
+) -> None:
+    """The CSV, written whole and atomically (a temporary file beside it, then a rename): the
+    ``kept`` rows of an earlier grading, each replaced by its student's new row where there is
+    one, then the new rows of the others; a withheld exercise says so."""
+    new = {cells[0]: cells for cells in (row_cells(row, exercises) for row in rows)}
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(["student", "status", "total", *exercises, "notes"])
-    for row in rows:
-        points = [
-            "withheld" if e in row.withheld else f"{row.points.get(e, 0.0):g}" for e in exercises
-        ]
-        total = f"{sum(row.points.values()):g}"
-        notes = "; ".join(row.notes)
-        cells = [csv_cell(row.student), csv_cell(row.status), total, *points, csv_cell(notes)]
-        writer.writerow(cells)
+    writer.writerow(header(exercises))
+    writer.writerows([new.pop(cells[0], cells) for cells in kept if cells])
+    writer.writerows(new.values())
     atomic_write_text(out, text.getvalue())
+
+
+def grades_rows(path: Path) -> list[list[str]] | None:
+    """The rows of ``path`` (its header first) where it is a CSV this grader wrote: a header
+    ``student,status,total,...,notes`` (a spreadsheet's byte-order mark allowed); else None."""
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if not rows or rows[0][:3] != ["student", "status", "total"] or rows[0][-1] != "notes":
+        return None
+    return rows
+
+
+def check_out(args) -> None:
+    """An existing --out: a CSV of this grader (its other students' rows kept when --student
+    grades some again), or replaced with --overwrite; a UsageError otherwise."""
+    args.kept = []
+    if not (args.out.exists() or args.out.is_symlink()):
+        return
+    rows = grades_rows(args.out)
+    if rows is None and not args.overwrite:
+        raise UsageError(
+            f"--out {args.out} exists and is not a grades CSV of python -m course.grading.grade; "
+            "pass --overwrite to replace it, or give another name"
+        )
+    if rows is None or not args.student:
+        return
+    if rows[0] != header(args.exercises):
+        raise UsageError(
+            f"--out {args.out}: its columns ({', '.join(rows[0][3:-1])}) are not this grader's "
+            "exercises; grade the whole class into it, or give another --out"
+        )
+    args.kept = rows[1:]
+
+
+def choose_entries(args) -> None:
+    """``args.entries``: the entries of SUBMISSIONS_DIR to grade (``--student``'s, each one
+    found there); a UsageError for an empty class or a name it does not hold."""
+    entries = list_class(args.submissions)
+    if not entries:
+        raise UsageError(
+            f"SUBMISSIONS_DIR {args.submissions}: no submissions in it (it must hold a folder "
+            "or a .zip per student)"
+        )
+    names = {entry.name for entry in entries}
+    for name in args.student:
+        if name in names:
+            continue
+        said = f"--student {shlex.quote(name)}"
+        if not name.strip():
+            raise UsageError(
+                f"{said}: an empty name; give a student's name as SUBMISSIONS_DIR has it"
+            )
+        if name.lower().endswith(".zip") and name[:-4] in names:
+            raise UsageError(f"{said}: a zip's file name; give the student's name, {name[:-4]}")
+        some = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        raise UsageError(
+            f"{said}: no submission of that name in SUBMISSIONS_DIR {args.submissions} "
+            f"(it holds {len(names)}: {some})"
+        )
+    args.entries = [e for e in entries if not args.student or e.name in args.student]
 
 
 def within(path: Path, folder: Path) -> bool:
@@ -189,7 +265,8 @@ def writable_folder(folder: Path, flag: str) -> None:
 
 
 def check_paths(args) -> None:
-    """--out and its results folder: a file path, writable, outside SUBMISSIONS_DIR."""
+    """--out and its results folder: a file path, writable, outside SUBMISSIONS_DIR, never over
+    a file of the user's (``check_out``); the students to grade (``choose_entries``)."""
     if args.out.is_dir():
         raise UsageError(f"--out {args.out}: a folder; give the CSV file to write")
     if not args.out.parent.is_dir():
@@ -202,6 +279,8 @@ def check_paths(args) -> None:
             )
     if args.results.exists() and not args.results.is_dir():
         raise UsageError(f"--out's results folder {args.results}: a file is in the way")
+    check_out(args)
+    choose_entries(args)
     writable_folder(args.out.parent, "--out")
     args.results.mkdir(exist_ok=True)
     writable_folder(args.results, "--out's results folder")
@@ -242,6 +321,11 @@ def build_parser() -> ArgumentParser:
         help="grade only this entry of SUBMISSIONS_DIR (repeatable): to grade some again",
     )
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out that is not a grades CSV of this grader",
+    )
+    p.add_argument(
         "--hide",
         metavar="FOLDER",
         action="append",
@@ -272,7 +356,7 @@ def set_up(argv: list[str] | None) -> object:
     for folder in args.hide:
         if not folder.is_dir():
             raise UsageError(f"--hide {folder}: not a folder")
-    exercises = sorted({e for c in CHECKS for e in c.exercises})
+    exercises = args.exercises = sorted({e for c in CHECKS for e in c.exercises})
     try:
         args.points_table = read_points(args.points, exercises)
     except ValueError as err:
@@ -297,7 +381,6 @@ def set_up(argv: list[str] | None) -> object:
             sandbox.UserIds()
         except sandbox.NoUserId as err:
             raise UsageError(f"the runners cannot have user ids of their own: {err}") from None
-    args.exercises = exercises
     args.ctx = Context(None, REFERENCE)
     mine = [PROJECT_ROOT, args.submissions, args.out.parent, args.points.parent, *args.hide]
     if args.level == sandbox.OWN_USER:
@@ -309,7 +392,7 @@ def set_up(argv: list[str] | None) -> object:
 
 def runnable_by_others(private: list[Path]) -> None:
     """Without namespaces the runners, users of their own, must reach Python and its packages;
-    without Landlock they could also read every file other users may (said, not refused)."""
+    without Landlock they could also read every file other users may: refused (fail closed)."""
     closed = sandbox.python_closed_to_runners(private)
     if closed is not None:
         raise UsageError(
@@ -318,10 +401,10 @@ def runnable_by_others(private: list[Path]) -> None:
             "every user can reach (a venv outside /root, the system's)"
         )
     if landlock.abi() < 1:
-        print(
-            "warning: no namespaces and no Landlock here: each runner is a user of its own, but "
-            "can read every file that every user may read",
-            file=sys.stderr,
+        raise UsageError(
+            "no namespaces and no Landlock here: a runner, a user of its own, could read every "
+            "file every user may read; grade where either works, or pass --trusted to run the "
+            "submissions uncontained"
         )
 
 
@@ -348,7 +431,7 @@ class Class:
     def add(self, index: int, row: Graded) -> None:
         with self.lock:
             self.rows[index] = row
-            write_grades(self.done(), self.args.exercises, self.args.out)
+            write_grades(self.done(), self.args.exercises, self.args.out, self.args.kept)
 
     def done(self) -> list[Graded]:
         return [row for row in self.rows if row is not None]
@@ -357,9 +440,7 @@ class Class:
 def grade(args) -> list[Graded]:
     """Every submission, ``--jobs`` at once, each read only when it is graded; a progress bar
     over the class; the CSV rewritten after each."""
-    entries = list_class(args.submissions)
-    if args.student:
-        entries = [e for e in entries if e.name in args.student]
+    entries = args.entries
     if args.level is None:
         print("warning: --trusted: submissions run uncontained", file=sys.stderr)
     pristine, wanted = pristine_tree(), exercise_files()
@@ -381,7 +462,7 @@ def grade(args) -> list[Graded]:
             raise
         finally:
             bar.close()
-    write_grades(graded.done(), args.exercises, args.out)
+    write_grades(graded.done(), args.exercises, args.out, args.kept)
     return graded.done()
 
 
@@ -394,7 +475,7 @@ def refusal_of_faults(rows: list[Graded], args) -> str:
     return (
         f"grader fault for {len(faulted)} student(s) ({', '.join(faulted)}): their withheld "
         f"checks are not scored; grade them again with: python -m course.grading.grade "
-        f"{shlex.quote(str(args.submissions))} --out OTHER.csv {again}"
+        f"{shlex.quote(str(args.submissions))} --out {shlex.quote(str(args.out))} {again}"
     )
 
 

@@ -182,8 +182,11 @@ def refuse_collisions(entries: list[Entry]) -> None:
 
 
 def read_folder(root: Path, wanted: list[str]) -> tuple[dict[str, bytes], list[str]]:
-    """The wanted files of a folder, and notes; a Refused for what stops it."""
-    found, notes = walk(root, {Path(rel).name for rel in wanted})
+    """The wanted files of a folder, and notes; a Refused for what stops it (a folder holding no
+    exercise file but a zip: the student's own, to be unpacked)."""
+    found, notes, zips = walk(root, {Path(rel).name for rel in wanted})
+    if not found and zips:
+        raise Refused(f"no exercise files found, but a zip: {quoted(zips[0])}; unpack it")
     chosen, ambiguous = choose(wanted, found)
     files: dict[str, bytes] = {}
     for rel, at in chosen.items():
@@ -192,11 +195,12 @@ def read_folder(root: Path, wanted: list[str]) -> tuple[dict[str, bytes], list[s
     return files, notes + ambiguous
 
 
-def walk(root: Path, names: set[str]) -> tuple[list[str], list[str]]:
+def walk(root: Path, names: set[str]) -> tuple[list[str], list[str], list[str]]:
     """The relative paths of every non-folder under ``root`` named one of ``names``, never
-    through a link nor into SKIPPED, and a note where a folder could not be listed; a Refused
-    past ENTRIES names."""
+    through a link nor into SKIPPED, a note where a folder could not be listed, and the paths of
+    the zips; a Refused past ENTRIES names."""
     found: list[str] = []
+    zips: list[str] = []
     failed: list[str] = []
     pending, seen = [""], 0
     while pending:
@@ -213,12 +217,14 @@ def walk(root: Path, names: set[str]) -> tuple[list[str], list[str]]:
                             pending.append(path)
                     elif item.name in names:
                         found.append(path)
+                    elif item.name.lower().endswith(".zip"):
+                        zips.append(path)
         except OSError as err:
             if not rel:
                 raise
             failed.append(f"{quoted(rel)} ({error_text(err)})")
     notes = [f"{len(failed)} folder(s) in it not readable, first {failed[0]}"] if failed else []
-    return found, notes
+    return found, notes, sorted(zips)
 
 
 def choose(wanted: list[str], found: list[str]) -> tuple[dict[str, int], list[str]]:

@@ -5,8 +5,8 @@
 SUBMISSIONS_DIR holds a folder per student with the driver's ``sst-test-output.csv``,
 ``para-test-output.csv`` and ``sts-test-output.csv``; LABELS_DIR the course's test files with
 their labels (course/grading/predictions.py says which names). Writes the ranked CSV, ``board.html``
-beside it (one offline page) and ``results/<student>.json`` beside it (Gradescope's format:
-scores only, never a label). A bad file scores its task 0 and says why on the student's row; the
+(one offline page) and ``board-results/<student>.json`` (Gradescope's format: scores only, never a
+label) beside it. A bad file scores its task 0 and says why on the student's row; the
 other tasks still count. The scores are the project's own metrics (``Task.metric``, what the
 driver's evaluation uses, and ``tasks.metrics.overall_score``). Only data is read from a
 submission: nothing of it runs.
@@ -29,6 +29,7 @@ from course.grading.predictions import (
     Labels,
     LabelsError,
     floor,
+    prediction_file,
     read_labels,
     score_folder,
 )
@@ -78,14 +79,32 @@ def score_student(student: str, entry: Path, labels: dict[str, Labels]) -> Stand
     """The standing of one entry of SUBMISSIONS_DIR (a folder, else every task at its floor)."""
     if entry.is_symlink() or not entry.is_dir():
         kind = "a symbolic link" if entry.is_symlink() else "a file"
+        if kind == "a file" and entry.name.lower().endswith(".zip"):
+            kind = f"{student}: a zip; unpack it into a folder of its own"
         standing = Standing(student, {t: floor(own.task) for t, own in labels.items()})
         standing.problems = [f"not a student folder ({kind}); every task scores 0"]
     else:
         scores = score_folder(entry, labels)
         standing = Standing(student, {t: s.metric for t, s in scores.items()})
         standing.problems = [s.problem for s in scores.values() if s.problem]
+        standing.problems = zip_instead(entry, scores) or standing.problems
     standing.overall = overall_score(standing.metrics)
     return standing
+
+
+def zip_instead(folder: Path, scores: dict) -> list[str]:
+    """The problem of a folder holding no prediction file but a zip (the student's own, not
+    unpacked), naming the zip; [] otherwise."""
+    if any(not s.problem.startswith(f"{prediction_file(t)}: missing;") for t, s in scores.items()):
+        return []
+    try:
+        zips = sorted(p.name for p in folder.iterdir() if p.name.lower().endswith(".zip"))
+    except OSError:
+        return []
+    if not zips:
+        return []
+    found = student_name(zips[0])
+    return [f"no prediction file, but found {found} in the folder: unpack it; every task scores 0"]
 
 
 def score_class(submissions: Path, labels: dict[str, Labels]) -> list[Standing]:
@@ -221,8 +240,8 @@ def build_parser() -> ArgumentParser:
         "--out",
         type=nonempty_path,
         required=True,
-        help="the ranked CSV to write; beside it <stem>.html, the page, and results/, a "
-        "Gradescope results JSON per student",
+        help="the ranked CSV to write; beside it <stem>.html (the page) and <stem>-results/ "
+        "(Gradescope JSON)",
     )
     p.add_argument(
         "--points", default="100", help="Gradescope score of a perfect overall score (default: 100)"
@@ -230,8 +249,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an earlier board (CSV, page, results files); without it an earlier one "
-        "is refused",
+        help="replace an earlier board (CSV, page, results files; a departed student's removed)",
     )
     return p
 
@@ -282,7 +300,7 @@ def set_up(argv: list[str] | None):
     except LabelsError as err:
         raise UsageError(f"--labels {args.labels}: {err}") from None
     args.page = args.out.with_suffix(".html")
-    args.results = args.out.parent / "results"
+    args.results = args.out.parent / f"{args.out.stem}-results"
     check_outputs(args)
     return args
 
@@ -295,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         for s in standings:
             record = json.dumps(results_json(s, args.points), indent=2, ensure_ascii=False)
             atomic_write_text(args.results / f"{s.student}.json", record + "\n")
+        written = {f"{s.student}.json" for s in standings}
+        for departed in sorted(args.results.glob("*.json")):  # --overwrite: no longer in the class
+            if departed.name not in written:
+                departed.unlink()
         write_html(standings, args.label_sets, args.page)
         write_csv(standings, args.out)
         count = plural(len(standings), "student")

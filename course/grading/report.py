@@ -1,6 +1,6 @@
 """The instructor's view of a graded class: which mistakes the class made.
 
-    python -m course.grading.report grades.csv     # rebuilds class-report.html and .png beside it
+    python -m course.grading.report grades.csv     # rebuilds grades-report.html and .png beside it
 
 ``python -m course.grading.grade`` writes the same report beside its CSV. From the CSV (each
 student's points per exercise) and ``<stem>-results/`` (each check's result and the mistake the
@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,15 +73,67 @@ def provenance(grades: Path) -> str:
     return f"graded {when} at commit {commit} with points {points}"
 
 
+def read_rows(grades: Path) -> list[tuple[int, list[str]]]:
+    """The header and every row of ``grades`` with its line number; a spreadsheet's byte-order
+    mark and CRLF line ends are read as the grader's own file."""
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        with grades.open(encoding="utf-8-sig", newline="") as f:
+            reader = csv.reader(f, strict=True)
+            rows += ((reader.line_num, cells) for cells in reader)
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"{grades}: not a readable grades CSV ({err})") from None
+    except csv.Error as err:  # a quoted cell cut by the end of the file
+        raise UsageError(f"{grades}: line {reader.line_num}: not CSV ({err})") from None
+    return rows
+
+
+def points_in(grades: Path, line: int, column: str, cell: str) -> float:
+    """A cell of points: a finite number >= 0, else a UsageError naming the line and column."""
+    try:
+        value = float(cell)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(
+            f"{grades}: line {line}, column {column}: {cell!r} is not a number of points "
+            "(a finite number >= 0); correct it, or grade the class again"
+        )
+    return value
+
+
+def read_grades(grades: Path) -> list[dict[str, str]]:
+    """The students' rows of a grades CSV, each once (a row pasted twice is read once), each
+    number checked; a UsageError naming the file, the line and the column otherwise."""
+    lines = read_rows(grades)
+    columns = lines[0][1] if lines else []
+    if not {"student", "total"} <= set(columns):
+        raise UsageError(f"{grades}: not a CSV written by python -m course.grading.grade")
+    rows: dict[str, tuple[int, list[str]]] = {}
+    for line, cells in lines[1:]:
+        if not any(cell.strip() for cell in cells):
+            continue  # a blank line
+        if len(cells) != len(columns):
+            how = "cut short" if len(cells) < len(columns) else "longer than its header"
+            raise UsageError(f"{grades}: line {line}: {how} ({len(cells)} of {len(columns)} cells)")
+        row = dict(zip(columns, cells, strict=True))
+        for column in ("total", *(c for c in columns[3:-1] if row[c] not in ("", "withheld"))):
+            points_in(grades, line, column, row[column])
+        first = rows.setdefault(row["student"], (line, cells))
+        if first[1] != cells:
+            raise UsageError(
+                f"{grades}: line {line}: {row['student']} again (first on line {first[0]}) with "
+                "other cells; keep one of the two rows"
+            )
+    if not rows:
+        raise UsageError(f"{grades}: no student's row in it")
+    return [dict(zip(columns, cells, strict=True)) for _, cells in rows.values()]
+
+
 def summarise(grades: Path, points: dict[str, float]) -> Summary:
     """The class as ``course.grading.grade`` left it: ``grades`` (its CSV) and its results
     folder."""
-    try:
-        rows = list(csv.DictReader(grades.open(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise UsageError(f"{grades}: not a readable grades CSV ({err})") from None
-    if not rows or not {"student", "total"} <= set(rows[0]):
-        raise UsageError(f"{grades}: not a CSV written by python -m course.grading.grade")
+    rows = read_grades(grades)
     results = grades.parent / f"{grades.stem}-results"
     found = {row["student"]: graded_checks(results / f"{row['student']}.json") for row in rows}
     graded = {e for tests in found.values() for test in tests for e in exercise_of(test)}
@@ -96,7 +149,7 @@ def summarise(grades: Path, points: dict[str, float]) -> Summary:
         for exercise, mistake in mistakes_of(found[student]):
             if exercise in exercises:
                 exercises[exercise].mistakes.setdefault(mistake, []).append(student)
-    totals = {row["student"]: float(row["total"]) for row in rows}
+    totals = {row["student"]: float(row["total"]) for row in rows}  # checked: finite, >= 0
     full_marks = sum(e.points for e in exercises.values())
     exercises_seen = list(exercises.values())
     return Summary(list(totals), totals, full_marks, exercises_seen, provenance(grades))
@@ -117,13 +170,25 @@ def place(exercise: Exercise, student: str, cell: str) -> None:
 
 
 def graded_checks(results: Path) -> list[dict]:
-    """The tests of a student's results.json; [] where it is missing or unreadable (a row
-    refused before grading)."""
+    """The tests of a student's results.json; [] where it is missing (a row refused before
+    grading); a UsageError naming it where it is not the grader's (edited by hand)."""
     try:
-        tests = json.loads(results.read_text(encoding="utf-8")).get("tests", [])
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        said = json.loads(results.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return []
-    return [t for t in tests if isinstance(t, dict)]
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"{results}: not readable ({err})") from None
+    except ValueError as err:
+        raise UsageError(f"{results}: not JSON ({err}); grade the student again") from None
+    tests = said.get("tests", []) if isinstance(said, dict) else None
+    if not isinstance(tests, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("extra_data") or {}, dict) for t in tests
+    ):
+        raise UsageError(
+            f"{results}: not a results object of the grader (an object whose tests are "
+            "objects); grade the student again"
+        )
+    return tests
 
 
 def exercise_of(test: dict) -> list[str]:
@@ -137,7 +202,8 @@ def mistakes_of(tests: list[dict]) -> list[tuple[str, str]]:
     found = []
     for test in tests:
         extra = test.get("extra_data") or {}
-        said = extra.get("diagnosis") or KINDS.get(extra.get("result"), "")
+        said = extra.get("diagnosis") or KINDS.get(str(extra.get("result")), "")
+        said = said if isinstance(said, str) else ""
         if extra.get("uncompiled"):
             said = UNCOMPILED
         elif extra.get("timed_out"):
@@ -235,10 +301,18 @@ def write_png(summary: Summary, path: Path) -> None:
     plt.close(figure)
 
 
+def report_paths(grades: Path) -> tuple[Path, Path]:
+    """The page and the picture of the class of ``grades``: ``<stem>-report.html`` and
+    ``.png`` beside it (two classes graded into one folder keep both)."""
+    return grades.with_name(f"{grades.stem}-report.html"), grades.with_name(
+        f"{grades.stem}-report.png"
+    )
+
+
 def write_report(grades: Path, points: dict[str, float]) -> tuple[Path, Path]:
-    """class-report.html and class-report.png beside ``grades``."""
+    """The page and the picture (``report_paths``) of the class of ``grades``."""
     summary = summarise(grades, points)
-    page, picture = grades.with_name("class-report.html"), grades.with_name("class-report.png")
+    page, picture = report_paths(grades)
     atomic_write_text(page, html_page(summary))
     write_png(summary, picture)
     return page, picture

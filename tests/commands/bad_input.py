@@ -33,7 +33,7 @@ import pretrain_mlm
 import sanity_check
 import train_multitask
 from course.authoring import scaffold
-from course.grading import autograder
+from course.grading import autograder, grade, report
 from multitask import fusion_weights
 from tests.helpers import run_driver, short_run
 
@@ -51,6 +51,14 @@ def suite_runner(argv: list[str]) -> int:
     return multitask_runs.main(argv)
 
 
+def references(argv: list[str]) -> int:
+    """course/authoring/make_course_references.py's ``main``, imported when a case runs it (the
+    student tree has no such file)."""
+    from course.authoring import make_course_references
+
+    return make_course_references.main(argv)
+
+
 # Each command's ``main(argv)``, by the name a case gives it.
 COMMANDS = {
     "predict": multitask.predict.main,
@@ -63,6 +71,9 @@ COMMANDS = {
     "runner": suite_runner,
     "weights": fusion_weights.main,
     "gradescope": autograder.main,  # the zip: python -m course.grading.autograder
+    "grade": grade.main,  # python -m course.grading.grade
+    "report": report.main,  # python -m course.grading.report
+    "references": references,  # python -m course.authoring.make_course_references
 }
 
 

@@ -30,6 +30,7 @@ from tests.helpers import driver_argv
 RUNS = ("run",)
 TABLES = (
     "attention",
+    "course",
     "export",
     "fusion_weights",
     "gradescope",

@@ -428,6 +428,15 @@ def test_total_bytes_capped(tmp_path: Path) -> None:
     assert entry.read(wanted[:8]).files == {rel: b"#" * MEMBER_BYTES for rel in wanted[:8]}
 
 
+def test_a_folder_holding_the_students_zip_names_it(tmp_path: Path) -> None:
+    """A folder with no exercise files but the student's own zip: the problem says to unpack it."""
+    (tmp_path / "class" / "carol" / "work").mkdir(parents=True)
+    write_zip(tmp_path / "class" / "carol" / "work" / "carol.zip", HONEST)
+    [entry] = list_class(tmp_path / "class")
+    problem = entry.read(WANTED).problem
+    assert problem == "no exercise files found, but a zip: work/carol.zip; unpack it", problem
+
+
 def test_long_names_shortened(tmp_path: Path) -> None:
     folder = tmp_path / "class"
     honest_folder(Path(os.fsdecode(os.path.join(os.fsencode(folder), b"\xff" * 250))))

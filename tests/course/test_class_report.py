@@ -98,12 +98,12 @@ def test_the_notes_say_each_named_mistake(graded):
 
 
 def test_the_page_names_the_mistakes_escaped_and_is_rebuilt_the_same(graded):
-    page = graded.with_name("class-report.html")
+    page = graded.with_name("grades-report.html")
     text = page.read_text(encoding="utf-8")
     assert f"{ENDS_AT_ZERO}: 1</summary>bob</details>" in text
     assert f"{NOT_NORMALISED}: 1</summary>carol</details>" in text
     assert "<img" not in text and "frank&lt;img src=x onerror=alert(1)&gt;" in text
-    assert graded.with_name("class-report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert graded.with_name("grades-report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     first = page.read_bytes()
     page.unlink()
     assert report.main([str(graded)]) == 0
@@ -114,7 +114,7 @@ def test_the_page_names_the_mistakes_escaped_and_is_rebuilt_the_same(graded):
 def test_a_browser_renders_the_page(graded, tmp_path):
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
     flags += ["--disable-background-networking", f"--user-data-dir={tmp_path}"]
-    page = graded.with_name("class-report.html").as_uri()
+    page = graded.with_name("grades-report.html").as_uri()
     done = subprocess.run(
         ["chromium", *flags, "--dump-dom", page], capture_output=True, text=True, timeout=120
     )

@@ -170,7 +170,7 @@ def test_the_board_is_ranked_by_overall_score(course, board):
 
 
 def test_each_student_gets_gradescope_results_with_a_leaderboard_and_no_labels(board):
-    results = board["out"].parent / "results"
+    results = board["out"].parent / "board-results"
     assert sorted(p.name for p in results.iterdir()) == ["ada.json", "bob.json", "cy.json"]
     for student, row in board["rows"].items():
         record = json.loads((results / f"{student}.json").read_text(encoding="utf-8"))
@@ -358,6 +358,40 @@ def test_an_earlier_board_is_replaced_only_with_overwrite(course, board, tmp_pat
     assert read_board(out) == board["rows"]
 
 
+def test_overwrite_removes_the_results_of_a_student_no_longer_in_the_class(course, tmp_path):
+    """Two boards in one folder keep their own results; --overwrite drops a departed student's."""
+    ada = own_files(course)
+    folder = tmp_path / "class"
+    write_student(folder / "ada", ada)
+    write_student(folder / "bob", ada)
+    labels = ["--labels", str(course["labels"])]
+    for stem in ("morning", "evening"):
+        assert main([str(folder), *labels, "--out", str(tmp_path / f"{stem}.csv")]) == 0
+    shutil.rmtree(folder / "bob")
+    assert main([str(folder), *labels, "--out", str(tmp_path / "morning.csv"), "--overwrite"]) == 0
+    assert sorted(p.name for p in (tmp_path / "morning-results").iterdir()) == ["ada.json"]
+    assert sorted(p.name for p in (tmp_path / "evening-results").iterdir()) == [
+        "ada.json",
+        "bob.json",
+    ]
+    assert (tmp_path / "morning.html").is_file() and (tmp_path / "evening.html").is_file()
+
+
+def test_a_zip_in_place_of_a_folder_is_named(course, tmp_path):
+    """A student's zip, given as their entry or inside their folder: the row names the zip."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    with zipfile.ZipFile(folder / "carol.zip", "w") as archive:
+        for name, data in own_files(course).items():
+            archive.writestr(name, data)
+    write_student(folder / "dan", {"dan.zip": (folder / "carol.zip").read_bytes()})
+    out = tmp_path / "board.csv"
+    assert main([str(folder), "--labels", str(course["labels"]), "--out", str(out)]) == 0
+    rows = read_board(out)
+    assert "carol.zip: a zip; unpack it" in rows["carol.zip"]["problems"], rows
+    assert "found dan.zip in the folder: unpack it" in rows["dan"]["problems"], rows
+
+
 def test_student_text_is_escaped_in_the_page_and_inert_in_the_csv(course, tmp_path):
     folder = tmp_path / "class"
     ada = own_files(course)
@@ -374,7 +408,7 @@ def test_student_text_is_escaped_in_the_page_and_inert_in_the_csv(course, tmp_pa
     assert "&lt;b&gt;3&lt;/b&gt;" in page
     rows = read_board(out)
     assert "'=HYPERLINK(1)" in rows
-    assert (out.parent / "results" / "=HYPERLINK(1).json").is_file()
+    assert (out.parent / "board-results" / "=HYPERLINK(1).json").is_file()
 
 
 def test_help_explains_every_option(capsys):
@@ -384,7 +418,7 @@ def test_help_explains_every_option(capsys):
     shown = capsys.readouterr().out
     for option in ("SUBMISSIONS_DIR", "--labels", "--out", "--points", "--overwrite"):
         assert option in shown
-    assert "results/" in shown and ".html" in shown
+    assert "<stem>-results/" in shown and ".html" in shown
 
 
 def test_one_upload_is_scored_for_gradescope(course, tmp_path):
