@@ -299,11 +299,22 @@ def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
     return result
 
 
+MESSAGE_CHARS = 4000  # the most of a raised message (or a compile error) a result keeps
+
+
+def cut(message: str, limit: int = MESSAGE_CHARS) -> str:
+    """``message`` in at most ``limit`` characters and a note saying how many more there were:
+    a submission's exception text never makes a results file or a report large."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... (cut: {len(message) - limit} more characters)"
+
+
 def _judged(check: Check, ctx: Context, computed: dict) -> Result:
     if "error" in computed:
         status = NOT_IMPLEMENTED if computed.get("not_implemented") is True else FAIL
-        uncompiled = str(computed.get("uncompiled") or "")
-        error = str(computed["error"])
+        uncompiled = cut(str(computed.get("uncompiled") or ""))
+        error = cut(str(computed["error"]))
         named = [said for phrase, said in check.raises.items() if phrase in error]
         diagnosis = "" if uncompiled or not named else named[0]
         return Result(check, status, None, error, diagnosis, uncompiled)
@@ -327,8 +338,8 @@ def _judged(check: Check, ctx: Context, computed: dict) -> Result:
     diff = measurement.max_abs_diff
     passed = diff <= check.tolerance  # NaN compares false: fails
     if passed and isinstance(gradient, dict) and gradient.get("problem") is not None:
-        cut = observed(gradient, check.seen)
-        return Result(check, FAIL, diff, cut.hint, diagnose(cut, check.tolerance))
+        wrong = observed(gradient, check.seen)
+        return Result(check, FAIL, diff, wrong.hint, diagnose(wrong, check.tolerance))
     if passed:
         return Result(check, PASS, diff)
     return Result(check, FAIL, diff, measurement.hint, diagnose(measurement, check.tolerance))

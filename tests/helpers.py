@@ -107,6 +107,67 @@ def still_there(find: Callable[[], list[int]], seconds: float = 30.0) -> list[in
     return found
 
 
+def runners_left(before: set[int], seconds: float = 30.0) -> list[str]:
+    """The processes of a runner user id that were not there in ``before`` (taken before the
+    grading began) and are still alive ``seconds`` later, each with its state and command line:
+    what this grading left behind, never another test's leftovers."""
+    from course.grading import sandbox
+
+    left = still_there(lambda: sorted(set(sandbox.processes_of(sandbox.RUNNER_UIDS)) - before))
+    return [f"{pid} {_described(pid)}" for pid in left]
+
+
+def runner_processes() -> set[int]:
+    """The live processes of a runner user id now (for ``runners_left``)."""
+    from course.grading import sandbox
+
+    return set(sandbox.processes_of(sandbox.RUNNER_UIDS))
+
+
+def _described(pid: int) -> str:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (OSError, IndexError):
+        return "(gone)"
+    return f"state {state}: {command[:200]}"
+
+
+# The project's own rules, run in a copy a recipe changed: help texts, one home per text, the
+# structure's caps (but its two tests that start interpreters and train: they check no rule a
+# recipe's text could break that the others miss, and take half a minute).
+RULE_TESTS = (
+    "tests/commands/test_help_texts.py",
+    "tests/structure/test_one_home.py",
+    "tests/structure/test_structure.py",
+)
+SLOW_RULE_TESTS = "not fresh_interpreter and not one_training_step"
+
+
+def rules_hold_in(folder: Path) -> None:
+    """``ruff`` (check and format) and the project's rule tests pass in ``folder``, a copy of the
+    code that a recipe was followed in: each tracked file the copy lacks is copied in first, so
+    the rules see the whole project with the recipe's change."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    for rel in filter(None, tracked):
+        source, target = ROOT / rel, folder / rel
+        if source.is_file() and not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    for ruff in (["check", "--quiet", "."], ["format", "--check", "--quiet", "."]):
+        done = subprocess.run(
+            [sys.executable, "-m", "ruff", *ruff], cwd=folder, capture_output=True
+        )
+        assert done.returncode == 0, (ruff, done.stdout.decode()[-3000:])
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"]
+    done = subprocess.run(
+        [*pytest, "-k", SLOW_RULE_TESTS, *RULE_TESTS], cwd=folder, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-4000:]
+
+
 def copy_of_the_code(folder: Path, names: tuple[str, ...]) -> Path:
     """``folder`` holding a copy of the project's files and folders ``names`` (bytecode left
     behind), for a test that changes code: the repository itself is never written."""

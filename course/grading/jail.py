@@ -21,6 +21,7 @@ TREE = "/tmp/submission"  # where the runner sees its copy of the tree
 ROOT_BYTES = 512 * 2**20  # the new root's file system: what the runner writes there is bounded
 BUILD_AT = "/tmp"  # a folder every machine has; the new root is mounted over it, in here only
 DEVICES = ("null", "zero", "urandom", "random")
+OWN_CPU_LIMIT = 125  # the jail's exit code: the runner was killed at a CPU limit it set itself
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -161,17 +162,53 @@ def main() -> None:
     for it, and end as it ended."""
     settings = json.loads(sys.argv[1])
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # ends with the grader
+    go_on, go = os.pipe()  # the child waits until its /proc folder is open here
     child = os.fork()
     if child == 0:
         try:
+            os.close(go)
+            os.read(go_on, 1)
             become_runner(settings)
         finally:  # exec did not happen: say why, in the runner's log
             import traceback
 
             traceback.print_exc()
             os._exit(1)
-    _, status = os.waitpid(child, 0)
+    folder = os.open(f"/proc/{child}", os.O_RDONLY | os.O_DIRECTORY)  # before its root changes
+    os.write(go, b"1")
+    os.close(go)
+    limit = own_cpu_limit(child, folder)
+    _, status, usage = os.wait4(child, 0)
+    if cut_by_own_cpu_limit(status, usage, limit):
+        print(f"the runner was killed after lowering its own CPU limit to {limit} s", flush=True)
+        os._exit(OWN_CPU_LIMIT)
     end_as(status)
+
+
+def own_cpu_limit(child: int, folder: int) -> int | None:
+    """The hard CPU limit (seconds) the runner ended with, None if unlimited: read from its
+    ``/proc`` folder (``folder``, opened before its root changed) once it has ended but before it
+    is reaped (the kernel keeps a zombie's limits until then). prlimit() would need
+    CAP_SYS_RESOURCE, which a container's root often lacks."""
+    os.waitid(os.P_PID, child, os.WEXITED | os.WNOWAIT)
+    try:
+        fd = os.open("limits", os.O_RDONLY, dir_fd=folder)
+        with open(fd, encoding="ascii") as limits:
+            lines = [line.split() for line in limits if line.startswith("Max cpu time")]
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
+    hard = lines[0][4] if lines else "unlimited"
+    return int(hard) if hard.isdigit() else None
+
+
+def cut_by_own_cpu_limit(status: int, usage, limit: int | None) -> bool:
+    """The runner was killed by the kernel at the CPU limit it set itself (the jail sets none):
+    SIGKILL once its CPU time reached the hard limit. The submission's doing, never the grader's."""
+    if limit is None or not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL:
+        return False
+    return usage.ru_utime + usage.ru_stime >= 0.8 * limit  # what rusage counts falls short
 
 
 if __name__ == "__main__":

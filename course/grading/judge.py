@@ -6,7 +6,9 @@ sends is data (``course/wire.py``), and a pass needs the outputs, which the seal
 check has its own time limit and the student a budget for all of them; a runner that hangs or
 dies costs that check alone. A fault of the grader is never the student's zero: a runner that
 does not start, or that is killed by a signal nobody in its own tree could send, is tried again
-(``TRIES`` in all), then the check is ``WITHHELD`` and ``Verdict.faults`` says why.
+(``TRIES`` in all), then the check is ``WITHHELD`` and ``Verdict.faults`` says why; unless the
+runner ended the same way in the check on every try (the kernel at a limit the submission set,
+or for its memory): an end that repeats is the submission's, and scored.
 
 Design notes: docs/design/course.md.
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from course import wire
 from course.grading import sandbox
+from course.grading.jail import OWN_CPU_LIMIT
 from course.registry import FAIL, WITHHELD, Check, Context, Result, judge_check
 
 READY_SECONDS = 120.0  # a runner's start: Python, torch and the checks imported
@@ -60,9 +63,10 @@ class RunnerFailed(Exception):
     """The runner did not answer a check (timed out, ended, or answered garbage).
     ``grader_fault``: it was lost through no doing of the submission's."""
 
-    def __init__(self, said: str, grader_fault: bool = False) -> None:
+    def __init__(self, said: str, grader_fault: bool = False, in_its_check: bool = False) -> None:
         super().__init__(said)
         self.grader_fault = grader_fault
+        self.in_its_check = in_its_check  # it ended while running the submission's code
 
 
 def ask(runner: sandbox.Runner, name: str, seconds: float) -> dict:
@@ -74,7 +78,7 @@ def ask(runner: sandbox.Runner, name: str, seconds: float) -> dict:
     except TimeoutError:
         raise RunnerFailed(f"timed out after {seconds:g} s") from None
     except (EOFError, BrokenPipeError):
-        raise RunnerFailed(ended(runner), runner.ended_from_outside()) from None
+        raise RunnerFailed(ended(runner), runner.ended_from_outside(), True) from None
     except wire.WireError as err:
         raise RunnerFailed(f"the runner's answer was not a message ({err})") from None
     if not isinstance(answer, dict):
@@ -94,6 +98,8 @@ def ended(runner: sandbox.Runner) -> str:
         return f"the runner was stopped: {runner.watch.broke}"
     if runner.ended_from_outside():
         return f"the runner was killed from outside its sandbox (signal {-code})"
+    if code == OWN_CPU_LIMIT and runner.level in (sandbox.ROOT, sandbox.USER_NAMESPACE):
+        return "the runner was killed by SIGKILL after lowering its own CPU limit"
     if code < 0:
         return f"the runner was killed (signal {-code})"
     return f"the runner exited with code {code}"
@@ -156,9 +162,12 @@ def judge_one(check: Check, session: Session, ctx: Context, seconds: float) -> R
         except RunnerFailed as err:
             if not err.grader_fault:
                 return Result(check, FAIL, None, f"{err} in {check.name}")
-            lost.append(str(err))
+            lost.append(err)
             continue
         return judge_check(check, ctx, computed)
+    if all(err.in_its_check for err in lost) and len({str(err) for err in lost}) == 1:
+        said = f"{lost[0]} on each of {TRIES} tries: an end that repeats is the submission's"
+        return Result(check, FAIL, None, f"{said} (a limit it set, or memory) in {check.name}")
     said = f"grader fault: {lost[-1]} ({TRIES} tries); withheld, not scored"
     return Result(check, WITHHELD, None, said)
 

@@ -272,13 +272,16 @@ class Output:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.kept = bytearray()
+        self.dropped = 0  # bytes read past the limit, said at the end of ``text``
         self.lock = threading.Lock()
 
     def drain(self, stream) -> threading.Thread:
         def run() -> None:
             while chunk := stream.read1(65536):
                 with self.lock:
-                    self.kept += chunk[: max(self.limit - len(self.kept), 0)]
+                    room = max(self.limit - len(self.kept), 0)
+                    self.kept += chunk[:room]
+                    self.dropped += max(len(chunk) - room, 0)
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
@@ -286,7 +289,10 @@ class Output:
 
     def text(self) -> str:
         with self.lock:
-            return self.kept.decode("utf-8", errors="replace")
+            kept = self.kept.decode("utf-8", errors="replace")
+            if self.dropped:
+                kept += f"\n(cut: {self.dropped} more bytes printed past the first {self.limit})\n"
+            return kept
 
 
 @dataclass

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from course.grading import autograder, sandbox
+from course.grading import autograder
 from tests.course.containment import NAMESPACE_LEVELS, contained, own_user_level
-from tests.helpers import processes_with, still_there
+from tests.helpers import processes_with, runner_processes, runners_left
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
@@ -174,6 +174,13 @@ attempt(lambda: os.write(answers, (10).to_bytes(8, "big") + b'{"ready":1'))
     "exits": "os._exit(1)",
     "crashes": "ctypes.string_at(0)",
     "kills-itself": "os.kill(os.getpid(), signal.SIGKILL)",
+    "raises-a-huge-message": "raise RuntimeError('x' * (12 * 2**20))",
+    "limits-its-own-cpu": """
+import resource
+resource.setrlimit(resource.RLIMIT_CPU, (1, 1))
+while True:
+    pass
+""",
     "reads-the-machine": """
 for path in ("/etc/shadow", "/etc/passwd", "/proc/1/environ", "~root/.bash_history"):
     path = os.path.expanduser(path)
@@ -255,6 +262,7 @@ def grade_hostile_class(
     before = {"project": digest(project, SKIPPED), "subs": digest(subs), "hooks": digest(hooks)}
     decoy_bytes = decoy.read_bytes()
     command = [python, "-m", "course.grading.grade", str(subs), "--out", str(out), "--jobs", "2"]
+    runners_before = runner_processes()
     done = subprocess.run(
         [*command, *CHECKS], cwd=project, env=env, capture_output=True, text=True, timeout=1500
     )
@@ -267,7 +275,7 @@ def grade_hostile_class(
     assert decoy.read_bytes() == decoy_bytes
     assert planted() == []
     assert processes_with(MARK) == []
-    assert still_there(lambda: sandbox.processes_of(sandbox.RUNNER_UIDS)) == []
+    assert runners_left(runners_before) == []
     rows = {r["student"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
     assert set(rows) == {"alice", *ATTACKS}
     assert (rows["alice"]["adamw"], rows["alice"]["sampler"]) == ("10", "5")
@@ -275,11 +283,14 @@ def grade_hostile_class(
     scored = {name: (rows[name]["adamw"], rows[name]["sampler"]) for name in ATTACKS}
     assert scored == {name: ("0", "5") for name in ATTACKS}
     for name in ATTACKS:
+        assert (results / f"{name}.json").stat().st_size < 2**20, name  # every message cut
         log = (results / f"{name}.log").read_text(errors="replace")
         assert SECRET not in log, name
         assert "connected" not in log and "attached" not in log, name
         assert "/etc/shadow" not in log, name
         assert "grader fault" not in rows[name]["status"], (name, rows[name]["status"])
+    own_limit = rows["limits-its-own-cpu"]["notes"]  # the reason, where the jail can see it
+    assert "after lowering its own CPU limit" in own_limit or "killed (signal 9)" in own_limit
 
 
 def leftovers():

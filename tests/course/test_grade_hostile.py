@@ -25,7 +25,7 @@ import pytest
 
 from course.grading import grade, sandbox
 from tests.course.containment import AS_ROOT, LEVEL, contained, level_offered
-from tests.helpers import processes_with, still_there
+from tests.helpers import processes_with, runner_processes, runners_left
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT, SAMPLING = "minbert/optimizer.py", "minbert/sampling.py"
@@ -163,6 +163,7 @@ def test_ctrl_c_ends_the_grader_in_one_line_and_leaves_no_runner(tmp_path):
     hang = f"import time\ntime.sleep(600)  # {MARKER}-ctrl-c\n"
     submit(subs / "dave", {OPT: hang})
     command = [sys.executable, "-m", "course.grading.grade", str(subs), "--out", str(out)]
+    runners_before = runner_processes()
     grader = subprocess.Popen(  # a terminal's Ctrl-C finds SIGINT's default handler, even
         [*command, "--only", "adamw"],  # where these tests run in a background shell
         cwd=ROOT,
@@ -180,7 +181,7 @@ def test_ctrl_c_ends_the_grader_in_one_line_and_leaves_no_runner(tmp_path):
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: interrupted")
     assert processes_with(f"{MARKER}-ctrl-c") == []
     if LEVEL == sandbox.ROOT:
-        assert still_there(lambda: sandbox.processes_of(sandbox.RUNNER_UIDS)) == []
+        assert runners_left(runners_before) == []
 
 
 CARELESS = [
@@ -326,3 +327,25 @@ def test_a_full_disk_under_out_is_one_line_naming_the_file(tmp_path, monkeypatch
         assert not [name for name in written if name.startswith(".")]  # no temporary left
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="the own-user level's runner ids are root's")
+def test_without_namespaces_or_landlock_the_grader_refuses_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """Fail closed: at the level without namespaces, where the kernel refuses Landlock, a runner
+    could read every file every user may; the grader grades nothing and names what is missing
+    and the flag that grades anyway."""
+    from course.grading import landlock
+
+    monkeypatch.setattr(sandbox, "containment", lambda: sandbox.OWN_USER)
+    monkeypatch.setattr(landlock, "abi", lambda: 0)
+    monkeypatch.setattr(grade, "must_be_private", lambda paths: None)
+    monkeypatch.setattr(sandbox, "python_closed_to_runners", lambda private: None)
+    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
+    submit(subs / "alice", {SAMPLING: solution(SAMPLING)})
+    assert grade.main([str(subs), "--out", str(out), "--only", "sampler"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no namespaces and no Landlock here")
+    assert err[0].endswith("or pass --trusted to run the submissions uncontained")
+    assert not out.exists()

@@ -4,6 +4,7 @@ named, with what it is instead of a tensor, not an error inside the grader's mes
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 import torch
 
 from course.checks import CHECKS
-from course.registry import FAIL, Context, judge_check, run_check
+from course.grading.sandbox import Output
+from course.registry import FAIL, MESSAGE_CHARS, Context, judge_check, run_check
 from sanity_check import DEFAULT_REFERENCE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,3 +85,31 @@ def test_a_fail_names_only_the_function_the_check_judges(check_name, function):
     result = run_check(broken, ctx)
     assert result.status == FAIL
     assert re.fullmatch(rf"[\w/.]+:\d+ \({function}\)", result.where), result.where
+
+
+def test_a_huge_raised_message_is_cut_with_the_cut_said():
+    """A submission's 12 MiB exception text is kept to its first MESSAGE_CHARS characters, with
+    how many more there were: a results file or a report stays small."""
+    layer = check_named("layer: BertLayer")
+    message = "x" * (12 * 2**20)
+
+    def raises(ctx):
+        raise RuntimeError(message)
+
+    result = run_check(dataclasses.replace(layer, compute=raises), Context(None, DEFAULT_REFERENCE))
+    assert result.status == FAIL
+    assert len(result.detail) < MESSAGE_CHARS + 200
+    assert result.detail.endswith(" more characters)") and "... (cut: " in result.detail
+
+
+def test_what_a_runner_prints_past_the_limit_is_dropped_and_said():
+    """The grader keeps the first ``limit`` bytes of a runner's output and says how many more
+    it read and dropped."""
+    log = Output(100)
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as stream:
+        drained = log.drain(stream)
+        os.write(write, b"y" * 1000)
+        os.close(write)
+        drained.join(timeout=10)
+    assert log.text() == "y" * 100 + "\n(cut: 900 more bytes printed past the first 100)\n"
