@@ -5,7 +5,7 @@ prediction format), one small file per task, and the registry.
     task = get_task("sst")
     examples, skipped = task.read(task.path("train", "data"), require_label=True)
 
-Registered names: "sst", "para", "sts", "cfimdb". A task file registers its one instance with
+The registered names are ``TASKS``'s keys. A task file registers its one instance with
 ``tasks.base.register``; adding a task is adding one file and naming it in ``TASK_MODULES`` below.
 How a run is built, trained and served is the package above this one, ``multitask/``.
 """
@@ -16,7 +16,7 @@ from tasks.base import TASKS, Task, get_task, register
 from tasks.reader import DataError, Example, SkippedRow, format_skip_report, read_examples
 
 # Every task's file, by module: each registers its task when imported, and the registry's order
-# is this order (cfimdb, para, sst, sts). Adding a task is adding its file and its name here.
+# is this order. Adding a task is adding its file and its name here.
 TASK_MODULES = ("tasks.cfimdb", "tasks.quora", "tasks.sst", "tasks.sts")
 for _module in TASK_MODULES:
     importlib.import_module(_module)

@@ -98,12 +98,6 @@ def remove_plugin(model: BertModel, kind: str) -> Plugin:
 
 
 def count_formula(kind: str, config: BertConfig, **options) -> int:
-    """Parameters per task of plug-in ``kind`` with ``options``, from its documented formula:
-
-    adapter  positions · ⌈L / share⌉ · (2·m·D + D + m)   (positions: 2 houlsby, 1 pfeiffer)
-    pals     2·D·s + D + s + 3·L·(s² + s)
-    lhuc     L · D
-    lora     L · Σ_targets r·(d_in + d_out)
-    layernorm  L · 2 · 2D
-    """
+    """Parameters per task of plug-in ``kind`` with ``options``, from the formula its class
+    documents in ``parameters_per_task`` (each kind's own file)."""
     return plugin_class(kind).parameters_per_task(config, **options)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import copy_of_the_code
+from tests.helpers import copy_of_the_code, rules_hold_in
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "docs" / "add-a-check.md"
@@ -66,6 +66,7 @@ def test_the_recipe_adds_a_check_that_passes_and_names_a_planted_mistake(tmp_pat
     done = run(code, sanity)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert done.stdout == said[0]
+    rules_hold_in(code)
 
     # the order of the report: the new check right after the sampler's own
     listed = run(code, "python sanity_check.py --list").stdout.splitlines()

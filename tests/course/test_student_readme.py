@@ -96,3 +96,27 @@ def test_the_first_run_trains_with_only_the_exercises_it_names(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"^step \d+ epoch 1: sst [\d.]+, para [\d.]+, sts", done.stdout, re.M)
     assert (tmp_path / "first" / "sst-dev-output.csv").is_file()
+
+
+def test_your_files_table_names_every_exercise_in_its_file() -> None:
+    """The README's "Your files" table, but its last row (the final project's files), holds each
+    file with exercise regions and the exercises in it, as the scaffold finds them; the last
+    row's files are in the student tree."""
+    text = README.read_text(encoding="utf-8")
+    part = text.split("## Your files", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:3] for line in part.splitlines() if line.startswith("| `")]
+    table = {
+        cell.strip().strip("`"): [n.strip() for n in names.split(",")] for cell, names in rows[:-1]
+    }
+    found: dict[str, list[str]] = {}
+    for name, regions in scaffold.find_exercises(ROOT).items():
+        for region in regions:
+            if name not in found.setdefault(region.path, []):
+                found[region.path].append(name)
+    assert {path: sorted(names) for path, names in table.items()} == {
+        path: sorted(names) for path, names in found.items()
+    }
+    project_files = re.findall(r"`([^`]+)`", rows[-1][0])
+    shipped = scaffold.student_files(ROOT)  # by the path in the student tree
+    assert project_files
+    assert [path for path in project_files if path not in shipped] == []

@@ -20,7 +20,7 @@ import pytest
 
 from multitask import extras
 from multitask.config import parse_args
-from tests.helpers import driver_argv, run_driver, short_run
+from tests.helpers import driver_argv, rules_hold_in, run_driver, short_run
 from tests.structure.test_recipes import driver_code, follow, read_recipe, run_in
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,3 +269,4 @@ def test_add_an_extra(tiny_checkpoint, tiny_data, tmp_path):
     plain = [w for w in command if w != "--count_steps"]
     done = run_in(code, driver_code(plain, tiny_checkpoint, tiny_data, tmp_path / "p"))
     assert "batches counted" not in done.stdout
+    rules_hold_in(code)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from tests.helpers import driver_argv, short_run
+from tests.helpers import driver_argv, rules_hold_in, short_run
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -136,6 +136,7 @@ def test_add_a_task(tiny_checkpoint, tiny_data, tmp_path):
     assert 0 <= metrics["nli"] <= 1 and "sst" in metrics
     header = (tmp_path / "run" / "nli-test-output.csv").read_text().splitlines()[0]
     assert header == "id \t Predicted_Label "
+    rules_hold_in(code)
 
 
 def test_add_a_plugin(tiny_checkpoint, tiny_data, tmp_path):
@@ -150,6 +151,7 @@ def test_add_a_plugin(tiny_checkpoint, tiny_data, tmp_path):
         (shift,) = [v for k, v in tensors.items() if ".shift." in k]
         assert (shift.abs().sum() > 0) == (steps > 0), task  # a task's steps move its own only
     assert sum(summary["steps_per_task"]["1"].values()) == 2
+    rules_hold_in(code)
 
 
 FLOODED = """
@@ -188,6 +190,7 @@ def test_add_an_objective(tiny_checkpoint, tiny_data, tmp_path):
     done = run_in(code, FLOODED + run)
     assert f"flooded steps 2 [{level}]" in done.stdout  # each of the two steps used it
     assert json.loads((tmp_path / "r" / "config.json").read_text())["flood"] == level
+    rules_hold_in(code)
 
 
 def test_the_readme_starts_with_the_measured_first_run():
@@ -201,5 +204,6 @@ def test_the_readme_starts_with_the_measured_first_run():
     results = ROOT / "benchmarks" / "results" / "first-run.md"
     assert "benchmarks/results/first-run.md" in readme
     assert f"`{first_run.readme_command()}`" in results.read_text(encoding="utf-8")
-    for recipe in ("add-a-task.md", "add-a-plugin.md", "add-an-objective.md"):
-        assert f"docs/{recipe}" in readme
+    recipes = sorted(path.name for path in DOCS.glob("add-*.md"))
+    assert len(recipes) == 5
+    assert [name for name in recipes if f"docs/{name}" not in readme] == []
