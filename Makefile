@@ -21,19 +21,49 @@ ADAPTERS_VENV = .venv-adapters
 ADAPTERS_PINS = transformers==4.57.6 adapters==1.3.0 "huggingface_hub<1.0"
 TRAIN_ARGS ?=
 
-# One look at PYTHON: "active PREFIX" for a virtual environment, else "base X.Y EXECUTABLE".
+# PYTHON must be one word (make splits at spaces) naming a Python 3.10+.
+ifeq ($(strip $(PYTHON)),)
+$(error PYTHON is empty: name a Python 3.10+, e.g. make install PYTHON=python3.11)
+endif
+ifneq ($(words $(PYTHON)),1)
+$(error PYTHON=$(PYTHON) holds a space, which make cannot pass on: name a path without one, \
+e.g. a link to that Python)
+endif
+
+# One look at PYTHON (any Python, 2.7 too): "active X.Y ok PREFIX" for a virtual environment, else
+# "base X.Y ok EXECUTABLE"; "old" in place of "ok" for a Python before 3.10.
 PROBE := $(shell $(PYTHON) -c 'import sys; v = sys.version_info; \
-  print("active", sys.prefix) if sys.prefix != sys.base_prefix \
-  else print("base", f"{v[0]}.{v[1]}", sys.executable)' 2>/dev/null)
+  active = sys.prefix != getattr(sys, "base_prefix", sys.prefix); \
+  sys.stdout.write(" ".join(["active" if active else "base", "%d.%d" % tuple(v[:2]), \
+  "ok" if tuple(v[:2]) >= (3, 10) else "old", sys.prefix if active else sys.executable]) + "\n")' \
+  2>/dev/null)
+WHERE = $(wordlist 4,$(words $(PROBE)),$(PROBE))
+ifeq ($(word 3,$(PROBE)),old)
+$(error PYTHON=$(PYTHON) is Python $(word 2,$(PROBE)); the project needs Python 3.10 or newer: \
+name one, e.g. make install PYTHON=python3.11)
+endif
 ifeq ($(firstword $(PROBE)),active)
 ENV_PYTHON = $(PYTHON)
 ENV_MADE =
-$(info using the active environment $(wordlist 2,$(words $(PROBE)),$(PROBE)))
+$(info using the active environment $(WHERE))
 else ifeq ($(firstword $(PROBE)),base)
 ENV_PYTHON = $(VENV)/bin/python
 ENV_MADE = $(VENV)/.made
 BASE_VERSION = $(word 2,$(PROBE))
-$(info using the project environment $(VENV) (made from $(wordlist 3,$(words $(PROBE)),$(PROBE))))
+# A made .venv is kept only where it still runs and is of PYTHON's version (pyvenv.cfg says).
+ifneq ($(wildcard $(VENV)/.made),)
+ifeq ($(shell test -L $(VENV)/bin/python && test ! -e $(VENV)/bin/python && echo gone),gone)
+$(error $(VENV)/bin/python is a broken link: the Python $(VENV) was made from is gone; remove \
+$(VENV) (rm -rf $(VENV)) and run make again to make it anew from PYTHON=$(PYTHON))
+endif
+VENV_VERSION := $(firstword $(shell sed -n 's/^version[_a-z]* *= *\([0-9]*\.[0-9]*\).*/\1/p' \
+  $(VENV)/pyvenv.cfg 2>/dev/null))
+ifneq ($(filter-out $(BASE_VERSION),$(VENV_VERSION)),)
+$(error the $(VENV) was made with Python $(VENV_VERSION), not PYTHON=$(PYTHON)'s $(BASE_VERSION); \
+remove it (rm -rf $(VENV)) or pass PYTHON=python$(VENV_VERSION))
+endif
+endif
+$(info using the project environment $(VENV) (made from $(WHERE)))
 else
 $(error cannot run PYTHON=$(PYTHON): name a Python 3.10+, e.g. make test PYTHON=python3.11)
 endif

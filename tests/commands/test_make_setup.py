@@ -6,7 +6,9 @@ PYTHON's pip; where PYTHON is a virtual environment, it uses that one. Its first
 
 Each test runs the repository's Makefile, copied into tmp_path, with ``make -n`` (the plan, with
 nothing run but make's one look at PYTHON), except the one that makes venv fail for want of
-ensurepip, which stops before anything is made.
+ensurepip, which stops before anything is made, and those whose PYTHON or .venv make refuses
+at that look (a Python before 3.10, an empty PYTHON or one with a space, a .venv of another
+Python or whose Python is gone): one line each, nothing made.
 """
 
 from __future__ import annotations
@@ -140,3 +142,66 @@ def test_without_ensurepip_the_pythons_own_pip_gives_the_environment_pip(tree, t
         env={"PATH": os.environ["PATH"]},
     )
     assert check.returncode == 0 and ".venv" in check.stdout
+
+
+# -- PYTHON and .venv that make cannot use: one line each, nothing made -------------------------
+
+
+def refused(tree: Path, *args: str) -> str:
+    """make install ARGS in ``tree`` stops with one line (make's own ``*** ...  Stop.``), having
+    made nothing: that line."""
+    done = make(tree, "install", *args)
+    lines = done.stderr.splitlines()
+    assert done.returncode != 0 and len(lines) == 1 and "***" in lines[0], done.stderr
+    assert not done.stdout, done.stdout
+    return lines[0]
+
+
+def old_python(folder: Path, version: tuple[int, int] = (3, 9)) -> Path:
+    """A Python that says it is ``version`` (the running one, its version_info replaced), as a
+    python3.9 would to make's look at it."""
+    folder.mkdir()
+    fake = folder / f"python{version[0]}.{version[1]}"
+    told = f"sys.version_info = ({version[0]}, {version[1]}, 0, 'final', 0)"
+    fake.write_text(
+        f'#!/bin/sh\nexec {BASE_PYTHON} -c "import sys; {told}; exec(sys.argv[2])" "$@"\n'
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_a_python_older_than_3_10_is_refused(tree: Path, tmp_path: Path) -> None:
+    line = refused(tree, f"PYTHON={old_python(tmp_path / 'bin')}")
+    assert "is Python 3.9" in line and "3.10 or newer" in line
+    assert not (tree / ".venv").exists()
+
+
+@pytest.mark.parametrize("python", ["", "my python/python3"])
+def test_an_empty_python_or_one_with_a_space_is_one_line(tree: Path, python: str) -> None:
+    line = refused(tree, f"PYTHON={python}")
+    assert ("PYTHON is empty" if not python else f"PYTHON={python} holds a space") in line
+
+
+def made_venv(tree: Path, version: str) -> Path:
+    """A .venv that make made (its stamp), from a Python ``version`` as pyvenv.cfg says."""
+    (tree / ".venv" / "bin").mkdir(parents=True)
+    (tree / ".venv" / "pyvenv.cfg").write_text(f"home = /usr/bin\nversion = {version}.1\n")
+    (tree / ".venv" / ".made").touch()
+    return tree / ".venv"
+
+
+def test_a_venv_of_another_python_is_named(tree: Path) -> None:
+    """Not kept while the first line says it is made from PYTHON: its Python is named."""
+    other = f"3.{sys.version_info[1] + 1}"
+    made_venv(tree, other)
+    line = refused(tree, f"PYTHON={BASE_PYTHON}")
+    assert f"the .venv was made with Python {other}" in line
+    assert "rm -rf .venv" in line and "PYTHON=" in line
+    assert (tree / ".venv" / ".made").exists()
+
+
+def test_a_venv_whose_python_is_gone_is_named(tree: Path) -> None:
+    venv = made_venv(tree, f"{sys.version_info[0]}.{sys.version_info[1]}")
+    (venv / "bin" / "python").symlink_to("/nonexistent/python3")
+    line = refused(tree, f"PYTHON={BASE_PYTHON}")
+    assert ".venv/bin/python" in line and "rm -rf .venv" in line
