@@ -115,9 +115,9 @@ class MLMConfig:
 
 
 def reporting() -> dict[str, type]:
-    """{name: Settings} of each present extra with a ``reporter`` hook (multitask/extras.py): the
+    """{name: Settings} of each usable extra with a ``reporter`` hook (multitask/extras.py): the
     extras this command offers, as the driver does, telling them what the run logs."""
-    listening = {e.name for e in extras.present() if hasattr(e.hook_module(), "reporter")}
+    listening = {e.name for e in extras.usable() if hasattr(e.hook_module(), "reporter")}
     return {name: s for name, s in extras.sections().items() if name in listening}
 
 

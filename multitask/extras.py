@@ -59,6 +59,15 @@ class Extra:
         """Whether this tree has the extra's code."""
         return all(importlib.util.find_spec(module) is not None for module in self.modules())
 
+    def problem(self) -> str:
+        """Why the extra's present code does not import, in words naming the file and line
+        (``import_problem``); "" when it imports."""
+        return next(filter(None, map(import_problem, self.modules())), "")
+
+    def usable(self) -> bool:
+        """Whether this tree has the extra's code and it imports: a broken extra takes no part."""
+        return self.present() and not self.problem()
+
     def file(self) -> str:
         return f"{self.module.replace('.', '/')}.py"
 
@@ -114,6 +123,18 @@ EXTRAS = (
         where=("cuda_graphs",),
     ),
 )
+
+
+def import_problem(module: str) -> str:
+    """Why ``module`` does not import, in one line naming its file (and line, for a syntax
+    error); "" when it imports."""
+    try:
+        importlib.import_module(module)
+    except SyntaxError as err:
+        return f"{module.replace('.', '/')}.py:{err.lineno}: {type(err).__name__}: {err.msg}"
+    except Exception as err:  # an import error, anything the file raises as it runs
+        return f"{module.replace('.', '/')}.py: {type(err).__name__}: {err}"
+    return ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +272,11 @@ def present() -> list[Extra]:
     return [extra for extra in EXTRAS if extra.present()]
 
 
+def usable() -> list[Extra]:
+    """The present extras whose code imports, in ``EXTRAS``' order: those that take part."""
+    return [extra for extra in present() if not extra.problem()]
+
+
 def named(name: str) -> Extra:
     return next(extra for extra in EXTRAS if extra.name == name)
 
@@ -277,7 +303,7 @@ class Hooks:
         hook = next((h for h in HOOKS if h.name == name), None)
         if hook is None:
             raise ValueError(f"no hook {name!r}; the hooks are {', '.join(HOOK_NAMES)}")
-        for extra in present():
+        for extra in usable():
             function = getattr(extra.hook_module(), name, None)
             if function is None or (hook.kept and extra.name not in self.kept):
                 continue
@@ -308,8 +334,8 @@ class Hooks:
         return merged
 
     def prepare(self, *args: Any) -> None:
-        """``prepare`` of each present extra; what each answers (not None) is its ``kept``."""
-        for extra in present():
+        """``prepare`` of each usable extra; what each answers (not None) is its ``kept``."""
+        for extra in usable():
             function = getattr(extra.hook_module(), "prepare", None)
             kept = None if function is None else function(view(self.cfg, extra), *args)
             if kept is not None:
@@ -322,19 +348,22 @@ def with_kept(function: Callable[..., Any], cfg: Any, kept: tuple, *args: Any) -
 
 def load(name: str, flag: str) -> ModuleType:
     """The module of extra ``name``, which ``flag`` (how the user asked for it) needs; where this
-    tree lacks it, a UsageError in one line naming the missing file."""
+    tree lacks it, or its code does not import, a UsageError in one line naming the file."""
     extra = named(name)
     if not extra.present():
         raise UsageError(
             f"{flag} needs {extra.file()}, which this tree does not have (the student tree "
             "leaves the extras out): run it in the full project"
         )
+    if problem := extra.problem():
+        raise UsageError(f"{flag} needs {extra.file()}, which does not import: {problem}")
     return importlib.import_module(extra.module)
 
 
 def sections() -> dict[str, type]:
-    """{extra name: its Settings class} for every present extra that declares settings."""
-    modules = {extra.name: importlib.import_module(extra.module) for extra in present()}
+    """{extra name: its Settings class} for every usable extra that declares settings (one whose
+    code does not import offers none: its flags end in ``load``'s line)."""
+    modules = {extra.name: importlib.import_module(extra.module) for extra in usable()}
     return {name: m.Settings for name, m in modules.items() if hasattr(m, "Settings")}
 
 
@@ -366,7 +395,7 @@ def refuse_absent(values: dict[str, Any], words: list[str] = (), source: str = "
     has every part it ran with; or where ``words`` (a command line) names one of its flags."""
     where = f"{source}: " if source else ""
     for extra in EXTRAS:
-        if extra.present():
+        if extra.usable():
             continue
         for flag, off in extra.flags:
             given = any(w == f"--{flag}" or w.startswith(f"--{flag}=") for w in words)
