@@ -82,11 +82,14 @@ class Interval:
         below = value <= self.high if self.closed_high else value < self.high
         return above and below  # False for NaN
 
-    def describe(self, text: str) -> str:
+    def describe(self, text: str, finite: bool = True) -> str:
+        """What a value outside the range is told; ``finite``: whether that value was a finite
+        number (inf or NaN is told that it is not, whichever bound it misses)."""
+        must = "must be" if finite else "must be a finite number"
         if math.isinf(self.high):
             low = int(self.low) if self.low.is_integer() else self.low
-            return f"must be at least {low}" if self.closed_low else f"must be greater than {low}"
-        return f"must be in {text}"
+            return f"{must} at least {low}" if self.closed_low else f"{must} greater than {low}"
+        return f"{must} in {text}"
 
 
 def out_of_range(value: Any, within: str | None) -> str | None:
@@ -95,7 +98,9 @@ def out_of_range(value: Any, within: str | None) -> str | None:
     if within is None or value is None:
         return None
     interval = Interval.parse(within)
-    return None if interval.holds(value) else interval.describe(within)
+    if interval.holds(value):
+        return None
+    return interval.describe(within, finite=not isinstance(value, float) or math.isfinite(value))
 
 
 def check_ranges(settings: Any) -> None:

@@ -105,6 +105,30 @@ def folder_kind(path: Path) -> str | None:
     return None
 
 
+ASIDE = ".replaced.tmp"  # the suffix of a file --overwrite has set aside (``replace``)
+
+
+def replace(paths: list[Path]) -> None:
+    """Remove ``paths`` (files and links) all or none: each is first renamed aside in its own
+    folder; where one cannot be (a read-only folder, Ctrl-C), those set aside are put back, and
+    the error names the file; only once all are aside are they removed."""
+    aside: list[tuple[Path, Path]] = []
+    try:
+        for path in paths:
+            moved = path.with_name(f".{path.name}{ASIDE}")
+            try:
+                path.rename(moved)
+            except OSError as err:  # named as the file the run could not remove
+                raise OSError(err.errno, err.strerror, str(path)) from None
+            aside.append((path, moved))
+    except BaseException:
+        for path, moved in reversed(aside):
+            moved.rename(path)
+        raise
+    for _, moved in aside:
+        moved.unlink(missing_ok=True)
+
+
 def overlapping(a: Path, b: Path) -> bool:
     """Whether two folders are the same or one lies inside the other."""
     a, b = a.resolve(), b.resolve()
@@ -180,6 +204,7 @@ class RunFolder:
                 f"--out_dir {self.path} already holds a run ({', '.join(held)}); pass --resume to "
                 "continue it, --overwrite to replace it, or another --out_dir"
             )
+        self.earlier_run()  # a folder where the run writes a file is refused now
 
     def foreign_entries(self) -> list[str]:
         """The names in the folder that this command's runs never write (sorted); a folder the
@@ -215,15 +240,38 @@ class RunFolder:
         self._lock.write(f"process {os.getpid()}\n")
         self._lock.flush()
         HELD.append(self._lock)  # released when the command ends (multitask.errors.run_command)
-        stale = list(self.path.glob(".*.tmp"))
-        if not resume:
-            stale += [
-                p
-                for pattern in (*self.layout.state, *self.layout.outputs)
-                for p in self.path.glob(pattern)
-            ]
-        for path in stale:
+        for path in self.stale():
             path.unlink(missing_ok=True)
+        if not resume:
+            replace(self.earlier_run())
+
+    def stale(self) -> list[Path]:
+        """Temporary files of an interrupted save or --overwrite (``replace``'s set-aside names),
+        in the folder and in its own real folders (``tensorboard``; never through a link)."""
+        found = list(self.path.glob(".*.tmp"))
+        for head in {p.split("/")[0] for p in self.layout.outputs if "/" in p}:
+            if self.file(head).is_dir() and not self.file(head).is_symlink():
+                found += self.file(head).glob(f".*{ASIDE}")
+        return [path for path in found if path.is_symlink() or not path.is_dir()]
+
+    def earlier_run(self) -> list[Path]:
+        """What an --overwrite removes: every file of the layout's (a link as a link); an own
+        folder (``tensorboard``) that is a link is removed as the link, never followed. A folder
+        where a file of the run goes is refused: it is not the run's to remove."""
+        found = []
+        for pattern in (*self.layout.state, *self.layout.outputs):
+            head, _, rest = pattern.partition("/")
+            if rest and self.file(head).is_symlink():
+                found.append(self.file(head))
+            elif not rest or self.file(head).is_dir():
+                found += self.path.glob(pattern)
+        found = sorted(set(found))
+        if folders := [p for p in found if p.is_dir() and not p.is_symlink()]:
+            raise UsageError(
+                f"--out_dir {self.path}: {folders[0]} is a folder where {self.layout.command} "
+                "writes a file, so --overwrite leaves the run as it is: move it away"
+            )
+        return found
 
     def on_disk(self) -> str:
         """What a resume would continue from, in words."""

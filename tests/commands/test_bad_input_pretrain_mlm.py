@@ -28,6 +28,7 @@ from tests.commands.bad_input import (
     one_error_line,
     then,
 )
+from tests.commands.test_bad_input_train_multitask import fixed_events, old_events
 from tests.helpers import signal_when_resumable
 
 RUNS = ("run", "mlm")
@@ -79,6 +80,14 @@ CASES = [
         "--out_dir",
     ),
     Case("m-out-cwd", "mlm", mlm("--overwrite", out="."), "--out_dir"),
+    Case(
+        "m-overwrite-events-cannot-be-removed",
+        "mlm",
+        then(old_events("mlm"), mlm("--overwrite", out="{mlm}")),
+        "Permission denied",
+        code=1,
+        patch=fixed_events,
+    ),
     Case("m-out-empty", "mlm", mlm(out=""), "--out_dir"),
     Case("m-resume-out-empty", "mlm", mlm("--resume", out=""), "--out_dir"),
     Case("m-text-empty", "mlm", mlm("--text", ""), "--text"),

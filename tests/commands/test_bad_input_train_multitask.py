@@ -8,8 +8,11 @@ model, and the stage-1 check's words."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import functools
 import json
+import os
 import shutil
 import types
 from collections.abc import Callable
@@ -195,6 +198,31 @@ def users_in_run(name: str, folder: bool = False):
     return make
 
 
+def old_events(name: str = "run"):
+    """An events file of the copied run ``name``'s earlier TensorBoard report in its
+    tensorboard/ (what an --overwrite of it removes)."""
+
+    def make(ctx: Ctx) -> None:
+        folder = ctx.copy(name) / "tensorboard"
+        folder.mkdir()
+        (folder / "events.out.tfevents.1.host").write_bytes(b"the old run's events")
+
+    return make
+
+
+def fixed_events(monkeypatch, ctx: Ctx) -> None:
+    """A tensorboard/ whose entries cannot be removed or renamed (a read-only folder, for a
+    process without root's permission bypass): unlink and rename there fail, EACCES."""
+
+    def refused(real: Callable, *args, **kwargs):
+        if Path(args[0]).parent.name == "tensorboard":
+            raise PermissionError(errno.EACCES, "Permission denied", str(args[0]))
+        return real(*args, **kwargs)
+
+    for name in ("unlink", "remove", "rename", "replace"):
+        monkeypatch.setattr(os, name, functools.partial(refused, getattr(os, name)))
+
+
 def without(name: str, prefix: str):
     """A copy of the run ``name`` whose best.safetensors lacks the tensors under ``prefix``."""
 
@@ -286,7 +314,15 @@ WITHOUT_EXTRA = [
 CASES = [
     # -- flags out of range (and none silently reinterpreted) --
     driver_case("lr-zero", flags("--lr", "0"), "--lr"),
-    driver_case("lr-nan", flags("--lr", "nan"), "--lr"),
+    driver_case("lr-nan", flags("--lr", "nan"), "--lr nan: must be a finite number in (0, 10]"),
+    driver_case(
+        "max-grad-norm-inf",
+        flags("--max_grad_norm", "inf"),
+        "--max_grad_norm inf: must be a finite number at least 0",
+    ),
+    driver_case(
+        "warmup-minus-inf", flags("--warmup=-inf"), "--warmup -inf: must be a finite number in"
+    ),
     driver_case("lr-negative", flags("--lr=-1e-3"), "--lr"),
     driver_case("lr-huge", flags("--lr", "1e30"), "--lr"),
     driver_case("weight-decay", flags("--weight_decay", "-0.1"), "--weight_decay"),
@@ -718,6 +754,22 @@ CASES = [
         "driver",
         then(users_in_run("notes.txt"), driver("--out_dir", "{run}", "--overwrite")),
         "holds files no run of train_multitask.py writes (notes.txt)",
+    ),
+    Case(
+        "d-overwrite-events-cannot-be-removed",
+        "driver",
+        then(old_events(), driver("--out_dir", "{run}", "--overwrite")),
+        "run/tensorboard/events.out.tfevents.1.host: Permission denied",
+        code=1,
+        patch=fixed_events,
+    ),
+    Case(
+        "d-overwrite-a-folder-where-a-file-goes",
+        "driver",
+        then(
+            users_in_run("x-output.csv", folder=True), driver("--out_dir", "{run}", "--overwrite")
+        ),
+        "x-output.csv is a folder where train_multitask.py writes a file",
     ),
     Case(
         "d-tensorboard-is-a-file",
