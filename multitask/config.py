@@ -321,7 +321,8 @@ def read_run(source: str | Path, flag: str) -> dict[str, Any]:
     """A saved run's config.json, read defensively: a missing key, a value of the wrong type or
     out of its flag's range (the extras' settings too), base_tasks that are not a list of names,
     an --add_to chain that loops are "corrupted"; a setting of an extra this tree lacks is
-    refused naming its file. The one reader of config.json: the driver's --resume, --evaluate,
+    refused naming its file, unless the extra changes only speed or reports (read as the core's
+    value: ``extras.stood_in``). The one reader of config.json: the driver's --resume, --evaluate,
     --add_to, ... and every command that opens a finished run (predict, export, ...) read
     it here, with the same checks and messages."""
     folder = RunFolder(source)
@@ -329,6 +330,7 @@ def read_run(source: str | Path, flag: str) -> dict[str, Any]:
     for settings in extras.sections().values():
         folder.read_settings(settings, flag)
     extras.refuse_absent(saved, source=f"{flag}: {folder.file('config.json')}")
+    saved = extras.stood_in(saved)  # an extra of speed or reports only: read as the core's
     base = saved.get("base_tasks", [])
     if not isinstance(base, list) or not all(isinstance(t, str) for t in base):
         raise UsageError(f"{flag}: {folder.file('config.json')} is corrupted (base_tasks {base!r})")

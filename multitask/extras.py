@@ -34,7 +34,10 @@ class Extra:
     which imports nothing of the driver's); ``where``: its flags that say where a run runs, not
     what it trains (a --resume may change them); ``merged``: its list flags that, given twice,
     are merged; ``kinds``: the plug-in kinds it brings (``minbert/plugins/<kind>.py``), which a
-    tree without the extra lacks too; ``parts``: its other modules (its helpers, a command)."""
+    tree without the extra lacks too; ``parts``: its other modules (its helpers, a command).
+    ``instead``: for an extra that changes only how fast a run goes or what it reports, never
+    the model or its outputs, the core's value of each flag it sets or adds a choice to: a tree
+    without it reads a run that used it as if run with these (None: it changes the run)."""
 
     name: str
     module: str
@@ -46,6 +49,7 @@ class Extra:
     merged: tuple[str, ...] = ()
     kinds: tuple[str, ...] = ()
     parts: tuple[str, ...] = ()
+    instead: tuple[tuple[str, Any], ...] | None = None
 
     def modules(self) -> tuple[str, ...]:
         return (self.module,) if self.hooks is None else (self.module, self.hooks)
@@ -101,19 +105,27 @@ EXTRAS = (
         flags=(("compile", False), ("compile_mode", "auto")),
         needs=("distillation",),
         where=("compile", "compile_mode"),
+        instead=(("compile", False), ("compile_mode", "auto")),
     ),
     Extra(
         "optimizer_foreach",
         "minbert.optimizer_foreach",
         choices=(("optimizer", "foreach", "the same, multi-tensor"),),
+        instead=(("optimizer", "adamw"),),
     ),
     Extra(
         "fused_adamw",
         "multitask.fused_adamw",
         choices=(("optimizer", "fused", "torch's fused AdamW"),),
+        instead=(("optimizer", "adamw"),),
     ),
     Extra("peft_format", "multitask.peft_format", flags=(("init_lora", []),)),
-    Extra("tensorboard", "multitask.tensorboard_report", flags=(("report_to", "none"),)),
+    Extra(
+        "tensorboard",
+        "multitask.tensorboard_report",
+        flags=(("report_to", "none"),),
+        instead=(("report_to", "none"),),
+    ),
     Extra(
         "cuda_graphs",
         "multitask.cuda_graphs",
@@ -121,6 +133,7 @@ EXTRAS = (
         parts=("multitask.device_lr", "multitask.static_batch"),
         needs=("compiled", "distillation"),
         where=("cuda_graphs",),
+        instead=(("cuda_graphs", "auto"),),
     ),
 )
 
@@ -401,11 +414,27 @@ def refuse_absent(values: dict[str, Any], words: list[str] = (), source: str = "
             given = any(w == f"--{flag}" or w.startswith(f"--{flag}=") for w in words)
             if given:
                 load(extra.name, f"--{flag}")
-            if values.get(flag, off) != off:
+            if values.get(flag, off) != off and extra.instead is None:
                 load(extra.name, f"{where}--{flag}")
         for flag, choice, _ in extra.choices:
-            if values.get(flag) == choice:
+            if values.get(flag) == choice and extra.instead is None:
                 load(extra.name, f"{where}--{flag} {choice}")
+
+
+def stood_in(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (a saved config.json) with what each extra this tree cannot use set to the
+    core's value, where the extra changes only a run's speed or reports (``Extra.instead``):
+    the optimizer's implementation is no part of a model."""
+    values = dict(values)
+    for extra in EXTRAS:
+        if extra.usable() or extra.instead is None:
+            continue
+        choices = {(flag, choice) for flag, choice, _ in extra.choices}
+        for flag, value in extra.instead:
+            off = dict(extra.flags).get(flag)
+            if (flag, values.get(flag)) in choices or values.get(flag, off) != off:
+                values[flag] = value
+    return values
 
 
 def chosen(cfg: Any) -> Iterator[tuple[Extra, str]]:

@@ -243,7 +243,7 @@ def added_to_the_copy(ctx: Ctx) -> None:
     )
 
 
-# -- a tree without an extra (the student tree) reads no run that used it, every extra alike --
+# -- a tree without an extra (the student tree) reads no run that used one changing its results --
 
 
 def absent(name: str):
@@ -261,23 +261,8 @@ USES = [
     ("distillation", "teachers", ["sst=elsewhere"], "--teachers needs multitask/distillation.py"),
     ("fusion", "option", "fusion", "--option fusion needs multitask/fusion.py"),
     ("pcgrad", "step_gradient", "pcgrad", "--step_gradient pcgrad needs minbert/pcgrad.py"),
-    ("compiled", "compile", True, "--compile needs multitask/compiled.py"),
-    (
-        "optimizer_foreach",
-        "optimizer",
-        "foreach",
-        "--optimizer foreach needs minbert/optimizer_foreach.py",
-    ),
-    ("fused_adamw", "optimizer", "fused", "--optimizer fused needs multitask/fused_adamw.py"),
     ("peft_format", "init_lora", ["sst=elsewhere"], "--init_lora needs multitask/peft_format.py"),
-    (
-        "tensorboard",
-        "report_to",
-        "tensorboard",
-        "--report_to needs multitask/tensorboard_report.py",
-    ),
-    ("cuda_graphs", "cuda_graphs", "on", "--cuda_graphs needs multitask/cuda_graphs.py"),
-]
+]  # an extra of speed or reports only is read without it: tests/course/test_runs_travel.py
 WITHOUT_EXTRA = [
     Case(
         f"d-evaluate-without-{name}",
