@@ -162,7 +162,8 @@ class Hook:
     kept: bool = False  # takes what the extra kept at ``prepare``, as its last argument
 
 
-# Every hook, the one place each is described (an extra defines any of them, or none).
+# Every hook, the one place each is described (an extra defines any of them, or none), in the
+# order the driver fires them (a test holds the two together).
 HOOKS = (
     Hook(
         "problems",
@@ -225,19 +226,19 @@ HOOKS = (
         "the first answer that is not None",
     ),
     Hook(
-        "step_function",
-        "(cfg, parts) -> callable or None",
-        "once the run is set up: a function called as ``train_step`` is, which trains each step "
-        "instead (``parts``: ``StepParts``, what a step is made of)",
-        "the first answer that is not None",
-    ),
-    Hook(
         "reporter",
         "(cfg, folder) -> reporter or None",
         "once the run is set up (rank 0 only): what the loop tells what it logs: ``start(step)`` "
         "(a resume's: drop reports past it), ``losses``, ``metrics``, ``learning_rate`` "
         "(step, values) and ``close()`` at the end",
         "every answer that is not None",
+    ),
+    Hook(
+        "step_function",
+        "(cfg, parts) -> callable or None",
+        "once the run is set up: a function called as ``train_step`` is, which trains each step "
+        "instead (``parts``: ``StepParts``, what a step is made of)",
+        "the first answer that is not None",
     ),
     Hook(
         "summary",
