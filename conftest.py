@@ -87,6 +87,7 @@ TIERS: dict[str, str] = {
     "tests/course/test_judge_messages.py": FAST,
     "tests/course/test_leaderboard.py": SLOW,
     "tests/course/test_scaffold.py": SLOW,
+    "tests/course/test_seccomp.py": FAST,
     "tests/course/test_runs_travel.py": SLOW,
     "tests/course/test_solution_leaks.py": SLOW,
     "tests/course/test_student_readme.py": SLOW,

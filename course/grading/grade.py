@@ -14,6 +14,7 @@ import json
 import math
 import os
 import shlex
+import stat
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from course.authoring.scaffold import (
 )
 from course.checks import CHECKS
 from course.gradescope import POINTS, read_points, results_json
-from course.grading import landlock, sandbox
+from course.grading import landlock, sandbox, seccomp
 from course.grading.inert import csv_cell
 from course.grading.intake import COLLIDES, Submission, list_class
 from course.grading.judge import Limits, judge_submission
@@ -279,11 +280,37 @@ def check_paths(args) -> None:
             )
     if args.results.exists() and not args.results.is_dir():
         raise UsageError(f"--out's results folder {args.results}: a file is in the way")
+    none_of_another_user(args)
     check_out(args)
     choose_entries(args)
     writable_folder(args.out.parent, "--out")
     args.results.mkdir(exist_ok=True)
+    none_of_another_user(args)  # again: nobody put one there meanwhile
     writable_folder(args.results, "--out's results folder")
+
+
+def none_of_another_user(args) -> None:
+    """Nothing the grader writes goes through another user's hands. Where every user may write
+    in --out's folder: it must be sticky (as /tmp: nobody replaces another's files there), and
+    neither --out nor its results folder may be another user's file, nor the results folder a
+    link (the grader makes that folder)."""
+    folder = os.stat(args.out.parent)
+    if not folder.st_mode & stat.S_IWOTH:
+        return
+    if not folder.st_mode & stat.S_ISVTX:
+        raise UsageError(
+            f"--out {args.out}: every user may write in {args.out.parent}; write the grades "
+            "in a folder of your own"
+        )
+    for path, what in ((args.out, "--out"), (args.results, "--out's results folder")):
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if found.st_uid != os.geteuid():
+            raise UsageError(f"{what} {path} belongs to another user (uid {found.st_uid})")
+        if stat.S_ISLNK(found.st_mode) and path == args.results:
+            raise UsageError(f"{what} {path} is a link; the grader writes only a folder it made")
 
 
 def positive(flag: str):
@@ -399,6 +426,12 @@ def runnable_by_others(private: list[Path]) -> None:
             f"{closed} is closed to other users, and this machine has no namespaces: the "
             "runners (users of their own) cannot run Python from there; grade with a Python "
             "every user can reach (a venv outside /root, the system's)"
+        )
+    if (refused := seccomp.works()) is not None:
+        raise UsageError(
+            f"no namespaces here, and the seccomp filter that closes a runner's sockets, System V "
+            f"IPC and memfd cannot be installed ({refused}); grade where unshare works, or pass "
+            "--trusted to run the submissions uncontained"
         )
     if landlock.abi() < 1:
         raise UsageError(

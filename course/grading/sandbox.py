@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.grading import landlock
-from course.grading.jail import DEVICES, PR_SET_NO_NEW_PRIVS, TREE, give, libc
+from course.grading import landlock, seccomp
+from course.grading.jail import DEVICES, PR_SET_NO_NEW_PRIVS, ROOT_BYTES, TREE, give, libc
 
 JAIL = Path(__file__).resolve().with_name("jail.py")
 RUNNER_UIDS = range(61_000, 62_000)  # runners' users where the grader is root: no account has one
@@ -36,6 +36,7 @@ FILE_SIZE = 64 * 2**20  # bytes: the largest file a runner may write (its log in
 PROCESSES = 64  # a runner's processes at once, all of them (counted by its watch)
 THREADS = 1024  # RLIMIT_NPROC counts threads: torch and BLAS start one per core in each process
 WATCH_SECONDS = 0.1  # how often a runner's processes are counted and measured
+COPY_EVERY = 5  # an ``own user`` runner's copy is measured every this many watches (0.5 s)
 # The system's programs and libraries: read-only in every runner's root.
 SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 LOADER = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
@@ -295,15 +296,36 @@ class Output:
             return kept
 
 
+def bytes_under(folder: str) -> int:
+    """The disk space the files below ``folder`` take (their blocks: a sparse file counts what
+    it holds); what cannot be read counts nothing."""
+    total = 0
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                total += bytes_under(entry.path)
+            else:
+                total += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:
+            continue
+    return total
+
+
 @dataclass
 class Watch:
     """Every ``WATCH_SECONDS``: a runner's processes, all of them together, within ``memory``
-    bytes and ``PROCESSES`` processes, else the runner is killed and ``broke`` says why."""
+    bytes and ``PROCESSES`` processes, and an ``own user`` runner's copy within ``ROOT_BYTES``
+    (the size of the jail's root), else the runner is killed and ``broke`` says why."""
 
     kill: Callable[[], None]  # ends the runner
     uid: int | None
     namespace: str | None
     memory: int
+    copy: str | None = None  # an ``own user`` runner's copy of the tree, its only writable place
     broke: str = ""
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -311,15 +333,19 @@ class Watch:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
+        ticks = 0
         while not self.done.wait(WATCH_SECONDS):
             if self.namespace is None and self.uid is None:
                 return
+            ticks += 1
             pids = members(self.uid, self.namespace)
             if len(pids) > PROCESSES:
                 self.broke = f"its processes numbered more than {PROCESSES}"
             elif (held := resident_bytes(pids)) > self.memory:
                 gib = self.memory / 2**30
                 self.broke = f"its processes held {held / 2**30:.1f} GiB together, over {gib:g}"
+            elif self.copy and ticks % COPY_EVERY == 0 and bytes_under(self.copy) > ROOT_BYTES:
+                self.broke = f"its files held more than {ROOT_BYTES // 2**20} MiB together"
             if self.broke:
                 self.kill()
                 return
@@ -444,7 +470,7 @@ def start(
     finally:
         os.close(write)
     runner = Runner(process, read, level, uid, lock, copy, drained=log.drain(process.stdout))
-    runner.watch = Watch(runner.kill, uid, _runner_namespace(process, level), memory)
+    runner.watch = Watch(runner.kill, uid, _runner_namespace(process, level), memory, copy)
     runner.watch.start()
     ACTIVE.add(runner)
     return runner
@@ -475,8 +501,8 @@ def _own_copy(tree: Path, uid: int) -> str:
 
 def _plain_limits(memory: int, uid: int | None, confine: dict | None = None):
     """An uncontained or ``own user`` runner's set-up: its own session, limited address space,
-    file size and processes, and (``own user``) Landlock's confinement (where the kernel has
-    it), its own user id, no new privileges."""
+    file size and processes, and (``own user``) Landlock's confinement, its own user id, no new
+    privileges and the seccomp filter."""
 
     def apply() -> None:
         os.setsid()
@@ -491,15 +517,22 @@ def _plain_limits(memory: int, uid: int | None, confine: dict | None = None):
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if confine is not None:
+            seccomp.install()  # the doors Landlock leaves open, closed before any student code
 
     return apply
 
 
+PROC_VIEWS = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys/vm")
+
+
 def own_user_confinement(private: list[Path], copy: str) -> dict:
     """What an ``own user`` runner may touch (``landlock.confine``'s arguments): read Python,
-    its packages, the system's libraries and the kernel's views; write its copy alone."""
+    its packages, the system's libraries and the kernel's views of itself and of the machine's
+    CPUs and memory (``/proc/self`` is opened in the runner, so it is the runner's own folder:
+    no other process's command line or environment); write its copy alone."""
     expose, _ = root_contents(private)
-    views = ["/proc", "/sys/devices/system/cpu"]
+    views = [*PROC_VIEWS, "/sys/devices/system/cpu"]
     devices = [f"/dev/{name}" for name in DEVICES]
     return {"read": expose + views, "write": [copy], "devices": devices}
 

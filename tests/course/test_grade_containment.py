@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -40,6 +41,7 @@ CHECKS = ["--only", "adamw", "--only", "sampler", "--timeout", "20", "--memory_g
 SKIPPED = (".venv", "runs/", ".pytest_cache", ".ruff_cache", ".git/", "data/")
 VAR_TMP = str(Path("/var", "tmp"))  # the system's folders, on every machine
 PLANTED = ("/tmp", VAR_TMP, "/dev/shm")  # shared folders an attack plants a file in
+SYSV_KEY = 0x6D696E62  # the key of the System V memory and queue an attack makes (IPC_CREAT)
 
 PREAMBLE = f'''
 import ctypes, os, signal, socket, subprocess, sys, time
@@ -170,11 +172,43 @@ attempt(lambda: os.write(answers, (10).to_bytes(8, "big") + b'{"ready":1'))
 """,
     "floods-its-output": "sys.stdout.write('x' * (80 * 2**20))",
     "fills-its-disk": "attempt(lambda: open('big', 'wb').write(b'0' * (700 * 2**20)))",
+    "fills-its-disk-in-many-files": """
+block, written = b"0" * (60 * 2**20), 0
+for i in range(20):
+    if attempt(lambda: open(f"fill{i}", "wb").write(block)) == len(block):
+        written += 60
+print("wrote", written, "MiB", flush=True)
+""",
     "hangs": "time.sleep(600)",
     "exits": "os._exit(1)",
     "crashes": "ctypes.string_at(0)",
     "kills-itself": "os.kill(os.getpid(), signal.SIGKILL)",
     "raises-a-huge-message": "raise RuntimeError('x' * (12 * 2**20))",
+    "sends-udp-out": """
+udp = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+if attempt(lambda: udp.sendto(MARK.encode(), ("127.0.0.1", PORT))) == len(MARK):
+    print("connected: a datagram left the runner", flush=True)
+""",
+    "connects-to-unix-sockets": """
+for top in ("/run", "/var/run", "/tmp"):
+    for folder, _, names in attempt(lambda: list(os.walk(top))) or []:
+        for name in names:
+            unix = attempt(lambda: socket.socket(socket.AF_UNIX))
+            if attempt(lambda: unix.connect(os.path.join(folder, name))) is None:
+                print("connected to", os.path.join(folder, name), flush=True)
+""",
+    "reads-other-command-lines": """
+for pid in attempt(lambda: os.listdir("/proc")) or []:
+    attempt(lambda: print(pid, open(f"/proc/{pid}/cmdline").read(), flush=True))
+for pid in range(max(1, os.getpid() - 20000), os.getpid() + 20000):  # without a listing
+    said = attempt(lambda: open(f"/proc/{pid}/cmdline").read())
+    if isinstance(said, str) and SECRET in said:
+        print(said, flush=True)
+""",
+    "keeps-system-v-memory": f"""
+libc = ctypes.CDLL(None)
+print(libc.shmget({SYSV_KEY}, 4096, 0o1600), libc.msgget({SYSV_KEY}, 0o1600), flush=True)
+""",
     "limits-its-own-cpu": """
 import resource
 resource.setrlimit(resource.RLIMIT_CPU, (1, 1))
@@ -237,6 +271,17 @@ def write_class(subs: Path, paths: dict[str, str]) -> None:
             (subs / name / rel).write_text(text, encoding="utf-8")
 
 
+def system_v_left() -> list[str]:
+    """This machine's System V memory segments and queues of the attack's key: one made in a
+    runner's IPC namespace goes with it; one made on the machine's would outlive grading."""
+    key = f"{SYSV_KEY}"
+    found = []
+    for table in ("shm", "msg"):
+        with open(f"/proc/sysvipc/{table}", encoding="ascii") as rows:
+            found += [f"{table}: {row.strip()}" for row in rows if row.split()[:1] == [key]]
+    return found
+
+
 def planted() -> list[str]:
     return [f"{f}/{MARK}" for f in PLANTED if os.path.exists(f"{f}/{MARK}")]
 
@@ -250,6 +295,9 @@ def grade_hostile_class(
     out.parent.mkdir()
     results = out.parent / "grades-results"
     listener = socket.create_server(("127.0.0.1", 0))  # what a connection out would reach
+    holder = subprocess.Popen(  # a process of the machine's with the secret on its command line
+        [python, "-c", "import time; time.sleep(1500)", SECRET]
+    )
     paths = {
         "project": str(project),
         "victim": str(subs / "alice" / OPT),
@@ -263,10 +311,14 @@ def grade_hostile_class(
     decoy_bytes = decoy.read_bytes()
     command = [python, "-m", "course.grading.grade", str(subs), "--out", str(out), "--jobs", "2"]
     runners_before = runner_processes()
-    done = subprocess.run(
-        [*command, *CHECKS], cwd=project, env=env, capture_output=True, text=True, timeout=1500
-    )
-    listener.close()
+    try:
+        done = subprocess.run(
+            [*command, *CHECKS], cwd=project, env=env, capture_output=True, text=True, timeout=1500
+        )
+    finally:
+        listener.close()
+        holder.kill()
+        holder.wait()
     assert done.returncode == 0, done.stderr[-3000:]
     time.sleep(5)  # a daemon would have written by now
     assert digest(project, SKIPPED) == before["project"]
@@ -274,6 +326,7 @@ def grade_hostile_class(
     assert digest(subs) == before["subs"]
     assert decoy.read_bytes() == decoy_bytes
     assert planted() == []
+    assert system_v_left() == []
     assert processes_with(MARK) == []
     assert runners_left(runners_before) == []
     rows = {r["student"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
@@ -289,6 +342,8 @@ def grade_hostile_class(
         assert "connected" not in log and "attached" not in log, name
         assert "/etc/shadow" not in log, name
         assert "grader fault" not in rows[name]["status"], (name, rows[name]["status"])
+    filled = (results / "fills-its-disk-in-many-files.log").read_text(errors="replace")
+    assert [int(n) for n in re.findall(r"wrote (\d+) MiB", filled) if int(n) > 600] == []
     own_limit = rows["limits-its-own-cpu"]["notes"]  # the reason, where the jail can see it
     assert "after lowering its own CPU limit" in own_limit or "killed (signal 9)" in own_limit
 
@@ -298,6 +353,9 @@ def leftovers():
     yield
     for path in planted():
         os.unlink(path)
+    if system_v_left():
+        key = str(SYSV_KEY)
+        subprocess.run(["ipcrm", "--shmem-key", key, "--queue-key", key], capture_output=True)
     for pid in processes_with(MARK):
         os.kill(pid, 9)
 

@@ -349,3 +349,51 @@ def test_without_namespaces_or_landlock_the_grader_refuses_in_one_line(
     assert len(err) == 1 and err[0].startswith("error: no namespaces and no Landlock here")
     assert err[0].endswith("or pass --trusted to run the submissions uncontained")
     assert not out.exists()
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="the own-user level's runner ids are root's")
+def test_without_namespaces_or_the_seccomp_filter_the_grader_refuses_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """Fail closed, as above, where the kernel refuses the seccomp filter."""
+    from course.grading import seccomp
+
+    monkeypatch.setattr(sandbox, "containment", lambda: sandbox.OWN_USER)
+    monkeypatch.setattr(seccomp, "works", lambda: "the kernel refused the filter")
+    monkeypatch.setattr(grade, "must_be_private", lambda paths: None)
+    monkeypatch.setattr(sandbox, "python_closed_to_runners", lambda private: None)
+    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
+    submit(subs / "alice", {SAMPLING: solution(SAMPLING)})
+    assert grade.main([str(subs), "--out", str(out), "--only", "sampler"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "(the kernel refused the filter)" in err[0]
+    assert err[0].endswith("or pass --trusted to run the submissions uncontained")
+    assert not out.exists()
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="planting another user's link needs root")
+def test_a_results_link_planted_by_another_user_is_refused(tmp_path, capsys):
+    """A world-writable, sticky --out folder (as /tmp) where another user made ``grades-results``
+    a link to a folder of theirs: the grader refuses in one line and writes nothing through it;
+    a world-writable folder without the sticky bit is refused whatever it holds."""
+    subs = tmp_path / "subs"
+    submit(subs / "alice", {SAMPLING: solution(SAMPLING)})
+    shared, aimed = tmp_path / "shared", tmp_path / "aimed"
+    shared.mkdir()
+    aimed.mkdir()
+    shared.chmod(0o1777)
+    (shared / "grades-results").symlink_to(aimed)
+    os.lchown(shared / "grades-results", 65534, 65534)
+    argv = [str(subs), "--out", str(shared / "grades.csv"), "--only", "sampler", "--trusted"]
+    assert grade.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("belongs to another user (uid 65534)")
+    assert list(aimed.iterdir()) == [] and not (shared / "grades.csv").exists()
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    argv[2] = str(open_to_all / "grades.csv")
+    assert grade.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "every user may write in" in err[0]
+    assert list(open_to_all.iterdir()) == []
