@@ -190,7 +190,7 @@ if attempt(lambda: udp.sendto(MARK.encode(), ("127.0.0.1", PORT))) == len(MARK):
     print("connected: a datagram left the runner", flush=True)
 """,
     "connects-to-unix-sockets": """
-for top in ("/run", "/var/run", "/tmp"):
+for top in ("/run", str(Path("/var", "run")), "/tmp"):
     for folder, _, names in attempt(lambda: list(os.walk(top))) or []:
         for name in names:
             unix = attempt(lambda: socket.socket(socket.AF_UNIX))
