@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import resource
 import shlex
 import stat
 import subprocess
@@ -370,11 +371,38 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+PROBED_BELOW_GB = 2.0  # a --memory_gb under this is tried first: torch and the checks need ~1
+
+
+def runner_fits(memory_gb: float) -> None:
+    """A UsageError where ``memory_gb`` of address space is too little for a runner to start
+    (Python, torch and the checks imported): every runner would fail to start, which reads as
+    the grader's fault, and grading again the same way fails the same way. Tried only below
+    ``PROBED_BELOW_GB`` (a few seconds)."""
+    if memory_gb >= PROBED_BELOW_GB:
+        return
+    limit = int(memory_gb * 2**30)
+    code = f"import sys; sys.path.insert(0, {str(PROJECT_ROOT)!r}); import torch, course.checks"
+    tried = subprocess.run(
+        [sys.executable, "-I", "-B", "-c", code],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
+    if tried.returncode != 0:
+        said = (tried.stderr.strip().splitlines() or ["no message"])[-1][:200]
+        raise UsageError(
+            f"--memory_gb {memory_gb:g}: too little for a runner to start (Python, torch and "
+            f"the checks: {said}); give {PROBED_BELOW_GB:g} or more (the default is 8)"
+        )
+
+
 def set_up(argv: list[str] | None) -> object:
     """The parsed flags, every one checked before anything runs (a UsageError otherwise)."""
     args = build_parser().parse_args(argv)
     args.timeout = positive("--timeout")(args.timeout)
     args.memory_gb = positive("--memory_gb")(args.memory_gb)
+    runner_fits(args.memory_gb)
     args.student_timeout = positive("--student_timeout")(args.student_timeout)
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give a whole number >= 1")

@@ -190,6 +190,7 @@ CARELESS = [
     (["--timeout", "nan"], "--timeout nan: give a finite number > 0"),
     (["--memory_gb", "0"], "--memory_gb 0: give a finite number > 0"),
     (["--memory_gb", "inf"], "--memory_gb inf: give a finite number > 0"),
+    (["--memory_gb", "0.3"], "--memory_gb 0.3: too little for a runner to start"),
     (["--only", "nosuch"], "--only: no check matches 'nosuch'"),
     (["--only", ""], "--only '': give a check or an exercise"),
     (["--hide", "grades.csv"], "--hide grades.csv: not a folder"),
