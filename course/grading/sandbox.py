@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pwd
 import resource
 import shutil
 import signal
@@ -30,8 +31,10 @@ from course.grading import landlock, seccomp
 from course.grading.jail import DEVICES, PR_SET_NO_NEW_PRIVS, ROOT_BYTES, TREE, give, libc
 
 JAIL = Path(__file__).resolve().with_name("jail.py")
-RUNNER_UIDS = range(61_000, 62_000)  # runners' users where the grader is root: no account has one
-LOCKS = ("/run/lock/minbert-runners", "/tmp/minbert-runners")  # the first that can be made
+RUNNER_UIDS = range(61_000, 62_000)  # runners' users where the grader is root (checked: no account)
+UIDS_VARIABLE = "MINBERT_RUNNER_UIDS"  # FIRST-LAST: another range, where accounts hold this one
+# The first that can be made: /run is root's alone, so nobody can make its folder first.
+LOCKS = ("/run/minbert-runners", "/run/lock/minbert-runners", "/tmp/minbert-runners")
 FILE_SIZE = 64 * 2**20  # bytes: the largest file a runner may write (its log included)
 PROCESSES = 64  # a runner's processes at once, all of them (counted by its watch)
 THREADS = 1024  # RLIMIT_NPROC counts threads: torch and BLAS start one per core in each process
@@ -109,13 +112,14 @@ class UserIds:
     (isolate's box ids): a second grader on this machine takes others."""
 
     def __init__(self) -> None:
+        self.ids = runner_ids()
         self.folder = _lock_folder()
 
     def claim(self) -> tuple[int, int]:
         """(a free user id, the open lock file that holds it); its leftovers killed first, and an
         id whose processes outlive that (a runner's children still being reaped on a loaded
         machine) passed over, so that a new runner is never watched with another's memory."""
-        for uid in RUNNER_UIDS:
+        for uid in self.ids:
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
             fd = os.open(self.folder / str(uid), flags, 0o600)
             try:
@@ -128,20 +132,47 @@ class UserIds:
                 os.close(fd)
                 continue
             return uid, fd
-        first, last = RUNNER_UIDS.start, RUNNER_UIDS.stop - 1
+        first, last = self.ids.start, self.ids.stop - 1
         raise NoUserId(f"every runner user id {first}-{last} is taken")
 
 
+def runner_ids() -> range:
+    """The runners' user ids: ``RUNNER_UIDS``, or ``MINBERT_RUNNER_UIDS=FIRST-LAST``; a NoUserId
+    where the range is malformed or an account of this machine has an id in it (its processes
+    would be killed as a runner's)."""
+    text = os.environ.get(UIDS_VARIABLE, "")
+    ids = RUNNER_UIDS
+    if text:
+        first, _, last = text.partition("-")
+        if not (first.isdigit() and last.isdigit() and 1000 <= int(first) <= int(last) < 2**31):
+            raise NoUserId(f"{UIDS_VARIABLE}={text}: give FIRST-LAST, two user ids from 1000 up")
+        ids = range(int(first), int(last) + 1)
+    taken = [f"{a.pw_name} ({a.pw_uid})" for a in pwd.getpwall() if a.pw_uid in ids]
+    if taken:
+        raise NoUserId(
+            f"user ids {ids.start}-{ids.stop - 1} hold accounts of this machine "
+            f"({', '.join(taken[:3])}); set {UIDS_VARIABLE}=FIRST-LAST to a range that holds none"
+        )
+    return ids
+
+
 def _lock_folder() -> Path:
-    """The first folder of ``LOCKS`` that can be made and written (a NoUserId if none)."""
+    """The first folder of ``LOCKS`` that can be made and written (a NoUserId if none); one that
+    another user made, or that others may write, is refused, never passed over."""
     for candidate in LOCKS:
         try:
             os.makedirs(candidate, mode=0o755, exist_ok=True)
         except OSError:
             continue
         status = os.lstat(candidate)
-        ours = status.st_uid == os.geteuid() and not status.st_mode & 0o022  # none planted there
-        if stat.S_ISDIR(status.st_mode) and ours and os.access(candidate, os.W_OK):
+        if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.geteuid():
+            raise NoUserId(
+                f"{candidate} was made by another user (uid {status.st_uid}), not this grader: "
+                "remove it and grade again"
+            )
+        if status.st_mode & 0o022:
+            raise NoUserId(f"{candidate} may be written by other users: chmod go-w {candidate}")
+        if os.access(candidate, os.W_OK):
             return Path(candidate)
     raise NoUserId(f"no folder for the runners' locks: none of {', '.join(LOCKS)} is writable")
 

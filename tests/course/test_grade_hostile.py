@@ -398,3 +398,49 @@ def test_a_results_link_planted_by_another_user_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "every user may write in" in err[0]
     assert list(open_to_all.iterdir()) == []
+
+
+def careless_machine(tmp_path, monkeypatch, capsys) -> list[str]:
+    """grade.main at the root level on a one-student class: its exit code 2 and what it said."""
+    monkeypatch.setattr(sandbox, "containment", lambda: sandbox.ROOT)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
+    submit(subs / "alice", {SAMPLING: solution(SAMPLING)})
+    assert grade.main([str(subs), "--out", str(out), "--only", "sampler"]) == 2
+    assert not out.exists()
+    return capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="runner user ids are root's")
+def test_an_account_in_the_runners_id_range_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """The runners' user ids are checked against the machine's accounts: one of them there
+    would have its processes killed as a runner's. Another range is taken from the variable."""
+    accounts = [
+        *sandbox.pwd.getpwall(),
+        sandbox.pwd.struct_passwd(("tutor", "x", 61005, 61005, "", "/", "/bin/sh")),
+    ]
+    monkeypatch.setattr(sandbox.pwd, "getpwall", lambda: accounts)
+    said = careless_machine(tmp_path, monkeypatch, capsys)
+    assert (
+        len(said) == 1
+        and "user ids 61000-61999 hold accounts of this machine (tutor (61005))" in said[0]
+    )
+    monkeypatch.setenv(sandbox.UIDS_VARIABLE, "63000-63999")
+    assert sandbox.runner_ids() == range(63000, 64000)
+    monkeypatch.setenv(sandbox.UIDS_VARIABLE, "12-x")
+    said = careless_machine(tmp_path / "again", monkeypatch, capsys)
+    assert len(said) == 1 and "MINBERT_RUNNER_UIDS=12-x: give FIRST-LAST" in said[0]
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="runner user ids are root's")
+def test_a_lock_folder_another_user_made_first_is_refused_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """Any local user could stop every root grader by making the runners' lock folder first
+    (where the folder can be made by anyone): the grader names it instead of passing it over."""
+    planted = tmp_path / "locks"
+    planted.mkdir()
+    os.chown(planted, 65534, 65534)
+    monkeypatch.setattr(sandbox, "LOCKS", (str(planted),))
+    said = careless_machine(tmp_path / "class", monkeypatch, capsys)
+    assert len(said) == 1 and f"{planted} was made by another user (uid 65534)" in said[0]
