@@ -331,45 +331,31 @@ def test_a_full_disk_under_out_is_one_line_naming_the_file(tmp_path, monkeypatch
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="the own-user level's runner ids are root's")
-def test_without_namespaces_or_landlock_the_grader_refuses_in_one_line(
-    tmp_path, monkeypatch, capsys
+@pytest.mark.parametrize(
+    ("missing", "said"),
+    [
+        ("landlock", "no namespaces and no Landlock here"),
+        ("seccomp", "(the kernel refused the filter)"),
+    ],
+)
+def test_without_namespaces_a_missing_confinement_is_refused_in_one_line(
+    missing, said, tmp_path, monkeypatch, capsys
 ):
-    """Fail closed: at the level without namespaces, where the kernel refuses Landlock, a runner
-    could read every file every user may; the grader grades nothing and names what is missing
-    and the flag that grades anyway."""
-    from course.grading import landlock
+    """Fail closed: at the level without namespaces, where the kernel refuses Landlock (a
+    runner could read every file every user may) or the seccomp filter (its sockets, System V
+    IPC and memfd stay open), the grader grades nothing and names what is missing and the flag
+    that grades anyway."""
+    from course.grading import landlock, seccomp
 
-    monkeypatch.setattr(sandbox, "containment", lambda: sandbox.OWN_USER)
-    monkeypatch.setattr(landlock, "abi", lambda: 0)
+    if missing == "landlock":
+        monkeypatch.setattr(landlock, "abi", lambda: 0)
+    else:
+        monkeypatch.setattr(seccomp, "works", lambda: "the kernel refused the filter")
     monkeypatch.setattr(grade, "must_be_private", lambda paths: None)
     monkeypatch.setattr(sandbox, "python_closed_to_runners", lambda private: None)
-    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
-    submit(subs / "alice", {SAMPLING: solution(SAMPLING)})
-    assert grade.main([str(subs), "--out", str(out), "--only", "sampler"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: no namespaces and no Landlock here")
+    err = careless_machine(tmp_path, monkeypatch, capsys, sandbox.OWN_USER)
+    assert len(err) == 1 and said in err[0]
     assert err[0].endswith("or pass --trusted to run the submissions uncontained")
-    assert not out.exists()
-
-
-@pytest.mark.skipif(not AS_ROOT, reason="the own-user level's runner ids are root's")
-def test_without_namespaces_or_the_seccomp_filter_the_grader_refuses_in_one_line(
-    tmp_path, monkeypatch, capsys
-):
-    """Fail closed, as above, where the kernel refuses the seccomp filter."""
-    from course.grading import seccomp
-
-    monkeypatch.setattr(sandbox, "containment", lambda: sandbox.OWN_USER)
-    monkeypatch.setattr(seccomp, "works", lambda: "the kernel refused the filter")
-    monkeypatch.setattr(grade, "must_be_private", lambda paths: None)
-    monkeypatch.setattr(sandbox, "python_closed_to_runners", lambda private: None)
-    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
-    submit(subs / "alice", {SAMPLING: solution(SAMPLING)})
-    assert grade.main([str(subs), "--out", str(out), "--only", "sampler"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "(the kernel refused the filter)" in err[0]
-    assert err[0].endswith("or pass --trusted to run the submissions uncontained")
-    assert not out.exists()
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="planting another user's link needs root")
@@ -400,9 +386,9 @@ def test_a_results_link_planted_by_another_user_is_refused(tmp_path, capsys):
     assert list(open_to_all.iterdir()) == []
 
 
-def careless_machine(tmp_path, monkeypatch, capsys) -> list[str]:
-    """grade.main at the root level on a one-student class: its exit code 2 and what it said."""
-    monkeypatch.setattr(sandbox, "containment", lambda: sandbox.ROOT)
+def careless_machine(tmp_path, monkeypatch, capsys, level: str = sandbox.ROOT) -> list[str]:
+    """grade.main at ``level`` on a one-student class: its exit code 2 and what it said."""
+    monkeypatch.setattr(sandbox, "containment", lambda: level)
     tmp_path.mkdir(parents=True, exist_ok=True)
     subs, out = tmp_path / "subs", tmp_path / "grades.csv"
     submit(subs / "alice", {SAMPLING: solution(SAMPLING)})
