@@ -184,28 +184,22 @@ print("wrote", written, "MiB", flush=True)
     "crashes": "ctypes.string_at(0)",
     "kills-itself": "os.kill(os.getpid(), signal.SIGKILL)",
     "raises-a-huge-message": "raise RuntimeError('x' * (12 * 2**20))",
-    "sends-udp-out": """
+    "opens-the-doors-landlock-leaves": f"""
 udp = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
 if attempt(lambda: udp.sendto(MARK.encode(), ("127.0.0.1", PORT))) == len(MARK):
     print("connected: a datagram left the runner", flush=True)
-""",
-    "connects-to-unix-sockets": """
 for top in ("/run", str(Path("/var", "run")), "/tmp"):
     for folder, _, names in attempt(lambda: list(os.walk(top))) or []:
         for name in names:
             unix = attempt(lambda: socket.socket(socket.AF_UNIX))
             if attempt(lambda: unix.connect(os.path.join(folder, name))) is None:
                 print("connected to", os.path.join(folder, name), flush=True)
-""",
-    "reads-other-command-lines": """
 for pid in attempt(lambda: os.listdir("/proc")) or []:
-    attempt(lambda: print(pid, open(f"/proc/{pid}/cmdline").read(), flush=True))
+    attempt(lambda: print(pid, open(f"/proc/{{pid}}/cmdline").read(), flush=True))
 for pid in range(max(1, os.getpid() - 20000), os.getpid() + 20000):  # without a listing
-    said = attempt(lambda: open(f"/proc/{pid}/cmdline").read())
+    said = attempt(lambda: open(f"/proc/{{pid}}/cmdline").read())
     if isinstance(said, str) and SECRET in said:
         print(said, flush=True)
-""",
-    "keeps-system-v-memory": f"""
 libc = ctypes.CDLL(None)
 print(libc.shmget({SYSV_KEY}, 4096, 0o1600), libc.msgget({SYSV_KEY}, 0o1600), flush=True)
 """,
