@@ -194,7 +194,8 @@ for top in ("/run", str(Path("/var", "run")), "/tmp"):
             unix = attempt(lambda: socket.socket(socket.AF_UNIX))
             if attempt(lambda: unix.connect(os.path.join(folder, name))) is None:
                 print("connected to", os.path.join(folder, name), flush=True)
-for pid in attempt(lambda: os.listdir("/proc")) or []:
+listing = attempt(lambda: os.listdir("/proc"))
+for pid in listing if isinstance(listing, list) else []:
     attempt(lambda: print(pid, open(f"/proc/{{pid}}/cmdline").read(), flush=True))
 for pid in range(max(1, os.getpid() - 20000), os.getpid() + 20000):  # without a listing
     said = attempt(lambda: open(f"/proc/{{pid}}/cmdline").read())
