@@ -33,6 +33,18 @@ def driver_argv(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> lis
     ]
 
 
+def driver_in(folder: Path, *argv: str) -> subprocess.CompletedProcess:
+    """``python train_multitask.py ARGV`` run in ``folder`` (a copy of the code, a student tree),
+    in a fresh process: its exit code and output."""
+    return subprocess.run(
+        [sys.executable, "train_multitask.py", *argv],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 def run_driver(checkpoint: Path, data: Path, out_dir: Path, *extra: str) -> int:
     """``train_multitask.main`` on ``driver_argv``; its exit code."""
     import train_multitask

@@ -9,15 +9,13 @@ Instructor-only (it writes a student tree with every solution in place)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from course.authoring import scaffold
 from multitask.extras import EXTRAS
-from tests.helpers import driver_argv, kill_when_resumable, short_run, tiny_run
+from tests.helpers import driver_argv, driver_in, kill_when_resumable, short_run, tiny_run
 
 # Each extra that changes only a run's speed or what it reports, and a config.json value that
 # used it: a run with it is read in the student tree (which lacks every extra) as the core's.
@@ -38,17 +36,6 @@ def solved_tree(tmp_path_factory) -> Path:
     return out
 
 
-def in_tree(tree: Path, argv: list[str]) -> subprocess.CompletedProcess:
-    """The student tree's driver on ``argv``, in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "train_multitask.py", *argv],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 @pytest.mark.parametrize("optimizer", ["foreach", "fused"])
 def test_a_full_project_run_is_evaluated_resumed_and_started_from_in_the_student_tree(
     optimizer, solved_tree, tiny_checkpoint, tiny_data, tmp_path
@@ -58,26 +45,17 @@ def test_a_full_project_run_is_evaluated_resumed_and_started_from_in_the_student
     kill_when_resumable(tiny_checkpoint, tiny_data, cut, *flags, "--save_every", "1")
     assert json.loads((cut / "config.json").read_text())["optimizer"] == optimizer
     assert not (cut / "summary.json").exists()
-    resumed = in_tree(solved_tree, ["--out_dir", str(cut), "--resume"])
+    resumed = driver_in(solved_tree, "--out_dir", str(cut), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((cut / "summary.json").read_text())["steps"] == 6
 
-    evaluated = in_tree(
-        solved_tree,
-        [*driver_argv(tiny_checkpoint, tiny_data, tmp_path / "ev"), "--evaluate", str(cut)],
-    )
+    argv = driver_argv(tiny_checkpoint, tiny_data, tmp_path / "ev")
+    evaluated = driver_in(solved_tree, *argv, "--evaluate", str(cut))
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert (tmp_path / "ev" / "sst-dev-output.csv").exists()
 
-    started = in_tree(
-        solved_tree,
-        [
-            *driver_argv(tiny_checkpoint, tiny_data, tmp_path / "new"),
-            *short_run(1, 2),
-            "--init_from",
-            str(cut),
-        ],
-    )
+    argv = driver_argv(tiny_checkpoint, tiny_data, tmp_path / "new")
+    started = driver_in(solved_tree, *argv, *short_run(1, 2), "--init_from", str(cut))
     assert started.returncode == 0, started.stderr[-3000:]
     assert json.loads((tmp_path / "new" / "config.json").read_text())["optimizer"] == "adamw"
 
@@ -87,7 +65,7 @@ def test_a_run_whose_extra_changes_the_model_is_refused_naming_it(
 ):
     run = tiny_run(tiny_checkpoint, tiny_data, tmp_path / "pcgrad", "--step_gradient", "pcgrad")
     argv = [*driver_argv(tiny_checkpoint, tiny_data, tmp_path / "ev"), "--evaluate", str(run)]
-    refused = in_tree(solved_tree, argv)
+    refused = driver_in(solved_tree, *argv)
     lines = refused.stderr.strip().splitlines()
     assert refused.returncode == 2 and len(lines) == 1, refused.stderr[-2000:]
     assert "--step_gradient pcgrad" in lines[0] and "minbert/pcgrad.py" in lines[0]
@@ -109,6 +87,6 @@ def test_a_run_that_used_every_extra_of_speed_or_reports_is_evaluated_in_the_stu
         (run / "config.json").write_text(json.dumps(config | used))
         out = tmp_path / f"ev-{optimizer}"
         argv = [*driver_argv(tiny_checkpoint, tiny_data, out), "--evaluate", str(run)]
-        evaluated = in_tree(solved_tree, argv)
+        evaluated = driver_in(solved_tree, *argv)
         assert evaluated.returncode == 0, evaluated.stderr[-3000:]
         assert (out / "sst-dev-output.csv").exists()

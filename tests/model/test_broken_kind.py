@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import copy_of_the_code, driver_argv, short_run, tiny_run
+from tests.helpers import copy_of_the_code, driver_argv, driver_in, short_run, tiny_run
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = ("minbert", "tasks", "multitask", "train_multitask.py")
@@ -26,25 +26,15 @@ def broken_file(folder: Path, name: str = "minbert/plugins/pals.py") -> tuple[Pa
     return folder, len(text.splitlines()) + 1
 
 
-def driver(code: Path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "train_multitask.py", *argv],
-        cwd=code,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 def test_a_broken_kind_fails_only_its_own_option(tiny_checkpoint, tiny_data, tmp_path) -> None:
     code, line = broken_file(tmp_path / "code")
 
-    helped = driver(code, "--help")
+    helped = driver_in(code, "--help")
     assert helped.returncode == 0, helped.stderr
     assert "pals" in helped.stdout
     assert "--lora_rank" in helped.stdout and "--pal_size" not in helped.stdout
 
-    lora = driver(
+    lora = driver_in(
         code,
         *driver_argv(tiny_checkpoint, tiny_data, tmp_path / "lora"),
         "--option",
@@ -54,7 +44,7 @@ def test_a_broken_kind_fails_only_its_own_option(tiny_checkpoint, tiny_data, tmp
     assert lora.returncode == 0, lora.stderr
     assert (tmp_path / "lora" / "best.safetensors").is_file()
 
-    pals = driver(
+    pals = driver_in(
         code,
         *driver_argv(tiny_checkpoint, tiny_data, tmp_path / "pals"),
         "--option",
@@ -89,17 +79,17 @@ def test_a_broken_extra_fails_only_its_own_flags(tiny_checkpoint, tiny_data, tmp
     flags, not its own; a run without it trains; its flag is one line naming the file and line."""
     code, line = broken_file(tmp_path / "code", "multitask/distillation.py")
 
-    helped = driver(code, "--help")
+    helped = driver_in(code, "--help")
     assert helped.returncode == 0, helped.stderr
     offered = [line.split()[0] for line in helped.stdout.splitlines() if line.startswith("  --")]
     assert "--report_to" in offered and "--teachers" not in offered
 
-    plain = driver(code, *driver_argv(tiny_checkpoint, tiny_data, tmp_path / "plain"), *SHORT)
+    plain = driver_in(code, *driver_argv(tiny_checkpoint, tiny_data, tmp_path / "plain"), *SHORT)
     assert plain.returncode == 0, plain.stderr
     assert (tmp_path / "plain" / "best.safetensors").is_file()
 
     teacher = tmp_path / "plain"
-    taught = driver(
+    taught = driver_in(
         code,
         *driver_argv(tiny_checkpoint, tiny_data, tmp_path / "taught"),
         *("--teachers", f"sst={teacher}", *SHORT),
