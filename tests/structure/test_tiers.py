@@ -33,3 +33,10 @@ def test_every_test_file_has_a_tier_and_every_tier_a_file():
 
 def test_the_grader_files_are_test_files():
     assert conftest.GRADER_FILES <= set(conftest.TIERS)
+
+
+def test_the_installed_pytest_keeps_pytest_xdists_load_groups():
+    """The class graders share runner user ids and lock folders: ``make test`` keeps them in one
+    worker through ``--dist loadgroup``, which only works where pytest reads the node id that
+    pytest-xdist rewrites (requirements-dev.txt pins such a pytest)."""
+    assert conftest.load_groups_work()
