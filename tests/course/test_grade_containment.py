@@ -2,7 +2,7 @@
 root of the runner's own, a user id of its own), the user-namespace level, and root without
 namespaces (a user id of its own and Landlock, as in Gradescope's Docker). Each hostile student
 does one attack at import time of its ``minbert/optimizer.py`` (leaving AdamW unwritten) and
-hands in a correct sampler; an honest student is graded beside them, two at a time.
+hands in a correct sampler; an honest student is graded beside them, four at a time.
 
 Asserted for every level: every row written; each hostile student scored on what it computed
 (no AdamW points, the sampler's points); no file outside the runners' copies changed (the
@@ -304,7 +304,7 @@ def grade_hostile_class(
     hooks = project / ".git" / "hooks"
     before = {"project": digest(project, SKIPPED), "subs": digest(subs), "hooks": digest(hooks)}
     decoy_bytes = decoy.read_bytes()
-    command = [python, "-m", "course.grading.grade", str(subs), "--out", str(out), "--jobs", "2"]
+    command = [python, "-m", "course.grading.grade", str(subs), "--out", str(out), "--jobs", "4"]
     runners_before = runner_processes()
     try:
         done = subprocess.run(
