@@ -93,6 +93,13 @@ def locate(err: BaseException, functions: dict[str, list[str]] | None = None) ->
     return here
 
 
+def raised_in(err: BaseException, functions: dict[str, list[str]] | None = None) -> str:
+    """The qualified name of the student's function (of ``functions``) that ``student_frame`` is
+    in, or "" when the error comes from elsewhere (given code, the grader)."""
+    qualname, frame = _student_frame(err, functions)
+    return _owner(qualname, (functions or {}).get(_relative(frame.filename), [])) or ""
+
+
 def definition_line(path: Path, qualname: str) -> int | str:
     """The line of ``def`` of the function ``qualname`` in the file, or "?"."""
     try:

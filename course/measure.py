@@ -38,6 +38,9 @@ class Measurement:
     # the shape of the error -> how far the output is from the expected once it is undone
     # (``course/shapes.py``): named when no known mistake is near
     shapes: dict[str, float] = field(default_factory=dict)
+    # which of the check's functions gave the wrong output, where the check can tell (it calls
+    # them one at a time); empty: the check's functions, all of them
+    functions: tuple[str, ...] = ()
 
     def is_worse_than(self, other: Measurement) -> bool:
         """Larger difference, with NaN (a broken computation) worst of all."""

@@ -37,10 +37,11 @@ def outputs(*cases: dict) -> Outputs:
     return {"cases": list(cases)}
 
 
-def problem(message: str, mistake: str = "") -> Outputs:
+def problem(message: str, mistake: str = "", functions: Sequence[str] = ()) -> Outputs:
     """Outputs that fail whatever they hold, for ``message``; ``mistake``: the key of the known
-    mistake the problem shows (``observed``), or ""."""
-    return {"problem": message, "mistake": mistake}
+    mistake the problem shows (``observed``), or ""; ``functions``: those of the check's
+    functions the problem is in, where the check knows (else all of them)."""
+    return {"problem": message, "mistake": mistake, "functions": list(functions)}
 
 
 def with_gradient(out: Outputs, failure: Outputs | None) -> Outputs:
@@ -55,7 +56,9 @@ def observed(out: Outputs, known: dict[str, str] | None = None) -> Measurement:
     the check's words (``known``: key -> what the diagnosis says) at distance 0, so that
     ``diagnose`` names it; a key the check does not know names nothing."""
     said = (known or {}).get(str(out.get("mistake") or ""))
-    return Measurement(math.inf, str(out["problem"]), {said: 0.0} if said else {})
+    functions = out.get("functions")
+    blamed = tuple(str(f) for f in functions) if isinstance(functions, list) else ()
+    return Measurement(math.inf, str(out["problem"]), {said: 0.0} if said else {}, {}, blamed)
 
 
 def stored(data: dict, path: Sequence[str]) -> dict:

@@ -14,15 +14,16 @@ is declared with ``@check`` in the checks file of the source file it grades, nam
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from course.gradients import GRADIENT_SEEN
-from course.locate import PROJECT_ROOT, definition_line, locate, relative_to_project
+from course.locate import PROJECT_ROOT, definition_line, locate, raised_in, relative_to_project
 from course.measure import Measurement, diagnose
 from course.outcome import Outputs, observed
 from course.untouched import Untouched
@@ -81,6 +82,7 @@ class Result:
     diagnosis: str = ""  # the known mistake the output matches, if one does
     uncompiled: str = ""  # "SyntaxError in path:line": a file that does not compile, not the check
     where: str = ""  # a FAIL's: "path:line (name)" of the student's functions the check ran
+    blamed: tuple[str, ...] = ()  # the check's functions the judgement found wrong; (): all
 
 
 class Context:
@@ -222,12 +224,17 @@ def student_functions(ctx: Context) -> dict[str, list[str]]:
     return found
 
 
-def check_functions(check: Check, ctx: Context) -> list[tuple[str, str]]:
+def check_functions(
+    check: Check, ctx: Context, blamed: tuple[str, ...] = ()
+) -> list[tuple[str, str]]:
     """(path, qualified name) of the student's functions whose output ``check`` judges: its
-    ``functions``, or every function of its exercises."""
+    ``functions``, or every function of its exercises; of those, only the ``blamed`` ones when
+    the judgement found which were wrong (and names one of them)."""
     places = exercise_places(ctx)
     found = [place for exercise in check.exercises for place in places.get(exercise, [])]
-    return [place for place in found if not check.functions or place[1] in check.functions]
+    judged = [place for place in found if not check.functions or place[1] in check.functions]
+    narrowed = [place for place in judged if place[1] in blamed]
+    return narrowed or judged
 
 
 def definition_lines(check: Check, ctx: Context) -> dict[str, int]:
@@ -242,17 +249,29 @@ def definition_lines(check: Check, ctx: Context) -> dict[str, int]:
     return lines
 
 
-def your_code(check: Check, ctx: Context, lines: object) -> str:
+def your_code(check: Check, ctx: Context, lines: object, blamed: tuple[str, ...] = ()) -> str:
     """ "minbert/bert.py:45 (scaled_dot_product_attention)", one for each of the check's
-    functions, from the judge's own names and the runner's ``lines`` (untrusted: a line is used
-    only when it is a positive int)."""
+    functions (the ``blamed`` ones where the judgement found which), from the judge's own names
+    and the runner's ``lines`` (untrusted: a line is used only when it is a positive int)."""
     lines = lines if isinstance(lines, dict) else {}
     said = []
-    for path, name in check_functions(check, ctx):
+    for path, name in check_functions(check, ctx, blamed):
         line = lines.get(f"{path}:{name}")
         ok = isinstance(line, int) and not isinstance(line, bool) and 0 < line < 10**7
         said.append(f"{path}:{line if ok else '?'} ({name})")
     return "; ".join(said)
+
+
+@contextlib.contextmanager
+def calling(function: str) -> Iterator[None]:
+    """Mark an exception raised in the block as ``function``'s: the block calls that one of the
+    check's functions, and the FAIL names it alone (not the student's function the error was
+    raised in, which may be one that ``function`` handed a wrong value)."""
+    try:
+        yield
+    except Exception as err:
+        err.check_function = function
+        raise
 
 
 def compute_check(check: Check, ctx: Context) -> dict:
@@ -265,8 +284,16 @@ def compute_check(check: Check, ctx: Context) -> dict:
             return {"error": uncompiled, "not_implemented": False, "uncompiled": uncompiled}
         todo = not_implemented_message(err)
         detail = todo if todo is not None else f"{type(err).__name__}: {err}"
-        detail += f" ({locate(err, student_functions(ctx))})"
-        return {"error": detail, "not_implemented": todo is not None, **lines_of(check, ctx)}
+        functions = student_functions(ctx)
+        detail += f" ({locate(err, functions)})"
+        name = getattr(err, "check_function", "") or raised_in(err, functions)
+        blamed = [name] if name else []
+        return {
+            "error": detail,
+            "not_implemented": todo is not None,
+            "blamed": blamed,
+            **lines_of(check, ctx),
+        }
 
 
 def lines_of(check: Check, ctx: Context) -> dict:
@@ -295,7 +322,7 @@ def judge_check(check: Check, ctx: Context, computed: dict) -> Result:
     student's functions are (``your_code``), unless a file did not compile."""
     result = _judged(check, ctx, computed)
     if result.status == FAIL and not result.uncompiled:
-        result.where = your_code(check, ctx, computed.get("lines"))
+        result.where = your_code(check, ctx, computed.get("lines"), result.blamed)
     return result
 
 
@@ -317,7 +344,9 @@ def _judged(check: Check, ctx: Context, computed: dict) -> Result:
         error = cut(str(computed["error"]))
         named = [said for phrase, said in check.raises.items() if phrase in error]
         diagnosis = "" if uncompiled or not named else named[0]
-        return Result(check, status, None, error, diagnosis, uncompiled)
+        blamed = computed.get("blamed")
+        blamed = tuple(str(n) for n in blamed) if isinstance(blamed, list) else ()
+        return Result(check, status, None, error, diagnosis, uncompiled, blamed=blamed)
     outputs = computed.get("outputs")
     gradient = None
     if isinstance(outputs, dict) and "gradient" in outputs:  # judged once the values pass
@@ -338,15 +367,25 @@ def _judged(check: Check, ctx: Context, computed: dict) -> Result:
     diff = measurement.max_abs_diff
     passed = diff <= check.tolerance  # NaN compares false: fails
     if passed and isinstance(gradient, dict) and gradient.get("problem") is not None:
-        wrong = observed(gradient, check.seen)
-        return Result(check, FAIL, diff, wrong.hint, diagnose(wrong, check.tolerance))
-    if passed:
+        measurement = observed(gradient, check.seen)
+    elif passed:
         return Result(check, PASS, diff)
-    return Result(check, FAIL, diff, measurement.hint, diagnose(measurement, check.tolerance))
+    said = diagnose(measurement, check.tolerance)
+    return Result(check, FAIL, diff, measurement.hint, said, blamed=tuple(measurement.functions))
 
 
 # The keys of a check's outputs that hold the check's own numbers and texts, not the student's.
-CHECKS_OWN_KEYS = ("label", "axes", "calls", "names", "problem", "mistake", "errors", "gradient")
+CHECKS_OWN_KEYS = (
+    "label",
+    "axes",
+    "calls",
+    "names",
+    "problem",
+    "mistake",
+    "errors",
+    "gradient",
+    "functions",
+)
 
 
 def not_a_tensor(outputs: object, name: str = "") -> tuple[str, object] | None:

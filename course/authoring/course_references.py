@@ -400,19 +400,6 @@ def perturbation(forward, embeddings, clean, kind, config, seed, mistake=None):
     """Steps 2-3 of SMART written out: δ₀ = Π_ε(σ·ν) with ν drawn from a generator seeded with
     ``seed`` (one (B, T, D) float32 draw per embedding tensor, in order), then K times
     δ ← Π_ε(δ + η·g/‖g‖) per token, g = ∇_δ ℓ_s(f(e), f(e + δ))."""
-    eps, norm = config.epsilon, config.norm
-
-    def token_norm(t):
-        if norm == "linf":
-            return t.abs().amax(-1, keepdim=True)
-        return t.square().sum(-1, keepdim=True).sqrt()
-
-    def project(d):
-        if mistake == "no_projection":
-            return d
-        if norm == "linf":
-            return torch.clamp(d, -eps, eps)
-        return d * (eps / torch.clamp(token_norm(d), min=eps))
 
     def divergence(a, b):
         if kind == "regression":
@@ -421,13 +408,14 @@ def perturbation(forward, embeddings, clean, kind, config, seed, mistake=None):
 
     generator = torch.Generator().manual_seed(seed)
     base = [e.detach() for e in embeddings]
-    start = mistake
-    mistake = None  # δ₀ is projected outside the exercise: always
-    deltas = [
-        project(config.sigma * torch.randn(e.shape, generator=generator, dtype=torch.float32))
+    deltas = [  # δ₀ is projected outside the exercise: always
+        project(
+            config.sigma * torch.randn(e.shape, generator=generator, dtype=torch.float32),
+            config.epsilon,
+            config.norm,
+        )
         for e in base
     ]
-    mistake = start
     steps = config.ascent_steps + (1 if mistake == "one_step_too_many" else 0)
     for _ in range(steps):
         deltas = [d.detach().requires_grad_(True) for d in deltas]
@@ -435,14 +423,36 @@ def perturbation(forward, embeddings, clean, kind, config, seed, mistake=None):
             perturbed = forward([e + d for e, d in zip(base, deltas)])
             objective = divergence(clean.detach().float(), perturbed)
             grads = torch.autograd.grad(objective, deltas, allow_unused=True)
-        sign = -1.0 if mistake == "descent" else 1.0
-        stepped = []
-        for d, g in zip(deltas, grads):
-            if g is not None:  # an embedding the outputs do not read has none: no step
-                d = d.detach() + sign * config.step_size * ascent_direction(g, norm, mistake)
-            stepped.append(project(d.detach()))
-        deltas = stepped
+        deltas = [ascent_step(d, g, config, mistake) for d, g in zip(deltas, grads)]
     return [d.detach() for d in deltas]
+
+
+def token_norm(t, norm):
+    """Each token's ℓ∞ or ℓ2 norm, (B, T, D) -> (B, T, 1)."""
+    if norm == "linf":
+        return t.abs().amax(-1, keepdim=True)
+    return t.square().sum(-1, keepdim=True).sqrt()
+
+
+def project(d, eps, norm, mistake=None):
+    """Π_ε per token: ℓ∞ clamps each coordinate to [−ε, ε], ℓ2 scales a vector longer than ε
+    down to length ε; ε = 0 leaves 0."""
+    if mistake == "no_projection":
+        return d
+    if eps == 0:
+        return torch.zeros_like(d)
+    if norm == "linf":
+        return torch.clamp(d, -eps, eps)
+    return d * (eps / torch.clamp(token_norm(d, "l2"), min=eps))
+
+
+def ascent_step(d, g, config, mistake=None):
+    """δ ← Π_ε(δ + η·g/‖g‖) per token; no step where g is None (an embedding the outputs do not
+    read)."""
+    if g is not None:
+        sign = -1.0 if mistake == "descent" else 1.0
+        d = d.detach() + sign * config.step_size * ascent_direction(g, config.norm, mistake)
+    return project(d.detach(), config.epsilon, config.norm, mistake)
 
 
 def ascent_direction(g, norm, mistake=None):

@@ -716,7 +716,14 @@ def pals_data() -> dict:
 
 
 def smart_data() -> dict:
-    from course.checks.smart import KL_TOLERANCE, SMART_CASES, smart_label, smart_problem
+    from course.checks.smart import (
+        KL_TOLERANCE,
+        SMART_CASES,
+        SMART_PARTS,
+        part_outputs,
+        smart_label,
+        smart_problem,
+    )
     from minbert.smart import SmartConfig
 
     embeddings, models = smart_problem()
@@ -734,14 +741,23 @@ def smart_data() -> dict:
                 out[f"δ of embedding {j} {smart_label(norm, steps, kind, model, grad_mode)}"] = d
         return out
 
+    def parts(mistake):
+        return part_outputs(
+            lambda g, norm: ref.ascent_direction(g, norm, mistake),
+            lambda d, eps, norm: ref.project(d, eps, norm, mistake),
+            lambda d, g, config: ref.ascent_step(d, g, config, mistake),
+        )
+
+    tolerance = check_tolerance(GRADED_BY["smart"])
+    mistakes = {t: [*parts(k), deltas(k)] for k, t in declared("smart").items()}
+    stored = {}
+    between = SMART_PARTS[1:]  # the first, the divergence, is the KL check's case
+    for i, (expected, (_, key)) in enumerate(zip([*parts(None), deltas(None)], between)):
+        their = {t: outputs[i] for t, outputs in mistakes.items()}
+        stored[key] = with_mistakes(expected, their, tolerance)
     g = torch.Generator().manual_seed(12)
     p, q = normal(4, 5, generator=g), normal(4, 5, generator=g)
-    return {
-        "perturbation": with_mistakes(
-            deltas(None),
-            {t: deltas(k) for k, t in declared("smart").items()},
-            check_tolerance(GRADED_BY["smart"]),
-        ),
+    return stored | {
         "kl": {"p": p, "q": q}
         | with_mistakes(
             {"divergence": ref.symmetric_kl(p, q)},

@@ -1,18 +1,27 @@
-"""Checks of ``minbert/smart.py`` (the ``smart`` exercise): the symmetric KL divergence, and
-SMART's adversarial step on a small model defined here, against stored outputs."""
+"""Checks of ``minbert/smart.py`` (the ``smart`` exercise): the symmetric KL divergence; the
+parts of one ascent (direction, projection, step) each alone; and SMART's adversarial ascent on a
+small model defined here; all against stored outputs."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Callable
 
 import torch
 
 from course.gradients import gradient_failure
-from course.measure import Measurement, autograd_nodes, grade, not_float32, under_autocast
-from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
-from course.registry import Context, check
+from course.measure import (
+    Measurement,
+    autograd_nodes,
+    grade,
+    not_float32,
+    under_autocast,
+    worst_of,
+)
+from course.outcome import Outputs, graded, outputs, problem, with_gradient
+from course.registry import Context, calling, check
 from course.untouched import Untouched
 
 # (norm, ascent steps K, output kind, model of ``smart_problem``, caller's grad mode) of each
@@ -29,6 +38,20 @@ SMART_CASES = (
 # token has none (sentence 1 ends one token early, sentence 2 two).
 SMART_WEIGHTS = ((1 / 4,) * 4, (1 / 3,) * 3 + (0.0,), (1 / 2,) * 2 + (0.0,) * 2)
 KL_TOLERANCE = 1e-6
+SMART_TOLERANCE = 1e-6
+ASCENT = ("adversarial_perturbation",)  # what a problem of the whole ascent blames
+# The functions of one ascent, each called alone on fixed inputs (the divergence on the KL check's
+# logits, the others by ``part_outputs``) before the whole ascent, in the order an ascent calls
+# them: (the student's function, its stored case). The first whose outputs are wrong is the one a
+# FAIL names (a wrong _normalise makes every later part wrong too).
+SMART_PARTS = (
+    ("symmetric_kl", "kl"),
+    ("_normalise", "direction"),
+    ("project", "projection"),
+    ("_ascent_step", "step"),
+    ("adversarial_perturbation", "perturbation"),
+)
+PART_CONFIG = {"sigma": 0.05, "epsilon": 0.1, "step_size": 0.04, "ascent_steps": 1}
 
 
 def smart_problem() -> tuple[
@@ -55,6 +78,63 @@ def smart_problem() -> tuple[
         return pooled(torch.tanh(es[0] @ weights[0]))
 
     return embeddings, {"pair": pair, "first only": first_only}
+
+
+def parts_problem() -> tuple[torch.Tensor, torch.Tensor]:
+    """A (B, T, D) gradient whose last token of sentence 1 is all zero (padding), and a δ whose
+    tokens lie inside and outside the ε-ball (``PART_CONFIG``) of either norm."""
+    g = torch.Generator().manual_seed(13)
+    shape = (3, 4, 8)  # more values than course/seal.py's SMALL: sealed as projections, not digests
+    gradient = torch.randn(shape, generator=g, dtype=torch.float64).float()
+    gradient[1, 3] = 0.0
+    scales = torch.tensor([0.2, 0.5, 1.0, 3.0]).view(1, 4, 1)  # per token
+    delta = torch.randn(shape, generator=g, dtype=torch.float64).float() * 0.05 * scales
+    return gradient, delta
+
+
+def part_outputs(
+    normalise: Callable, project: Callable, ascent_step: Callable
+) -> list[dict[str, torch.Tensor]]:
+    """The outputs of the parts of ``SMART_PARTS`` but the first and last on ``parts_problem``'s
+    inputs, by the functions given (the student's, or the instructor's generator's reference):
+    the per-token direction for each norm, the projection for ε = 0.1 and 0, and one ascent step
+    with a gradient and without one. Each call gets copies of the inputs."""
+    from minbert.smart import NORMS, SmartConfig
+
+    gradient, delta = parts_problem()
+    configs = {norm: SmartConfig(norm=norm, **PART_CONFIG) for norm in NORMS}
+    with calling("_normalise"):
+        direction = {f"g/‖g‖ per token ({n})": normalise(gradient.clone(), n) for n in NORMS}
+    projection = {}
+    with calling("project"):
+        for norm, epsilon in itertools.product(NORMS, (PART_CONFIG["epsilon"], 0.0)):
+            projection[f"Π_ε(δ) ({norm}, ε = {epsilon})"] = project(delta.clone(), epsilon, norm)
+    step = {}
+    with calling("_ascent_step"):
+        for norm, config in configs.items():
+            step[f"δ after a step ({norm})"] = ascent_step(delta.clone(), gradient.clone(), config)
+            step[f"δ after a step with no gradient ({norm})"] = ascent_step(
+                delta.clone(), None, config
+            )
+    return [direction, projection, step]
+
+
+def judge_smart(ctx: Context, out: Outputs) -> Measurement:
+    """Each part of ``SMART_PARTS`` against its stored outputs, in order: the first outside the
+    tolerance is the check's measurement, naming that function alone; else the worst of them."""
+    cases = out["cases"]
+    if len(cases) != len(SMART_PARTS):
+        raise ValueError(f"{len(cases)} cases computed, {len(SMART_PARTS)} expected")
+    found = []
+    for (function, key), case in zip(SMART_PARTS, cases, strict=True):
+        expected = ctx.course_data["smart"][key]
+        label, axes, calls = case["label"], tuple(case["axes"]), case["calls"]
+        measured = grade(expected, case["got"], label, axes, calls, case.get("names"))
+        if not measured.max_abs_diff <= SMART_TOLERANCE:  # NaN included
+            measured.functions = (function,)
+            return measured
+        found.append(measured)
+    return worst_of(found)
 
 
 def smart_label(norm: str, steps: int, kind: str, model: str, grad_mode: str) -> str:
@@ -157,8 +237,8 @@ def non_finite_problem() -> str:
 
 @check(
     "smart: adversarial perturbation vs reference ascent",
-    tolerance=1e-6,
-    judge=stored_cases(("smart", "perturbation")),
+    tolerance=SMART_TOLERANCE,
+    judge=judge_smart,
     hint="K times: the gradient of the divergence between the clean and perturbed outputs with "
     "respect to δ (enabled even under the caller's torch.no_grad(); none for an unused δ), a step "
     "of size η along it normalised per token (a zero step where the gradient is zero, as on "
@@ -178,16 +258,27 @@ def non_finite_problem() -> str:
     },
 )
 def check_smart(ctx: Context) -> Outputs:
-    """adversarial_perturbation on the small fixed models of ``smart_problem`` against the stored
-    perturbations: ℓ∞ and ℓ2 balls, 1 to 3 ascent steps, multiclass and regression outputs,
-    padded tokens, a caller under torch.no_grad() and an embedding the outputs do not read
-    (``SMART_CASES``)."""
-    from minbert.smart import SmartConfig, adversarial_perturbation
+    """The parts of one ascent alone (``part_outputs``), then adversarial_perturbation on the
+    small fixed models of ``smart_problem`` against the stored perturbations: ℓ∞ and ℓ2 balls,
+    1 to 3 ascent steps, multiclass and regression outputs, padded tokens, a caller under
+    torch.no_grad() and an embedding the outputs do not read (``SMART_CASES``)."""
+    from minbert.smart import (
+        SmartConfig,
+        _ascent_step,
+        _normalise,
+        adversarial_perturbation,
+        project,
+        symmetric_kl,
+    )
 
     if said := non_finite_problem():
-        return problem(said, "non-finite")
+        return problem(said, "non-finite", ("_normalise",))
     if failed := kl_gradient_failure(ctx):
-        return failed
+        return failed | {"functions": ["symmetric_kl"]}
+    data = ctx.course_data["smart"]["kl"]
+    with torch.no_grad():
+        divergence = symmetric_kl(data["p"].clone(), data["q"].clone())
+    parts = [{"divergence": divergence}, *part_outputs(_normalise, project, _ascent_step)]
     embeddings, models = smart_problem()
     got = {}
     for norm, steps, kind, model, grad_mode in SMART_CASES:
@@ -204,9 +295,9 @@ def check_smart(ctx: Context) -> Outputs:
                 forward, embeddings, clean, kind, config, torch.Generator().manual_seed(11)
             )
         if not isinstance(deltas, (list, tuple)) or len(deltas) != len(embeddings):
-            return problem(f"expected a list of {len(embeddings)} perturbations")
+            return problem(f"expected a list of {len(embeddings)} perturbations", "", ASCENT)
         if said := kept.problem():
-            return problem(f"adversarial_perturbation {said}")
+            return problem(f"adversarial_perturbation {said}", "", ASCENT)
         ascents = [size for size in graphs if size]  # the calls on perturbed embeddings
         if ascents and max(ascents) > ascents[0]:
             return problem(
@@ -214,7 +305,9 @@ def check_smart(ctx: Context) -> Outputs:
                 f"perturbed embeddings of its steps reach {', '.join(map(str, ascents))} autograd "
                 "nodes; each step's should be as small as the first's): detach δ after each "
                 "step, or every backward goes through all the steps before it",
+                "",
+                ASCENT,
             )
         for j, d in enumerate(deltas):
             got[f"δ of embedding {j} {smart_label(norm, steps, kind, model, grad_mode)}"] = d
-    return outputs(graded(got))
+    return outputs(*(graded(part) for part in parts), graded(got))

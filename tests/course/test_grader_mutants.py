@@ -14,6 +14,7 @@ This file quotes solution lines, so it is instructor-only (``INSTRUCTOR_ONLY`` o
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import re
@@ -2128,6 +2129,36 @@ def assert_names_the_def(where: str, path: str) -> None:
     for p, line, name in places:
         source = (ROOT / p).read_text(encoding="utf-8").splitlines() if p != path else lines
         assert source[int(line) - 1].lstrip().startswith(f"def {name.rsplit('.', 1)[-1]}("), where
+
+
+def functions_edited(mutant: Mutant) -> set[str]:
+    """The names of the functions of the original file whose bodies the mutant's edits change."""
+    text = (ROOT / mutant.path).read_text(encoding="utf-8")
+    lines = [text[: text.index(old)].count("\n") + 1 for old, _ in mutant.edits]
+    tree = ast.parse(text)
+    defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    found = set()
+    for line in lines:
+        around = [d for d in defs if d.lineno <= line <= d.end_lineno]
+        found.add(max(around, key=lambda d: d.lineno).name)  # the innermost
+    return found
+
+
+PINPOINTED = [m for m in MUTANTS if m.path == SMART and "body" not in dict(m.edits)]
+
+
+@pytest.mark.parametrize("mutant", PINPOINTED, ids=lambda m: m.id)
+def test_a_failing_check_names_only_the_function_that_is_wrong(
+    mutant: Mutant, ctx: Context, monkeypatch
+) -> None:
+    """SMART's checks call each function of the ascent alone (course/checks/smart.py): a FAIL's
+    ``your code:`` line names the function the mistake is in, not every function of the
+    exercise."""
+    results = run_own_checks(mutant, ctx, monkeypatch)
+    edited = functions_edited(mutant)
+    for result in (r for r in results.values() if r.status == FAIL):
+        named = set(re.findall(r"\(([\w.]+)\)", result.where))
+        assert named and named <= edited, (result.check.name, result.where, edited)
 
 
 @pytest.mark.numerics
