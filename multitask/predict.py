@@ -1,6 +1,6 @@
 """Predictions of a trained run on your own sentences.
 
-    python -m multitask.predict RUN_DIR --task sts --input pairs.txt [--output FILE]
+    python -m multitask.predict RUN_DIR --task sts --input pairs.txt [--output FILE [--overwrite]]
     echo "a gorgeous, witty film" | python -m multitask.predict RUN_DIR --task sst --input -
 
 Output, to standard output or ``--output FILE``: one line per input line (a csv header gives the
@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, metavar="FILE", help="input file, or - for stdin")
     p.add_argument("--output", metavar="FILE", help="output file (default: standard output)")
     p.add_argument(
+        "--overwrite", action="store_true", help="replace an --output file that already exists"
+    )
+    p.add_argument(
         "--format",
         choices=FORMATS,
         help="input (and output) format (default: from the suffix: "
@@ -206,9 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_output(output: str, input: str, run: TrainedRun) -> None:
+def check_output(output: str, input: str, run: TrainedRun, overwrite: bool = False) -> None:
     """--output names a new or ordinary file of the user's: never the input, a folder, nor a file
-    inside the run, its checkpoint, or any other run, checkpoint or export folder."""
+    inside the run, its checkpoint, or any other run, checkpoint or export folder; an existing
+    file (or a link to one) only with ``overwrite``. A FIFO or a name under /dev (/dev/stdout,
+    whatever it points to) is written through."""
     path = Path(output)
     if output == "":
         raise UsageError("--output: an empty path; give a file name, or leave --output out")
@@ -230,6 +235,8 @@ def check_output(output: str, input: str, run: TrainedRun) -> None:
             f"--output {output} is inside {what}, which predict never writes into; choose a "
             "file elsewhere"
         )
+    if path.is_file() and not overwrite and path.parts[:2] != ("/", "dev"):  # /dev/stdout too
+        raise UsageError(f"--output {output} exists; pass --overwrite to replace it")
 
 
 def read_raw(input: str) -> bytes:
@@ -255,7 +262,7 @@ def predict_command(args: argparse.Namespace) -> None:
     set_threads(args.threads)
     run = TrainedRun(args.run_dir)
     if args.output is not None:
-        check_output(args.output, args.input, run)
+        check_output(args.output, args.input, run, args.overwrite)
     run.check_task(args.task)
     task, device = get_task(args.task), pick_device(args.device)
     if args.probabilities and isinstance(task, RegressionTask):

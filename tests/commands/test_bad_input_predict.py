@@ -86,6 +86,12 @@ CASES = [
     Case("p-output-folder", "predict", predict("--output", "{tmp}/cwd"), "--output"),
     Case("p-output-no-parent", "predict", predict("--output", "{tmp}/no/o.txt"), "--output"),
     Case(
+        "p-output-exists",
+        "predict",
+        then(lambda c: c.file("mine.txt", "my notes\n"), predict("--output", "{tmp}/mine.txt")),
+        "mine.txt exists; pass --overwrite",
+    ),
+    Case(
         "p-output-other-run",
         "predict",
         then(lambda c: c.copy("adapter"), predict("--output", "{tmp}/adapter/metrics.jsonl")),
@@ -188,7 +194,9 @@ def test_predict_writes_through_a_symlink_and_dev_stdout(made, tmp_path, capfd):
     link.symlink_to(target)
     (tmp_path / "in.txt").write_text("a good film\n")
     argv = [str(made["run"]), "--task", "sst", "--input", str(tmp_path / "in.txt")]
-    assert multitask.predict.main([*argv, "--output", str(link)]) == 0
+    assert multitask.predict.main([*argv, "--output", str(link)]) == 2  # a file of the user's
+    assert target.read_text() == "old\n"
+    assert multitask.predict.main([*argv, "--output", str(link), "--overwrite"]) == 0
     assert link.is_symlink() and target.read_text() != "old\n"
     capfd.readouterr()
     assert multitask.predict.main([*argv, "--output", "/dev/stdout"]) == 0

@@ -58,6 +58,7 @@ def predict_lines(
     source, output = tmp_path / f"input{suffix}", tmp_path / f"output{suffix}"
     source.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
     argv = [str(run_dir), "--task", task, "--input", str(source), "--output", str(output)]
+    argv.append("--overwrite")  # the same output file, call after call
     code = predict_command.main([*argv, *extra])
     return code, output.read_text(encoding="utf-8").splitlines() if code == 0 else []
 
