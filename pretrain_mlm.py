@@ -136,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> MLMConfig:
     """The command line as a config; with --resume, the run's own settings (a flag that would
-    change one is refused, as the driver's --resume does); every value checked."""
+    change one is refused, as the driver's --resume does); every value checked. A flag of an
+    extra this tree lacks, or whose code does not import, is one line naming its file."""
+    extras.refuse_absent({}, sys.argv[1:] if argv is None else list(argv))
     flat = vars(build_parser().parse_args(argv))
     defaults = vars(build_parser().parse_args([]))
     if empty := [k for k in PATHS if flat[k] == ""]:
