@@ -236,8 +236,9 @@ def members(uid: int | None, namespace: str | None) -> list[str]:
 
 def resident_bytes(pids: list[str]) -> int:
     """The memory ``pids`` hold together: each one's proportional share (Pss: a page shared by n
-    processes counts 1/n in each, so forked children are not counted again), else its RSS."""
-    total = 0
+    processes counts 1/n in each, so forked children are not counted again), else its RSS; and
+    the memory files they hold open (``memfd_bytes``)."""
+    total = memfd_bytes(pids)
     for pid in pids:
         try:
             text = Path(f"/proc/{pid}/smaps_rollup").read_text()
@@ -247,6 +248,27 @@ def resident_bytes(pids: list[str]) -> int:
         kib = field.split()[1] if field else _status(pid).get("VmRSS", "0 kB").split()[0]
         total += int(kib) * 1024
     return total
+
+
+def memfd_bytes(pids: list[str]) -> int:
+    """The bytes stored in the memfd files (``memfd_create``) that ``pids`` hold open, each file
+    once: memory written to one and never mapped is in no process's Pss, so without this a runner
+    could hold any amount beyond ``--memory_gb`` (one mapped too counts twice: stricter)."""
+    files: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            link = f"/proc/{pid}/fd/{fd}"
+            try:
+                if os.readlink(link).startswith("/memfd:"):
+                    info = os.stat(link)
+                    files[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+            except OSError:  # closed meanwhile
+                continue
+    return sum(files.values())
 
 
 def within(path: str, folder: str) -> bool:

@@ -283,3 +283,31 @@ def test_a_user_id_whose_processes_outlive_the_kill_is_passed_over(tmp_path, mon
         assert uid == lingering + 1
     finally:
         os.close(fd)
+
+
+MEMFD_HOLDER = """
+import os, sys
+fd = os.memfd_create("held")
+again = os.dup(fd)  # one file behind two descriptors: counted once
+for _ in range(64):
+    os.write(fd, b"x" * 2**20)  # written, never mapped: in no process's Pss
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_memory_written_to_a_memfd_counts_toward_a_runners_memory():
+    """A runner's watch sums its processes' Pss and the memfd files they hold open, each file
+    once: 64 MiB written to a memfd (never mapped) is counted, where Pss alone sees the
+    interpreter's few MiB."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", MEMFD_HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout.readline().strip() == b"ready"
+        pid = str(holder.pid)
+        assert sandbox.memfd_bytes([pid]) == sandbox.memfd_bytes([pid, pid]) == 64 * 2**20
+        assert sandbox.resident_bytes([pid]) >= 64 * 2**20
+    finally:
+        holder.kill()
+        holder.wait()
