@@ -10,7 +10,6 @@ Design notes: docs/design/scripts.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -19,6 +18,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # so the script runs from anywhere without installing minbert
+
+from course.authoring.make_course_references import check_out  # noqa: E402
+from minbert.checkpoint import atomic_write  # noqa: E402
+from minbert.flags import ArgumentParser, nonempty_path  # noqa: E402
+from multitask.errors import run_command  # noqa: E402
 
 SINGLE = [
     "Hello world!",
@@ -32,14 +36,47 @@ PAIRS = [
 ]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def is_reference(path: Path) -> bool:
+    """Whether ``path`` is a reference file this script wrote (its "single", "pair" and "meta")."""
+    from minbert.checkpoint import load_trusted
+
+    try:
+        data = load_trusted(path)
+    except Exception:  # noqa: BLE001 - anything that is not such a file is not ours
+        return False
+    return isinstance(data, dict) and {"single", "pair", "meta"} <= set(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--checkpoint", default=None, help="checkpoint directory (default: packaged)"
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "sanity_check_reference.pt")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--out",
+        type=nonempty_path,
+        default=ROOT / "sanity_check_reference.pt",
+        help="the file to write (default: sanity_check_reference.pt)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out this script did not write",
+    )
 
+    def body() -> None:
+        args = parser.parse_args(argv)
+        check_out(args.out, args.overwrite, is_reference, "a reference file")
+        reference = reference_outputs(args.checkpoint)
+        atomic_write(args.out, lambda stream: torch.save(reference, stream))
+        size = args.out.stat().st_size
+        print(f"wrote {args.out} ({size / 1024:.0f} KiB) from {reference['meta']['checkpoint']}")
+
+    return run_command(body, "--out is as it was")
+
+
+def reference_outputs(checkpoint: str | None) -> dict:
+    """The reference outputs of transformers' BERT on ``checkpoint`` (None: the packaged one)."""
     import transformers
     from transformers import AutoTokenizer, BertModel
 
@@ -47,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     from course.seal import seal
     from minbert.pretrained import resolve_checkpoint_dir
 
-    directory = resolve_checkpoint_dir(args.checkpoint)
+    directory = resolve_checkpoint_dir(checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
     model = BertModel.from_pretrained(
         str(directory), attn_implementation="eager", dtype=torch.float32
@@ -74,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     first, second = zip(*PAIRS, strict=True)
     pair = dict(tokenizer(list(first), list(second), padding=True, return_tensors="pt"))
     config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    reference = {
+    return {
         "single": run(single) | {"sentences": SINGLE},
         "pair": run(pair) | {"sentences": [list(p) for p in PAIRS]},
         "meta": {
@@ -86,10 +123,7 @@ def main(argv: list[str] | None = None) -> None:
             "attn_implementation": "eager",
         },
     }
-    torch.save(reference, args.out)
-    size = args.out.stat().st_size
-    print(f"wrote {args.out} ({size / 1024:.0f} KiB) from {directory}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

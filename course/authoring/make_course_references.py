@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -994,17 +995,23 @@ def written_here(path: Path) -> bool:
     return isinstance(data, dict) and {"seed", "exercise functions"} <= set(data)
 
 
-def check_out(out: Path, overwrite: bool) -> None:
+def check_out(
+    out: Path,
+    overwrite: bool,
+    ours: Callable[[Path], bool] = written_here,
+    what: str = "a file of stored cases",
+) -> None:
     """--out: a file in an existing folder, never over a file of the user's without --overwrite
-    (its own earlier output is replaced); a UsageError before anything is computed."""
+    (the script's own earlier output, which ``ours`` tells and ``what`` names, is replaced); a
+    UsageError before anything is computed. scripts/make_reference.py checks its --out here too."""
     if out.is_dir():
         raise UsageError(f"--out {out}: a folder; give the file to write")
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: its folder {out.parent} does not exist")
-    if (out.exists() or out.is_symlink()) and not overwrite and not written_here(out):
+    if (out.exists() or out.is_symlink()) and not overwrite and not ours(out):
         raise UsageError(
-            f"--out {out} exists and is not a file of stored cases this script wrote; pass "
-            "--overwrite to replace it, or give another name"
+            f"--out {out} exists and is not {what} this script wrote; pass --overwrite to "
+            "replace it, or give another name"
         )
 
 

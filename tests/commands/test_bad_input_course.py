@@ -8,9 +8,11 @@ others' rows, an edit a spreadsheet makes is read, two classes in one folder kee
 from __future__ import annotations
 
 import csv
+import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 from course.grading import grade, report
 from tests.commands.bad_input import (
@@ -27,6 +29,8 @@ HEADER = "student,status,total,adamw,sampler,notes"
 GOOD = ["ada,graded,15,10,5,", "bob,graded,12.5,10,2.5,", "cy,graded,0,0,0,"]
 SUBS = ("subs/alice/notes.txt", "subs/bob/notes.txt")
 GRADE = ("{tmp}/subs", "--out", "{tmp}/grades.csv", "--trusted")
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def grades(*rows: str, name: str = "grades.csv"):
@@ -219,3 +223,27 @@ def test_the_references_replace_their_own_file_or_one_given_overwrite(tmp_path, 
     assert make_course_references.main(["--out", str(notes), "--overwrite"]) == 0
     assert make_course_references.written_here(own) and make_course_references.written_here(notes)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "refs.pt"]
+
+
+def test_the_sanity_reference_replaces_only_its_own_file_unless_told(tmp_path, monkeypatch, capsys):
+    """scripts/make_reference.py (transformers' run stubbed) refuses a file of the user's in one
+    line before computing anything, and leaves it as it was; it writes over its own earlier
+    file, and over the user's with --overwrite, atomically: no temporary file left."""
+    spec = importlib.util.spec_from_file_location(
+        "make_reference", ROOT / "scripts/make_reference.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    reference = {"single": {}, "pair": {}, "meta": {"checkpoint": "stub"}}
+    monkeypatch.setattr(script, "reference_outputs", lambda _: reference)
+    own, notes = tmp_path / "reference.pt", tmp_path / "notes.txt"
+    torch.save(reference, own)
+    notes.write_text("the user's own\n")
+    assert script.main(["--out", str(notes)]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "notes.txt exists and is not a reference file" in said[0], said
+    assert notes.read_text() == "the user's own\n"
+    assert script.main(["--out", str(own)]) == 0
+    assert script.main(["--out", str(notes), "--overwrite"]) == 0
+    assert script.is_reference(own) and script.is_reference(notes)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "reference.pt"]
