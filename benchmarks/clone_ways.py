@@ -93,8 +93,10 @@ def run_way(way: str, command: str, timeout: float) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith(NOISE)]
-    # the scratch clone's paths as a user reads them ($TMPDIR/...): no path of this machine
-    return {"code": code, "seconds": wall, "tail": [_common.portable(ln) for ln in lines[-TAIL:]]}
+    # a file of the clone as a user reads it from the clone's root, any other scratch path as
+    # $TMPDIR/...: no path of this machine
+    kept = [_common.portable(ln.replace(f"{clone}/", "")) for ln in lines[-TAIL:]]
+    return {"code": code, "seconds": wall, "tail": kept}
 
 
 def main() -> None:
