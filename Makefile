@@ -68,7 +68,10 @@ else
 $(error cannot run PYTHON=$(PYTHON): name a Python 3.10+, e.g. make test PYTHON=python3.11)
 endif
 
-PIP = $(ENV_PYTHON) -m pip install --quiet --disable-pip-version-check
+# The environments are made readable by every user whatever the umask: the class grader's runners
+# (users of their own) run Python from .venv, which a umask of 077 would close to them.
+OPEN_TO_ALL = umask 022 &&
+PIP = $(OPEN_TO_ALL) $(ENV_PYTHON) -m pip install --quiet --disable-pip-version-check
 
 .PHONY: install install-dev data train test check lint adapters-env
 
@@ -78,7 +81,7 @@ PIP = $(ENV_PYTHON) -m pip install --quiet --disable-pip-version-check
 # neither, say what to install.
 $(VENV)/.made:
 	rm -rf $(VENV)
-	@if $(PYTHON) -c 'import ensurepip' 2>/dev/null; then \
+	@$(OPEN_TO_ALL) if $(PYTHON) -c 'import ensurepip' 2>/dev/null; then \
 	    $(PYTHON) -m venv $(VENV); \
 	elif $(PYTHON) -m pip --version >/dev/null 2>&1; then \
 	    echo "$(PYTHON) has no ensurepip: $(VENV) made without pip, then given pip by $(PYTHON)'s"; \
@@ -118,10 +121,10 @@ adapters-env: $(ADAPTERS_VENV)/.built
 
 $(ADAPTERS_VENV)/.built: Makefile $(ENV_MADE) | install
 	rm -rf $(ADAPTERS_VENV)
-	$(ENV_PYTHON) -m venv $(ADAPTERS_VENV)
-	$(ENV_PYTHON) -c 'import site; print(*site.getsitepackages(), sep="\n")' \
+	$(OPEN_TO_ALL) $(ENV_PYTHON) -m venv $(ADAPTERS_VENV)
+	$(OPEN_TO_ALL) $(ENV_PYTHON) -c 'import site; print(*site.getsitepackages(), sep="\n")' \
 	  > "$$($(ADAPTERS_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/project-env.pth"
-	$(ADAPTERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(ADAPTERS_PINS)
+	$(OPEN_TO_ALL) $(ADAPTERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(ADAPTERS_PINS)
 	$(ADAPTERS_VENV)/bin/python -c "import torch, adapters, transformers"
 	touch $@
 

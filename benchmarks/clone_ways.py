@@ -10,7 +10,8 @@ Each way clones HEAD into a fresh scratch folder with ``shared`` beside it (a li
 checkout's ``../shared``) and runs the command there with ``PYTHON=/usr/bin/python3``, as .ci/run
 does. Green: exit 0 (every test passed or skipped with its reason). Writes
 benchmarks/results/clone-ways.md (command, commit, machine; per way the exit code, wall-clock and
-last lines). Needs root: it makes a user and changes owners.
+last lines); another command's results go beside it, named after the command
+(clone-ways-make-check.md). Needs root: it makes a user and changes owners.
 """
 
 from __future__ import annotations
@@ -115,8 +116,11 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("error: clone_ways.py makes a user and changes owners: run it as root")
+    name = "clone-ways"
+    if args.command != "make test":
+        name += "-" + "-".join(args.command.split()).replace("/", "-")
     report = _common.Report(
-        "clone-ways",
+        name,
         "The README's test command, cloned the ways users clone",
         f"Each way: a fresh clone of the commit below, `{args.command}` run in it from a fresh "
         "shell (`PYTHON=/usr/bin/python3`), `../shared` a link beside the clone. Green: exit 0.",

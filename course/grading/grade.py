@@ -441,6 +441,8 @@ def set_up(argv: list[str] | None) -> object:
     if args.level == sandbox.OWN_USER:
         must_be_private(mine)
         runnable_by_others(mine)
+    elif args.level == sandbox.ROOT:
+        python_for_runners(mine, sandbox.ROOT)
     args.private = [*mine, args.results, Path.home(), Path.cwd()]
     return args
 
@@ -448,13 +450,7 @@ def set_up(argv: list[str] | None) -> object:
 def runnable_by_others(private: list[Path]) -> None:
     """Without namespaces the runners, users of their own, must reach Python and its packages;
     without Landlock they could also read every file other users may: refused (fail closed)."""
-    closed = sandbox.python_closed_to_runners(private)
-    if closed is not None:
-        raise UsageError(
-            f"{closed} is closed to other users, and this machine has no namespaces: the "
-            "runners (users of their own) cannot run Python from there; grade with a Python "
-            "every user can reach (a venv outside /root, the system's)"
-        )
+    python_for_runners(private, sandbox.OWN_USER)
     if (refused := seccomp.works()) is not None:
         raise UsageError(
             f"no namespaces here, and the seccomp filter that closes a runner's sockets, System V "
@@ -467,6 +463,25 @@ def runnable_by_others(private: list[Path]) -> None:
             "file every user may read; grade where either works, or pass --trusted to run the "
             "submissions uncontained"
         )
+
+
+def python_for_runners(private: list[Path], level: str) -> None:
+    """The runners, users of their own, run this Python: refused in one line where one of its
+    folders is closed to other users (a .venv made under a umask of 077, one inside /root)."""
+    closed = sandbox.python_closed_to_runners(private, level)
+    if closed is None:
+        return
+    if level == sandbox.OWN_USER:
+        raise UsageError(
+            f"{closed} is closed to other users, and this machine has no namespaces: the "
+            "runners (users of their own) cannot run Python from there; grade with a Python "
+            "every user can reach (a venv outside /root, the system's)"
+        )
+    raise UsageError(
+        f"{closed} is closed to other users, and the runners (users of their own) run Python "
+        f"from there: open it (chmod -R o+rX {closed}), or make the .venv again with make "
+        "(it makes one every user can read, whatever the umask)"
+    )
 
 
 def must_be_private(paths: list[Path]) -> None:

@@ -80,6 +80,7 @@ def build_root(expose: list[str], links: dict[str, str], tree: str) -> None:
     kept = {path: os.open(path, os.O_RDONLY | os.O_CLOEXEC) for path in expose}
     devices = {name: os.open(f"/dev/{name}", os.O_RDONLY | os.O_CLOEXEC) for name in DEVICES}
     tree_fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    os.umask(0o022)  # the folders made here open to the runner, whatever the grader's umask
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the machine
     mount("tmpfs", BUILD_AT, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={ROOT_BYTES}")
     for path in sorted(kept, key=len):  # an outer folder first: an inner one binds inside it

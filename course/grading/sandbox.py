@@ -596,13 +596,25 @@ def reachable_by_others(path: str) -> bool:
     return not unreachable(Path(path))
 
 
-def python_closed_to_runners(private: list[Path]) -> str | None:
+def python_closed_to_runners(private: list[Path], level: str = OWN_USER) -> str | None:
     """The first of this Python's interpreter, prefixes and package folders (``python_paths``)
-    that another user cannot reach, or None: without namespaces the runners, users of their own,
-    must run Python from there. The one definition of "the runners can reach this Python": the
+    that a runner, a user of its own, cannot reach, or None. Without namespaces (``OWN_USER``)
+    every folder above a path counts too; at the ``ROOT`` level the jail binds each path into a
+    root of its own, made open, so only the path itself counts (a .venv made under a umask of
+    077 is closed either way). The one definition of "the runners can reach this Python": the
     grader refuses where it is not None, and the tests of that level skip
     (tests/course/containment.py)."""
     for path in [os.path.realpath(sys.executable), *python_paths(private)]:
-        if os.path.exists(path) and not reachable_by_others(path):
+        if not os.path.exists(path):
+            continue
+        if level == ROOT and not open_to_others(path):
+            return path
+        if level != ROOT and not reachable_by_others(path):
             return path
     return None
+
+
+def open_to_others(path: str) -> bool:
+    """Another user may read ``path`` (and enter it, a folder), whatever the folders above say."""
+    wanted = 0o005 if os.path.isdir(path) else 0o004
+    return os.stat(path).st_mode & wanted == wanted

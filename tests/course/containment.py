@@ -24,11 +24,27 @@ LEVEL = sandbox.containment()
 OFFERED = sandbox.offered()
 NAMESPACE_LEVELS = [level for level in OFFERED if level in (sandbox.ROOT, sandbox.USER_NAMESPACE)]
 
+# What the grader finds closed to its runners at each level where they are users of their own
+# (``sandbox.python_closed_to_runners``, with this clone as the instructor's tree): a .venv made
+# under a umask of 077 at either, a clone inside a private folder without namespaces.
+CLOSED = {
+    level: sandbox.python_closed_to_runners([ROOT], level) if AS_ROOT else None
+    for level in (sandbox.ROOT, sandbox.OWN_USER)
+}
+CLOSED_REASON = "{} is closed to other users: the grader would refuse (no runner could start "
+CLOSED_REASON += "this Python)"
+
 contained = pytest.mark.skipif(
-    LEVEL is None, reason="no containment on this machine (not root, and no user namespaces)"
+    LEVEL is None or CLOSED.get(LEVEL) is not None,
+    reason="no containment on this machine (not root, and no user namespaces)"
+    if LEVEL is None
+    else CLOSED_REASON.format(CLOSED.get(LEVEL)),
 )
 at_root_level = pytest.mark.skipif(
-    LEVEL != sandbox.ROOT, reason="the root level is not offered here: its runners are user ids"
+    LEVEL != sandbox.ROOT or CLOSED[sandbox.ROOT] is not None,
+    reason="the root level is not offered here: its runners are user ids"
+    if LEVEL != sandbox.ROOT
+    else CLOSED_REASON.format(CLOSED[sandbox.ROOT]),
 )
 with_unshare = pytest.mark.skipif(not NAMESPACE_LEVELS, reason="no unshare on this machine")
 as_root = pytest.mark.skipif(
@@ -43,22 +59,16 @@ def level_offered(level: str) -> None:
     """Skip a test parametrized over levels at a level this machine does not offer."""
     if level not in OFFERED:
         pytest.skip(f"the {level} level is not offered on this machine")
+    if CLOSED.get(level) is not None:
+        pytest.skip(CLOSED_REASON.format(CLOSED[level]))
 
 
-def python_closed_to_runners() -> str | None:
-    """What the grader finds closed to its runners at the level without namespaces (the grader's
-    own test: ``sandbox.python_closed_to_runners``), with this clone as the instructor's tree."""
-    return sandbox.python_closed_to_runners([ROOT])
-
-
-_CLOSED = python_closed_to_runners() if AS_ROOT else None
 # The level without namespaces, as Gradescope's containers have it: root, and every runner (a user
 # of its own) can reach this Python. In a clone inside a private folder (a home folder of 0700, a
 # ``mktemp -d``) the project's .venv is closed to other users: the grader refuses, the test skips.
 own_user_level = pytest.mark.skipif(
-    not AS_ROOT or _CLOSED is not None,
+    not AS_ROOT or CLOSED[sandbox.OWN_USER] is not None,
     reason="the level without namespaces is root's"
     if not AS_ROOT
-    else f"{_CLOSED} is closed to other users: the grader would refuse (no runner could start "
-    "this Python)",
+    else CLOSED_REASON.format(CLOSED[sandbox.OWN_USER]),
 )

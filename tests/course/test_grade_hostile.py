@@ -352,7 +352,7 @@ def test_without_namespaces_a_missing_confinement_is_refused_in_one_line(
     else:
         monkeypatch.setattr(seccomp, "works", lambda: "the kernel refused the filter")
     monkeypatch.setattr(grade, "must_be_private", lambda paths: None)
-    monkeypatch.setattr(sandbox, "python_closed_to_runners", lambda private: None)
+    monkeypatch.setattr(sandbox, "python_closed_to_runners", lambda private, level: None)
     err = careless_machine(tmp_path, monkeypatch, capsys, sandbox.OWN_USER)
     assert len(err) == 1 and said in err[0]
     assert err[0].endswith("or pass --trusted to run the submissions uncontained")
@@ -416,6 +416,36 @@ def test_an_account_in_the_runners_id_range_is_refused_in_one_line(tmp_path, mon
     monkeypatch.setenv(sandbox.UIDS_VARIABLE, "12-x")
     said = careless_machine(tmp_path / "again", monkeypatch, capsys)
     assert len(said) == 1 and "MINBERT_RUNNER_UIDS=12-x: give FIRST-LAST" in said[0]
+
+
+def test_a_python_closed_to_other_users_is_found_at_each_level(tmp_path, monkeypatch):
+    """The one definition of "the runners can reach this Python": a package folder closed to
+    other users (a .venv made under a umask of 077) is found at both levels whose runners are
+    users of their own; a private folder above an open one only without namespaces (the jail
+    binds the folder itself into a root whose folders are open)."""
+    home = tmp_path / "home"
+    packages = home / "venv" / "site-packages"
+    packages.mkdir(parents=True)
+    for folder in (tmp_path, home / "venv", packages):
+        folder.chmod(0o755)
+    home.chmod(0o700)
+    monkeypatch.setattr(sandbox, "python_paths", lambda private: [str(packages)])
+    assert sandbox.python_closed_to_runners([], sandbox.ROOT) is None
+    assert sandbox.python_closed_to_runners([], sandbox.OWN_USER) == str(packages)
+    packages.chmod(0o700)
+    assert sandbox.python_closed_to_runners([], sandbox.ROOT) == str(packages)
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="runner user ids are root's")
+def test_a_python_closed_to_the_runners_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """At the root level the runners are users of their own too: a .venv they cannot read (made
+    under a umask of 077) is named with what opens it, before anything is graded (not every
+    check withheld as a grader fault)."""
+    closed = str(tmp_path / "venv")
+    monkeypatch.setattr(sandbox, "python_closed_to_runners", lambda private, level: closed)
+    said = careless_machine(tmp_path / "class", monkeypatch, capsys)
+    assert len(said) == 1 and f"{closed} is closed to other users" in said[0]
+    assert f"chmod -R o+rX {closed}" in said[0]
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="runner user ids are root's")

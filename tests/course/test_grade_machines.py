@@ -86,18 +86,22 @@ def test_a_class_graded_from_a_fresh_venv_whose_base_lacks_torch(system_site, tm
     these tests): the runner must start from the venv, not from its base interpreter."""
     venv = tmp_path / "venv"
     flags = ["--system-site-packages"] if system_site else []
-    subprocess.run(
-        [base_without_torch(), "-m", "venv", "--without-pip", *flags, str(venv)], check=True
-    )
-    python = venv / "bin" / "python"
-    found = subprocess.run(
-        [str(python), "-c", "import site; print(site.getsitepackages()[0])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    ours = [p for p in site.getsitepackages() if os.path.isdir(p)]
-    Path(found.stdout.strip(), "requirements.pth").write_text("\n".join(ours) + "\n")
+    umask = os.umask(0o022)  # made as the Makefile makes .venv: the runners read it, any umask
+    try:
+        subprocess.run(
+            [base_without_torch(), "-m", "venv", "--without-pip", *flags, str(venv)], check=True
+        )
+        python = venv / "bin" / "python"
+        found = subprocess.run(
+            [str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        ours = [p for p in site.getsitepackages() if os.path.isdir(p)]
+        Path(found.stdout.strip(), "requirements.pth").write_text("\n".join(ours) + "\n")
+    finally:
+        os.umask(umask)
     subs, out = honest(tmp_path / "subs"), tmp_path / "grades.csv"
     command = [str(python), "-m", "course.grading.grade", str(subs), "--out", str(out), *CHECKS]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
