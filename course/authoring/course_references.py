@@ -197,7 +197,7 @@ def adamw_trajectory(model, groups, x, y, steps, betas, eps, mistake=None):
     """θ after each of ``steps`` AdamW steps (Loshchilov & Hutter 2019, with torch's defaults:
     decoupled decay θ ← θ − lr·λ·θ, bias-corrected moments), on the mean squared error of
     ``model`` on (x, y). ``groups``: [(parameters, lr, λ)]. Returns (steps, n) float64."""
-    beta1, beta2 = betas
+    beta1, beta2 = betas[::-1] if mistake == "betas_swapped" else betas
     state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for ps, _, _ in groups for p in ps}
     rows = []
     for t in range(1, steps + 1):
@@ -234,6 +234,8 @@ def adamw_trajectory(model, groups, x, y, steps, betas, eps, mistake=None):
                         p -= lr * m_hat / torch.sqrt(v_hat + eps)
                     elif mistake == "no_eps":
                         p -= lr * m_hat / torch.sqrt(v_hat)
+                    elif mistake == "v_correction_unrooted":  # √v / (1 − β₂ᵗ): outside the root
+                        p -= lr * m_hat / (torch.sqrt(v) / (1 - beta2**tt) + eps)
                     elif mistake == "tf_epsilon_hat":  # Adam's ε̂ form: ε not scaled by √(1 − β₂ᵗ)
                         step = lr * math.sqrt(1 - beta2**tt) / (1 - beta1**tt)
                         p -= step * m / (torch.sqrt(v) + eps)
@@ -288,6 +290,7 @@ def task_probabilities(sizes: list[int], alpha: float, mistake=None) -> list[flo
     if mistake == "not_normalised":
         return weights
     total = sum(sizes) if mistake == "normalised_by_sizes" else sum(weights)
+    total = max(weights) if mistake == "normalised_by_max" else total
     if total == 0:
         return [math.nan] * len(sizes)
     return [w / total for w in weights]
@@ -315,7 +318,7 @@ def gelu_tanh(x):
 
 def lhuc(h, rows, layer, mistake=None):
     """h ⊙ 2·σ(r), r = rows[layer]: this layer's row of the task's (L, D) parameter."""
-    r = rows[0 if mistake == "first_row" else layer]
+    r = rows[{"first_row": 0, "previous_row": layer - 1}.get(mistake, layer)]
     if mistake == "two_exp":
         return h * (2.0 * torch.exp(r))
     if mistake == "no_factor_2":
@@ -560,11 +563,15 @@ def mean_pooling(hidden, attention_mask, mistake=None):
     m = attention_mask.to(hidden.dtype)
     if mistake == "padding_averaged":
         m = torch.ones_like(m)
+    if mistake == "cls_left_out":
+        m = torch.cat([torch.zeros_like(m[:, :1]), m[:, 1:]], dim=1)
     total = torch.einsum("btd,bt->bd", hidden, m)
     if mistake == "not_divided":
         return total
     if mistake == "divided_by_length":
         return total / hidden.shape[1]
+    if mistake == "cls_left_out":  # a sentence of [CLS] alone: 0 / 0, which the clamp keeps at 0
+        return total / m.sum(1, keepdim=True).clamp(min=1.0)
     return total / m.sum(1, keepdim=True)
 
 

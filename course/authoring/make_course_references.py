@@ -116,6 +116,10 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "corrected_in_place": "the bias corrections are applied to the stored moments in place "
         "(m and v are overwritten by m̂ and v̂)",
         "no_eps": "ε is missing from the denominator",
+        "betas_swapped": "β₁ and β₂ are swapped: the first moment decays with β₂ and the second "
+        "with β₁",
+        "v_correction_unrooted": "v's bias correction is outside the square root (√v / (1 − β₂ᵗ) "
+        "instead of √(v / (1 − β₂ᵗ)))",
     },
     "sampler_alpha": {
         "epoch_off_by_one": "α is off by one epoch (e instead of e − 1)",
@@ -128,6 +132,8 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "not_normalised": "the weights N_i^α are not divided by their sum",
         "alpha_multiplies": "α multiplies the sizes (α·N_i) instead of being their exponent",
         "normalised_by_sizes": "the weights are divided by Σ N_j instead of Σ N_j^α",
+        "normalised_by_max": "the weights are divided by the largest weight instead of their sum "
+        "Σ N_j^α",
     },
     "adapter": {
         "no_skip": "the adapter has no skip connection (h + ...)",
@@ -146,6 +152,8 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "two_exp": "the scale is 2·exp(r) instead of 2·σ(r): exp where the sigmoid belongs",
         "first_row": "every layer is scaled with layer 0's r (r[0]): each layer has its own "
         "row, r[layer]",
+        "previous_row": "each layer is scaled with the row of the layer before it (r[layer − 1]): "
+        "layer l's row is r[l]",
     },
     "lora_linear": {
         "no_scale": "the update is not scaled by α/r",
@@ -223,6 +231,8 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "divided_by_length": "the masked sum is divided by T (the padded length) instead of each "
         "sentence's number of real tokens Σ_t m_t",
         "not_divided": "the masked sum Σ_t m_t h_t is not divided by the number of real tokens",
+        "cls_left_out": "[CLS] (position 0) is left out of the mean: every real token counts, "
+        "[CLS] too",
     },
     "pair_features": {
         "no_abs": "|u − v| is written without the absolute value (u − v)",

@@ -1470,22 +1470,60 @@ GRADIENT_MUTANTS = [
 ]
 MUTANTS += GRADIENT_MUTANTS
 
+# Typical mistakes first planted here unnamed ("differs most at ..."), then put in the catalogue of
+# known mistakes: each named by its description.
+CATALOGUED_MUTANTS = [
+    m(
+        "probabilities-over-max",
+        "sampler",
+        SAMPLING,
+        ("total = sum(weights.values())", "total = max(weights.values())"),
+        named="divided by the largest weight",
+    ),
+    m(
+        "adamw-v-correction-unrooted",
+        "adamw",
+        OPT,
+        ("math.sqrt(bias_correction2)", "bias_correction2"),
+        named="v's bias correction is outside the square root",
+    ),
+    m(
+        "adamw-betas-swapped",
+        "adamw",
+        OPT,
+        ("m.lerp_(grad, 1 - beta1)", "m.lerp_(grad, 1 - beta2)"),
+        (
+            "v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)",
+            "v.mul_(beta1).addcmul_(grad, grad, value=1 - beta1)",
+        ),
+        ("bias_correction1 = 1 - beta1**t", "bias_correction1 = 1 - beta2**t"),
+        ("bias_correction2 = 1 - beta2**t", "bias_correction2 = 1 - beta1**t"),
+        named="β₁ and β₂ are swapped",
+    ),
+    m(
+        "pooling-without-cls",
+        "pooling",
+        HEADS,
+        (
+            "m = attention_mask.unsqueeze(-1).to(hidden.dtype)",
+            "m = attention_mask.unsqueeze(-1).to(hidden.dtype).clone()\n        m[:, 0] = 0",
+        ),
+        named="[CLS] (position 0) is left out",
+    ),
+    m(
+        "lhuc-previous-row",
+        "lhuc",
+        LHUC,
+        ("r[layer]", "r[layer - 1]"),
+        named="the row of the layer before it",
+    ),
+]
+MUTANTS += CATALOGUED_MUTANTS
+
 # Mistakes the catalogue of known mistakes does not hold: caught, and where the error has a shape
 # (course/shapes.py: k times the expected, the square root of it, shifted, transposed) named by it.
 SCALED = "the expected everywhere"
 SHAPED_MUTANTS = [
-    m(
-        "shape-probabilities-over-max",
-        "sampler",
-        SAMPLING,
-        ("total = sum(weights.values())", "total = max(weights.values())"),
-    ),
-    m(
-        "shape-adamw-v-correction-unrooted",
-        "adamw",
-        OPT,
-        ("math.sqrt(bias_correction2)", "bias_correction2"),
-    ),
     m(
         "shape-ce-summed",
         "task-losses",
@@ -1507,16 +1545,6 @@ SHAPED_MUTANTS = [
         (KL, KL.replace("return (", "return 0.5 * (")),
         named="1/2 of " + SCALED,
     ),
-    m(
-        "shape-pooling-without-cls",
-        "pooling",
-        HEADS,
-        (
-            "m = attention_mask.unsqueeze(-1).to(hidden.dtype)",
-            "m = attention_mask.unsqueeze(-1).to(hidden.dtype).clone()\n        m[:, 0] = 0",
-        ),
-    ),
-    m("shape-lhuc-previous-row", "lhuc", LHUC, ("r[layer]", "r[layer - 1]")),
     m(
         "shape-cosine-scaled-twice",
         "cosine-head",
