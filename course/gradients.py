@@ -167,12 +167,14 @@ def gradient_failure(
     module: nn.Module | None = None,
     label: str = "",
     where: str = "",
+    functions: tuple[str, ...] = (),
 ) -> Outputs | None:
     """The failing outputs of a check whose function does not train (``gradient_problem`` of
     ``call(module, *inputs)`` on float64 copies), or None when it does. The gradients must reach
     every floating-point input (called "the argument <name>") and every trainable parameter of
     ``module`` (called "<label>'s <name>"); integer inputs (ids, masks) are passed as they are.
-    ``where``: what the message puts first ("mlm_loss")."""
+    ``where``: what the message puts first ("mlm_loss"); ``functions``: those of the check's
+    functions the call is in, where it is one of them (else the message blames them all)."""
     module = None if module is None else in_float64(module)
     args = [t if not t.is_floating_point() else as_float64_leaf(t) for t in inputs.values()]
     wrt = {f"the argument {n}": t for n, t in zip(inputs, args) if t.is_floating_point()}
@@ -183,7 +185,7 @@ def gradient_failure(
     said, cut = gradient_problem(lambda: call(module, *args), wrt, held=held)
     if not said:
         return None
-    return problem(f"{where}: {said}" if where else said, GRADIENT_CUT if cut else "")
+    return problem(f"{where}: {said}" if where else said, GRADIENT_CUT if cut else "", functions)
 
 
 def padding_rows(module: nn.Module, label: str) -> dict[str, torch.Tensor]:

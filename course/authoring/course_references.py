@@ -334,11 +334,16 @@ def lhuc(h, rows, layer, mistake=None):
     return h * (2.0 / (1.0 + torch.exp(-r)))
 
 
+def low_rank_update(x, update):
+    """B A x for row vectors x: (..., d_in) -> (..., d_out), through rank r."""
+    return (x @ update.A.T) @ update.B.T
+
+
 def lora(x, y, update, scale, alpha, rank, p, training, mistake=None):
     """y + (α/r)·B A dropout(x)."""
     if mistake not in ("no_dropout", "dropout_on_update"):
         x = dropout(x, p, training)
-    delta = (x @ update.A.T) @ update.B.T
+    delta = low_rank_update(x, update)
     if mistake == "dropout_on_update":
         delta = dropout(delta, p, training)
     if mistake == "no_scale":

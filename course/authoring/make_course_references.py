@@ -155,6 +155,7 @@ MISTAKES: dict[str, dict[str, str | tuple[str, tuple[str, ...]]]] = {
         "previous_row": "each layer is scaled with the row of the layer before it (r[layer − 1]): "
         "layer l's row is r[l]",
     },
+    "lora_update": {},  # B A x alone: its mistakes are the linear site's
     "lora_linear": {
         "no_scale": "the update is not scaled by α/r",
         "scale_inverted": "the update is scaled by r/α instead of α/r",
@@ -305,6 +306,7 @@ GRADED_BY = {
     "adapter": "adapter:",
     "lhuc": "lhuc:",
     "lora_linear": "lora: LoRA linear",
+    "lora_update": "lora: LoRA linear",
     "lora_merge": "lora: merge",
     "pals": "pals:",
     "smart": "smart: adversarial",
@@ -663,6 +665,18 @@ def lora_data() -> dict:
         "bases": {n: state(b) for n, b in bases.items()},
         "x": inputs,
     } | case("lora_linear", compute)
+
+    def updates(mode, mistake):  # LowRankUpdate.forward alone, B A x, on the targets' inputs
+        out = {}
+        for key, x in inputs.items():
+            task, _, layer, name = key.split()
+            if name in LORA_OPTIONS["targets"]:
+                out[f"update {key}"] = ref.low_rank_update(
+                    x, plugin.by_task[task][int(layer)][name]
+                )
+        return out
+
+    linear["update"] = case("lora_update", updates, modes=("eval",))
 
     # merging: a tiny model with the plug-in attached
     g = torch.Generator().manual_seed(8)

@@ -33,10 +33,32 @@ LORA_NAMES = ("query", "key", "value", "intermediate", "output")
 LORA_MERGE_CONFIG = {"vocab_size": 50}  # BertConfig.tiny overrides of the merge check's model
 
 
+LORA_LINEAR_TOLERANCE = 1e-5
+
+
+def judge_lora_linear(ctx: Context, out: Outputs) -> Measurement:
+    """The update B A x alone first (``LowRankUpdate.forward``), then the linear site in eval
+    and training mode (``LoRA.linear``): the first of the two outside the tolerance is the
+    check's measurement, naming its function alone; else the worst of them."""
+    update, *sites = out["cases"]
+    parts = (
+        ("LowRankUpdate.forward", stored_cases(("lora", "linear", "update", "eval")), [update]),
+        ("LoRA.linear", stored_cases(*[("lora", "linear", name) for name in MODES]), sites),
+    )
+    found = []
+    for function, judge, cases in parts:
+        measured = judge(ctx, outputs(*cases))
+        if not measured.max_abs_diff <= LORA_LINEAR_TOLERANCE:  # NaN included
+            measured.functions = (function,)
+            return measured
+        found.append(measured)
+    return worst_of(found)
+
+
 @check(
     "lora: LoRA linear vs W x + b + (α/r)·B A x",
-    tolerance=1e-5,
-    judge=stored_cases(*[("lora", "linear", name) for name in MODES]),
+    tolerance=LORA_LINEAR_TOLERANCE,
+    judge=judge_lora_linear,
     hint="add the low-rank update of the input (through A to rank r, then B), scaled by α/r, to "
     "the base output y; dropout on the update's input only",
     exercises=("lora",),
@@ -60,7 +82,7 @@ def check_lora_linear(ctx: Context) -> Outputs:
     for name in LORA_NAMES:
         bases[name] = torch.nn.Linear(*target_shape(config, name)).double()
         bases[name].load_state_dict(data["bases"][name])
-    found = []
+    found = [graded(low_rank_updates(plugin, data["x"]))]
     for name in MODES:
         got = {}
         with mode(plugin, name, ctx.course_data["seed"]) as recorder:
@@ -75,11 +97,32 @@ def check_lora_linear(ctx: Context) -> Outputs:
                     return problem(f"linear ({key}, {name} mode) {said}")
         found.append(graded(got, f"({name} mode) ", calls=recorder.calls))
     said = site_backward_problem(plugin, partial(lora_site, plugin, bases), data["x"])
-    x = next(iter(data["x"].values()))
-    site = lambda p, x: lora_site(p, bases, x)
     if said:
         return problem(said)
-    return with_gradient(outputs(*found), gradient_failure(site, {"x": x}, plugin, "LoRA"))
+    return with_gradient(outputs(*found), lora_gradient_failure(plugin, bases, data["x"]))
+
+
+def lora_gradient_failure(plugin, bases: dict, inputs: dict) -> Outputs | None:
+    """The update B A x alone must pass gradients to x, A and B (``LowRankUpdate.forward``),
+    then the linear site to x and the plug-in (``LoRA.linear``): the failure of the first of
+    the two that cuts them, naming its function, or None."""
+    x = next(iter(inputs.values()))  # layer 0's query input for sst: lora_site's
+    update = plugin.by_task["sst"][0]["query"]
+    alone = gradient_failure(
+        lambda u, x: u(x), {"x": x}, update, "LowRankUpdate", functions=("LowRankUpdate.forward",)
+    )
+    site = lambda p, x: lora_site(p, bases, x)
+    return alone or gradient_failure(site, {"x": x}, plugin, "LoRA", functions=("LoRA.linear",))
+
+
+def low_rank_updates(plugin, inputs: dict) -> dict:
+    """``LowRankUpdate.forward`` alone, B A x, on the stored input of each target."""
+    got = {}
+    for key, x in inputs.items():
+        task, _, layer, target = key.split()
+        if target in LORA_OPTIONS["targets"]:
+            got[f"update {key}"] = plugin.by_task[task][int(layer)][target](x.clone())
+    return got
 
 
 def lora_site(plugin, bases: dict, x: torch.Tensor) -> torch.Tensor:

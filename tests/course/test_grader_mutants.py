@@ -2172,20 +2172,21 @@ def functions_edited(mutant: Mutant) -> set[str]:
     return found
 
 
-PINPOINTED = [m for m in MUTANTS if m.path == SMART and "body" not in dict(m.edits)]
+PINPOINTED = [m for m in MUTANTS if m.path in (SMART, LORA) and "body" not in dict(m.edits)]
 
 
 @pytest.mark.parametrize("mutant", PINPOINTED, ids=lambda m: m.id)
 def test_a_failing_check_names_only_the_function_that_is_wrong(
     mutant: Mutant, ctx: Context, monkeypatch
 ) -> None:
-    """SMART's checks call each function of the ascent alone (course/checks/smart.py): a FAIL's
-    ``your code:`` line names the function the mistake is in, not every function of the
-    exercise."""
+    """SMART's checks call each function of the ascent alone (course/checks/smart.py), LoRA's
+    the update B A x before the linear site (course/checks/lora.py): a FAIL's ``your code:``
+    line names the function the mistake is in, not every function of the exercise."""
     results = run_own_checks(mutant, ctx, monkeypatch)
     edited = functions_edited(mutant)
     for result in (r for r in results.values() if r.status == FAIL):
-        named = set(re.findall(r"\(([\w.]+)\)", result.where))
+        found = re.findall(r"\(([\w.]+)\)", result.where)
+        named = {name.rsplit(".", 1)[-1] for name in found}  # LowRankUpdate.forward: forward
         assert named and named <= edited, (result.check.name, result.where, edited)
 
 
