@@ -207,6 +207,29 @@ def test_two_classes_in_one_folder_keep_both_pages(tmp_path, capsys):
         assert (tmp_path / f"{name}-report.png").is_file()
 
 
+def test_two_classes_graded_into_one_folder_keep_every_file(tmp_path, monkeypatch):
+    """Each file of a class's grading is named by its CSV's stem: the evening class graded into
+    the morning class's folder leaves the morning's CSV, results, record and report as they were."""
+    marks = {"alice": 10.0, "bob": 3.0}
+    for name in marks:
+        (tmp_path / "subs" / name).mkdir(parents=True)
+    fake_grading(monkeypatch, marks)
+    out = tmp_path / "grades"
+    out.mkdir()
+    assert grade.main([str(tmp_path / "subs"), "--out", str(out / "morning.csv"), "--trusted"]) == 0
+    morning = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert grade.main([str(tmp_path / "subs"), "--out", str(out / "evening.csv"), "--trusted"]) == 0
+    files = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert {k: files[k] for k in morning} == morning
+    evening = {k for k in files if k not in morning}
+    assert {k.parts[0] for k in evening} >= {
+        "evening.csv",
+        "evening-results",
+        "evening-report.html",
+    }
+    assert all(k.parts[0].startswith("evening") for k in evening), evening
+
+
 def test_the_references_replace_their_own_file_or_one_given_overwrite(tmp_path, monkeypatch):
     """make_course_references (its computation stubbed) writes over its own earlier file without
     --overwrite and over a file of the user's with it, atomically: no temporary file left."""
@@ -223,6 +246,36 @@ def test_the_references_replace_their_own_file_or_one_given_overwrite(tmp_path, 
     assert make_course_references.main(["--out", str(notes), "--overwrite"]) == 0
     assert make_course_references.written_here(own) and make_course_references.written_here(notes)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "refs.pt"]
+
+
+@pytest.mark.parametrize(
+    "out, said",
+    [
+        ("notes.txt", "exists and is not a file of stored cases this script wrote"),
+        (".", "a folder; give the file to write"),
+        ("nowhere/refs.pt", "its folder nowhere does not exist"),
+        ("", "an empty path"),
+    ],
+)
+def test_the_references_refuse_a_bad_out_before_computing(out, said, tmp_path, monkeypatch, capsys):
+    """A file of the user's, a folder, a missing folder or '' is one line before the twenty
+    seconds of computing (stubbed here to fail the test if it runs); the file is as it was."""
+    from course.authoring import make_course_references
+
+    def computed():
+        raise AssertionError("the stored cases were computed before --out was checked")
+
+    monkeypatch.setattr(make_course_references, "make", computed)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("the user's own\n")
+    try:
+        code = make_course_references.main(["--out", out])
+    except SystemExit as stop:  # argparse's own refusal (the empty path)
+        code = stop.code
+    assert code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], lines
+    assert (tmp_path / "notes.txt").read_text() == "the user's own\n"
 
 
 def test_the_sanity_reference_replaces_only_its_own_file_unless_told(tmp_path, monkeypatch, capsys):
