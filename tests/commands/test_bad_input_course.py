@@ -224,7 +224,6 @@ def test_two_classes_graded_into_one_folder_keep_every_file(tmp_path, monkeypatc
     evening = {k for k in files if k not in morning}
     assert {k.parts[0] for k in evening} >= {
         "evening.csv",
-        "evening-results",
         "evening-report.html",
     }
     assert all(k.parts[0].startswith("evening") for k in evening), evening
