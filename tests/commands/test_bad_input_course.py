@@ -171,6 +171,37 @@ def test_grading_some_again_keeps_every_other_row(tmp_path, monkeypatch, capsys)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_a_full_disk_while_grading_again_leaves_the_class_csv_as_it_was(
+    tmp_path, monkeypatch, capsys
+):
+    """The CSV is written whole to a temporary file, then renamed: a write that fails half-way
+    (fsync: no space left) is one line, and the class's CSV is byte for byte as it was."""
+    import errno
+
+    import minbert.checkpoint
+
+    for name in ("alice", "bob"):
+        (tmp_path / "subs" / name).mkdir(parents=True)
+    out = tmp_path / "grades.csv"
+    argv = [str(tmp_path / "subs"), "--out", str(out), "--trusted"]
+    fake_grading(monkeypatch, {"alice": 10.0, "bob": 3.0})
+    assert grade.main(argv) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    fake_grading(monkeypatch, {"bob": 9.0})
+    monkeypatch.setattr(minbert.checkpoint.os, "fsync", no_space)
+    assert grade.main([*argv, "--student", "bob"]) == 1
+    said = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in said if line.startswith("error:")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], said
+    assert out.read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_overwrite_replaces_a_file_that_is_not_a_grades_csv(tmp_path, monkeypatch):
     (tmp_path / "subs" / "alice").mkdir(parents=True)
     out = tmp_path / "roster.csv"

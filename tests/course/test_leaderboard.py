@@ -249,9 +249,13 @@ def cases(course) -> dict:
     folder, ada = course["root"] / "cases", own_files(course)
     write_student(folder / "ada", ada)
     expected = case_files(ada, folder)
-    # Accepted as well: CRLF line ends, and the rows in another order.
+    # Accepted as well: CRLF line ends, a spreadsheet's UTF-8 save (a byte-order mark and CRLF),
+    # and the rows in another order.
     crlf = {name: data.replace(b"\n", b"\r\n") for name, data in ada.items()}
     write_student(folder / "crlf", crlf)
+    write_student(
+        folder / "spreadsheet", {name: b"\xef\xbb\xbf" + data for name, data in crlf.items()}
+    )
     write_student(folder / "shuffled", {name: reversed_rows(data) for name, data in ada.items()})
     (folder / "a-plain-file").write_text("not a folder")
     (folder / "a-link").symlink_to(folder / "ada")
@@ -284,10 +288,10 @@ def test_a_bad_file_is_that_students_row_in_one_line(student, cases):
 
 def test_the_bad_files_cost_no_one_else_and_good_variants_read_alike(course, cases):
     rows = cases["rows"]
-    assert set(rows) == {"ada", "crlf", "shuffled", *CASES}
+    assert set(rows) == {"ada", "crlf", "spreadsheet", "shuffled", *CASES}
     text = cases["out"].read_text(encoding="utf-8")
     assert len(text.splitlines()) == 1 + len(rows)  # one line a student
-    for student in ("ada", "crlf", "shuffled"):
+    for student in ("ada", "crlf", "spreadsheet", "shuffled"):
         assert rows[student]["problems"] == ""
         for key in ("overall", *TASKS):
             assert float(rows[student][key]) == pytest.approx(course["evaluated"][key], abs=1e-9)
