@@ -1554,6 +1554,83 @@ SHAPED_MUTANTS = [
 ]
 MUTANTS += SHAPED_MUTANTS
 
+# A fresh set, written after the catalogue and the shapes above and left as it was found: each
+# is caught; which of them the grader names is measured, not asserted
+# (benchmarks/diagnosis_coverage.py, benchmarks/results/diagnosis-coverage.md).
+FRESH_MUTANTS = [
+    m(
+        "fresh-scale-by-model-dim",
+        "attention",
+        BERT,
+        ("math.sqrt(q.size(-1))", "math.sqrt(q.size(-1) * q.size(1))"),
+    ),
+    m(
+        "fresh-positions-reversed",
+        "embeddings",
+        BERT,
+        ("positions = self.position_ids[:, :T]", "positions = self.position_ids[:, :T].flip(-1)"),
+    ),
+    m(
+        "fresh-alpha-inverse",
+        "sampler",
+        SAMPLING,
+        ("float(size) ** alpha", "float(size) ** (1 / alpha)"),
+    ),
+    m("fresh-alpha-no-offset", "sampler", SAMPLING, (ALPHA, "return 1.0 - 0.8 * epoch / epochs")),
+    m(
+        "fresh-adapter-minus",
+        "adapter",
+        ADAPTER,
+        ("return h + self.up(z)", "return h - self.up(z)"),
+    ),
+    m("fresh-lhuc-one-plus", "lhuc", LHUC, (LHUC_SCALE, "h * (1.0 + torch.sigmoid(r))")),
+    m("fresh-pool-plus-one", "pooling", HEADS, ("m.sum(1).clamp(min=1.0)", "(m.sum(1) + 1)")),
+    m(
+        "fresh-pair-sum",
+        "pair-features",
+        HEADS,
+        (FEATURES, "torch.cat([u, v, (u - v).abs(), u + v], dim=-1)"),
+    ),
+    m(
+        "fresh-cosine-self",
+        "cosine-head",
+        HEADS,
+        (COSINE, "cosine = F.cosine_similarity(u, u, dim=-1)"),
+    ),
+    m(
+        "fresh-l1-loss",
+        "task-losses",
+        BASE,
+        (MSE, "return F.l1_loss(outputs[:, 0].float(), labels.float())"),
+    ),
+    m("fresh-pals-residual", "pals", PALS, ("return pal.decoder(z)", "return pal.decoder(z) + x")),
+    m(
+        "fresh-kl-one-way",
+        "smart",
+        SMART,
+        (KL, "return (log_p.exp() * (log_p - log_q)).sum(-1).mean()"),
+    ),
+    m(
+        "fresh-project-epsilon-squared",
+        "smart",
+        SMART,
+        (
+            'delta * (epsilon / _token_norm(delta, "l2")',
+            'delta * (epsilon**2 / _token_norm(delta, "l2")',
+        ),
+    ),
+    m(
+        "fresh-adamw-v-unrooted-denominator",
+        "adamw",
+        OPT,
+        (
+            "denom = (v.sqrt() / math.sqrt(bias_correction2)).add_(eps)",
+            "denom = (v / bias_correction2).add_(eps)",
+        ),
+    ),
+]
+MUTANTS += FRESH_MUTANTS
+
 ALGORITHM_2 = """\
                 state["step"] += 1
                 t = float(state["step"])
