@@ -43,10 +43,32 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+OPEN_TO_ALL = "umask 022 && "  # before each step that makes or installs into an environment
+
+
 def plan(tree: Path, target: str, python: Path) -> list[str]:
+    """The lines ``make -n`` prints, the umask of a step that makes or fills an environment
+    left out (``test_every_environment_is_made_readable_by_every_user`` asserts it)."""
     done = make(tree, "-n", target, f"PYTHON={python}")
     assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
+    return [line.removeprefix(OPEN_TO_ALL) for line in done.stdout.splitlines()]
+
+
+def test_every_environment_is_made_readable_by_every_user(tree: Path) -> None:
+    """The class grader's runners, users of their own, run Python from .venv: every step that
+    makes an environment or installs into one runs under umask 022, whatever the user's (a
+    umask of 077 would close .venv to them)."""
+    done = make(tree, "-n", "test", "adapters-env", f"PYTHON={BASE_PYTHON}")
+    assert done.returncode == 0, done.stderr
+    commands, command = [], ""
+    for line in done.stdout.splitlines():  # a command goes on past a line that ends in \\
+        command += line
+        if not line.endswith("\\"):
+            commands.append(command)
+            command = ""
+    making = [c for c in commands if " -m venv " in c or " -m pip " in c]
+    assert len(making) >= 5  # .venv, its three installs, .venv-adapters and its install
+    assert all(line.startswith(OPEN_TO_ALL) for line in making), making
 
 
 def steps_run_by(lines: list[str], word: str) -> list[str]:
