@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from course.checks import CHECKS
+from course.fail_page import page, written_here
 from course.gradescope import POINTS, read_points, results_json
 from course.registry import PASS, Context, format_result, run_check, select
 from minbert.checkpoint import atomic_write_text
@@ -69,6 +70,18 @@ def build_parser() -> ArgumentParser:
         "from --points)",
     )
     parser.add_argument(
+        "--html",
+        metavar="PAGE",
+        type=nonempty_path,
+        help="also write an offline page with every check, and for each failed tensor check a "
+        "map of where your output is outside the tolerance (never the expected values)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --html or --results-json file that this command did not write",
+    )
+    parser.add_argument(
         "--points",
         metavar="FILE",
         type=nonempty_path,
@@ -78,11 +91,40 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def check_output(parser: ArgumentParser, flag: str, path: Path, overwrite: bool, ours) -> None:
+    """``flag PATH`` refused before any check runs: a folder, a missing folder, or a file that
+    ``ours(path)`` does not recognise as this command's (without --overwrite)."""
+    if path.is_dir():
+        parser.error(f"{flag} {path}: a folder; give the file's name")
+    if not path.parent.is_dir():
+        parser.error(f"{flag} {path}: its folder {path.parent} does not exist")
+    if path.exists() and not overwrite and not ours(path):
+        parser.error(
+            f"{flag} {path} exists and is not a file this command wrote; pass --overwrite to "
+            "replace it, or give another name"
+        )
+
+
+def results_written_here(path: Path) -> bool:
+    """``path`` is a results file in Gradescope's form (a JSON object with its tests)."""
+    try:
+        said = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(said, dict) and isinstance(said.get("tests"), list)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.points is not None and args.results_json is None:
         parser.error("--points goes with --results-json")
+    if args.html is not None:
+        check_output(parser, "--html", args.html, args.overwrite, written_here)
+    if args.results_json is not None:
+        check_output(
+            parser, "--results-json", args.results_json, args.overwrite, results_written_here
+        )
     try:
         points = read_points(args.points or POINTS, {e for c in CHECKS for e in c.exercises})
     except ValueError as err:
@@ -119,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         text = json.dumps(results_json(printed, points), indent=2, ensure_ascii=False) + "\n"
         atomic_write_text(args.results_json, text)
         print(f"wrote {args.results_json}")
+    if args.html is not None:
+        atomic_write_text(args.html, page([result for result, _ in printed]))
+        print(f"wrote {args.html}")
     return 0 if passed == len(checks) else 1
 
 

@@ -41,6 +41,10 @@ class Measurement:
     # which of the check's functions gave the wrong output, where the check can tell (it calls
     # them one at a time); empty: the check's functions, all of them
     functions: tuple[str, ...] = ()
+    # where the output that differs most is outside the tolerance, by the digests: which output,
+    # its shape and axis names, one flag a value, and the value the message names (``off_map``);
+    # None where nothing is outside or the output has no digests. It shows where, not what.
+    off: dict | None = None
 
     def is_worse_than(self, other: Measurement) -> bool:
         """Larger difference, with NaN (a broken computation) worst of all."""
@@ -59,7 +63,7 @@ def worst_of(measurements: list[Measurement]) -> Measurement:
     worst = Measurement(0.0)
     for m in measurements:
         if m.is_worse_than(worst):
-            worst = Measurement(m.max_abs_diff, m.hint, worst.mistakes)
+            worst = Measurement(m.max_abs_diff, m.hint, worst.mistakes, off=m.off)
     worst.mistakes = _merged([m.mistakes for m in measurements], measurements)
     worst.shapes = _merged([m.shapes for m in measurements], measurements)
     return worst
@@ -200,6 +204,7 @@ def measure_sealed(
     values = seen.got.detach().double().reshape(-1)
     dt, resolution = seen.got.dtype, sealed["q"] / 100  # far below the tolerance
     names = _axis_names(axes, len(shape))
+    off = None
     if outside is not None:
         at = tuple(int(j) for j in torch.unravel_index(torch.tensor(outside), shape))
         first = (
@@ -207,10 +212,11 @@ def measure_sealed(
             f"{shortest(values[outside].item(), dt, resolution)}, more than the tolerance "
             "from the expected value"
         )
+        off = off_map(name, shape, names, offsets, outside)
     if seen.kind == "rounded":
         if outside is None:
             return Measurement(max((max(j - 1, 0) * sealed["q"] for j in offsets), default=0.0))
-        return Measurement(math.inf, first)
+        return Measurement(math.inf, first, off=off)
     diff = (seen.form - sealed["values"]).abs().amax(-1)  # (*leading)
     if diff.isnan().any():
         worst, where = math.nan, diff.isnan().nonzero()[0]
@@ -223,9 +229,9 @@ def measure_sealed(
         return Measurement(worst, most)
     tolerance = seal.WINDOW * sealed["q"]
     if math.isnan(worst):
-        return Measurement(worst, first)
+        return Measurement(worst, first, off=off)
     if not worst > tolerance:  # the digests see it, the projections do not
-        return Measurement(math.nextafter(tolerance, math.inf), first)
+        return Measurement(math.nextafter(tolerance, math.inf), first, off=off)
     m = seal.slice_shape(shape)[1]  # a value outside the tolerance in the slice that differs most
     start = sum(i * math.prod(diff.shape[k + 1 :]) for k, i in enumerate(where)) * m
     inside = [i for i in range(start, start + m) if offsets[i] is None]
@@ -233,8 +239,25 @@ def measure_sealed(
         i = inside[0]
         at = tuple(int(j) for j in torch.unravel_index(torch.tensor(i), shape))
         have = shortest(values[i].item(), dt, resolution)
-        return Measurement(worst, f"{most}; at {_position(at, names)} you have {have}")
-    return Measurement(worst, f"{most}; {first}")
+        off["marked"] = i
+        return Measurement(worst, f"{most}; at {_position(at, names)} you have {have}", off=off)
+    return Measurement(worst, f"{most}; {first}", off=off)
+
+
+def off_map(
+    name: str, shape: tuple[int, ...], axes: tuple[str, ...], offsets: list, marked: int
+) -> dict:
+    """Where the output ``name`` is outside the tolerance (a value whose digest is more than
+    ``seal.WINDOW`` buckets from the stored one): one flag a value, in the output's order, and
+    ``marked``, the flat index of the value the message names. Flags only: nothing of the
+    expected values (drawn by ``course/fail_page.py``)."""
+    return {
+        "output": name,
+        "shape": list(shape),
+        "axes": list(axes),
+        "outside": [offset is None for offset in offsets],
+        "marked": marked,
+    }
 
 
 def diagnose(measurement: Measurement, tolerance: float) -> str:

@@ -83,6 +83,7 @@ class Result:
     uncompiled: str = ""  # "SyntaxError in path:line": a file that does not compile, not the check
     where: str = ""  # a FAIL's: "path:line (name)" of the student's functions the check ran
     blamed: tuple[str, ...] = ()  # the check's functions the judgement found wrong; (): all
+    off: dict | None = None  # a FAIL's map of where its output is off (``measure.off_map``)
 
 
 class Context:
@@ -371,7 +372,8 @@ def _judged(check: Check, ctx: Context, computed: dict) -> Result:
     elif passed:
         return Result(check, PASS, diff)
     said = diagnose(measurement, check.tolerance)
-    return Result(check, FAIL, diff, measurement.hint, said, blamed=tuple(measurement.functions))
+    blamed = tuple(measurement.functions)
+    return Result(check, FAIL, diff, measurement.hint, said, blamed=blamed, off=measurement.off)
 
 
 # The keys of a check's outputs that hold the check's own numbers and texts, not the student's.

@@ -616,11 +616,10 @@ def lhuc_data() -> dict:
 
 
 def lora_data() -> dict:
-    from course.checks.lora import LORA_MERGE_CONFIG, LORA_NAMES, LORA_OPTIONS
+    from course.checks.lora import LORA_NAMES, LORA_OPTIONS
     from course.registry import PLUGIN_TASKS
-    from minbert.bert import BertConfig, BertModel
-    from minbert.plugins import add_plugin
-    from minbert.plugins.lora import LoRA, target_module, target_shape
+    from minbert.bert import BertConfig
+    from minbert.plugins.lora import LoRA, target_shape
 
     g = torch.Generator().manual_seed(7)
     config = BertConfig.tiny()
@@ -677,8 +676,17 @@ def lora_data() -> dict:
         return out
 
     linear["update"] = case("lora_update", updates, modes=("eval",))
+    return {"linear": linear, "merge": lora_merge_data(scale)}
 
-    # merging: a tiny model with the plug-in attached
+
+def lora_merge_data(scale: float) -> dict:
+    """Merging: a tiny model with the plug-in attached, each adapted weight W + (α/r)·B A."""
+    from course.checks.lora import LORA_MERGE_CONFIG, LORA_OPTIONS
+    from course.registry import PLUGIN_TASKS
+    from minbert.bert import BertConfig, BertModel
+    from minbert.plugins import add_plugin
+    from minbert.plugins.lora import target_module
+
     g = torch.Generator().manual_seed(8)
     model = BertModel(BertConfig.tiny(**LORA_MERGE_CONFIG))
     randomize(model, g)
@@ -701,10 +709,9 @@ def lora_data() -> dict:
                     )
         return out
 
-    merge = {"model": model_state, "plugin": state(merge_plugin)} | case(
+    return {"model": model_state, "plugin": state(merge_plugin)} | case(
         "lora_merge", merged, modes=("eval",)
     )
-    return {"linear": linear, "merge": merge}
 
 
 def pals_data() -> dict:

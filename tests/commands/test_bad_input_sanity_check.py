@@ -10,7 +10,9 @@ from tests.commands.bad_input import (
     Ctx,
     case_ids,
     check,
+    files,
     plain,
+    then,
 )
 
 CASES = [
@@ -19,6 +21,26 @@ CASES = [
     Case("g-reference-missing", "grader", plain("--reference", "{tmp}/nope.pt"), "--reference"),
     Case("g-only-unknown", "grader", plain("--only", "nothing-like-this"), "--only"),
     Case("g-bad-flag", "grader", plain("--nope"), "--nope"),
+    # --html PAGE: refused before any check runs; a file of the user's is never replaced
+    Case("g-html-folder", "grader", plain("--html", "{tmp}"), "a folder; give the file's name"),
+    Case(
+        "g-html-no-folder",
+        "grader",
+        plain("--html", "{tmp}/nowhere/page.html"),
+        "/nowhere does not exist",
+    ),
+    Case(
+        "g-html-users-file",
+        "grader",
+        then(files("notes.html"), plain("--html", "{tmp}/notes.html")),
+        "notes.html exists and is not a file this command wrote; pass --overwrite",
+    ),
+    Case(
+        "g-results-json-users-file",
+        "grader",
+        then(files("notes.json"), plain("--results-json", "{tmp}/notes.json")),
+        "notes.json exists and is not a file this command wrote; pass --overwrite",
+    ),
 ]
 
 
