@@ -65,6 +65,7 @@ def candidates(name: str, got: torch.Tensor, sealed: dict, names: tuple[str, ...
             got.sqrt(),
             None,
         )
+    yield from slice_scales(name, got, sealed, names)
     off_by_one = "(an off-by-one position, row or layer)"
     for axis, size in enumerate(got.shape):
         if size < 3:
@@ -85,6 +86,40 @@ def candidates(name: str, got: torch.Tensor, sealed: dict, names: tuple[str, ...
                 yield said, got.transpose(a, b), None
 
 
+def slice_scales(name: str, got: torch.Tensor, sealed: dict, names: tuple[str, ...]):
+    """A large output (``projection``) that is the expected times a factor of its own at each
+    index of the leading axes (a per-sentence normaliser off: a count, a length or a sum): the
+    least-squares factor of each slice's projections against the stored ones, undone; the
+    digests then judge every value (``distance_but``)."""
+    if sealed["kind"] != "projection" or "digests" not in sealed:
+        return
+    leading, m = seal.slice_shape(tuple(got.shape))
+    if not leading:
+        return
+    mine, stored = seal.project(name, got), sealed["values"]
+    denominators = (stored * stored).sum(-1)
+    if bool((denominators == 0).any()):
+        return
+    factors = (mine * stored).sum(-1) / denominators  # (*leading)
+    if not bool(factors.isfinite().all()) or bool((factors == 0).any()):
+        return
+    close = 1e-3 * float(factors.abs().max())
+    varying = [  # the leading axes along which the factor changes
+        axis
+        for axis in range(len(leading))
+        if float((factors - factors.mean(axis, keepdim=True)).abs().max()) > close
+    ]
+    if not varying:
+        return  # one factor everywhere: a scale of the whole output, tried above
+    undone = got.detach().double().reshape(*leading, m) / factors.unsqueeze(-1)
+    word = " and ".join(names[axis] for axis in varying)
+    said = (
+        f"at each {word} your output is the expected one times a factor of its own (a "
+        f"normaliser that depends on the {word}: a count, a length or a sum off)"
+    )
+    yield said, undone.reshape(got.shape).to(got.dtype), None
+
+
 def distance_but(
     name: str, t: torch.Tensor, sealed: dict, wrapped: tuple[int, int] | None
 ) -> float:
@@ -95,7 +130,10 @@ def distance_but(
         return 0.0 if rounded_within(name, t, sealed, wrapped) else math.inf
     seen = Observed(name, t, sealed)
     if wrapped is None:
-        return seen.distance(sealed)
+        distance = seen.distance(sealed)
+        if distance <= seal.WINDOW * sealed["q"] and "digests" in sealed:  # every value, too
+            return distance if None not in seen.offsets(sealed) else math.inf
+        return distance
     axis, index = wrapped
     if sealed["kind"] == "projection":
         leading, _ = seal.slice_shape(tuple(sealed["shape"]))

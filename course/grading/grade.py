@@ -35,6 +35,7 @@ from course.authoring.scaffold import (
     write_student_tree,
 )
 from course.checks import CHECKS
+from course.fail_page import page
 from course.gradescope import POINTS, read_points, results_json
 from course.grading import landlock, sandbox, seccomp
 from course.grading.inert import csv_cell
@@ -118,6 +119,8 @@ def grade_one(submission: Submission, pristine: dict[str, bytes], args) -> Grade
     results = results_json(lines, args.points_table)
     atomic_write_text(results_file, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(args.results / f"{submission.name}.log", f"{printed}\n{report}\n")
+    picture = page(verdict.results, f"{submission.name}: the checks")  # maps of the FAILs
+    atomic_write_text(args.results / f"{submission.name}.html", picture)
     row.points = exercise_points(results)
     row.notes += verdict.notes + diagnoses_of(verdict.results)
     row.withheld = sorted(

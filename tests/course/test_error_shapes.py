@@ -37,6 +37,11 @@ CASES = [
     ((5, 6, 8), lambda e: torch.roll(e, 1, 0), "the expected one of the sentence before"),
     ((4, 6, 6), lambda e: e.transpose(1, 2), "token and dim axes swapped"),
     ((2, 3, 4), lambda e: e.abs().sqrt(), "square root of the expected"),
+    (
+        (4, 6, 16),  # each sentence's mean over one token more than it has: n / (n + 1)
+        lambda e: e * torch.tensor([7 / 8, 3 / 4, 5 / 6, 1 / 2]).double()[:, None, None],
+        "at each sentence your output is the expected one times a factor of its own",
+    ),
 ]
 
 

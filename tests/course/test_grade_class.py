@@ -83,3 +83,5 @@ def test_a_class_is_graded_each_submission_alone(tmp_path, capsys):
     assert adamw["score"] == 0 and "FAIL" in adamw["output"]
     dave = json.loads((results / "dave.json").read_text(encoding="utf-8"))
     assert dave["score"] == 5 and (results / "dave.log").is_file()
+    carol = (results / "carol.html").read_text(encoding="utf-8")  # the page of her checks
+    assert "sampler" in carol and "FAIL" in carol and "<svg" in carol
