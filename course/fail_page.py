@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import html
 import math
+from textwrap import dedent
 
-from course.registry import FAIL, PASS, Result
+from course.registry import FAIL, PASS, Result, format_result
 
 CELL = 8  # pixels a side
 MAX_ROWS = 48  # the last axis folded into this many rows at most
@@ -66,13 +67,9 @@ def section(result: Result) -> str:
         f"<div class='check'><b>{html.escape(result.check.name)}</b> "
         f"<span class='{kind}'>{html.escape(status)}</span>"
     ]
-    if status != PASS:
-        lines = [result.uncompiled, result.detail]
-        lines += [f"diagnosis: {result.diagnosis}" if result.diagnosis else ""]
-        lines += [f"your code: {result.where}" if result.where else ""]
-        lines += [f"hint: {result.check.hint}" if result.check.hint else ""]
-        text = "\n".join(line for line in lines if line)
-        parts.append(f"<pre>{html.escape(text)}</pre>")
+    if status != PASS:  # the lines sanity_check.py prints under the check
+        text = format_result(result, 0).partition("\n")[2]
+        parts.append(f"<pre>{html.escape(dedent(text))}</pre>")
     if status == FAIL and result.off is not None:
         parts.append(off_figures(result.off))
     parts.append("</div>")
