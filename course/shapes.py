@@ -2,12 +2,13 @@
 of the check's catalogue matches it.
 
 A sum where a mean belongs, a missing or inverted scale or the wrong normaliser make the output k
-times the expected; an off-by-one position, row or layer shifts it by one along an axis; a
-transposition swaps two axes; a mistake at the edges leaves all right but the first or last
-position of an axis. Each candidate transform is applied to the student's output and measured
-against the sealed expected output (``course/seal.py``) as a known mistake's output is: nothing of
-the reference is revealed beyond what the check's message says. ``diagnose``
-(``course/measure.py``) names the nearest within the tolerance when no known mistake is near.
+times the expected (a normaliser that depends on the sentence: its own k for each); an off-by-one
+position, row or layer shifts it by one along an axis; a transposition swaps two axes; a mistake
+at the edges leaves all right but the first or last position of an axis. Each candidate transform
+is applied to the student's output and measured against the sealed expected output
+(``course/seal.py``) as a known mistake's output is: nothing of the reference is revealed beyond
+what the check's message says. ``diagnose`` (``course/measure.py``) names the nearest within the
+tolerance when no known mistake is near.
 """
 
 from __future__ import annotations
