@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from minbert.pretrained import load_config, resolve_checkpoint_dir
 from minbert.tokenizer import Tokenizer
 from multitask import extras
 from multitask.batching import BatchStream, derived_seed
-from multitask.config import SEEDS, TrainConfig, not_a_checkpoint
+from multitask.config import DEFAULT_OPTIMIZER, SEEDS, TrainConfig, not_a_checkpoint
 from multitask.data import load_data
 from multitask.devices import THREADS_RANGE
 from multitask.errors import RunStopped, UsageError, run_command, stop_reason
@@ -45,9 +46,9 @@ from multitask.run import REPORTS, Layout, RunFolder, merge_config, overlapping
 from multitask.step import (
     HostChecked,
     NonFiniteLoss,
+    learning_rate,
     linear_warmup_decay,
     optimizer_for,
-    report_losses,
     train_step,
 )
 from tasks import TASKS
@@ -105,8 +106,9 @@ class MLMConfig:
     overwrite: bool = setting(False, "replace an earlier run of this command in --out_dir")
     threads: int | None = setting(None, "CPU threads for torch", within=THREADS_RANGE)
     # Not flags themselves: the settings of each present extra that reports what a run logs
-    # (``reporting``), by its name
+    # (``reporting``), by its name; the optimizer's implementation, the driver's default
     extras: dict[str, Any] = field(default_factory=dict)
+    optimizer: str = DEFAULT_OPTIMIZER
 
     def to_flat(self) -> dict[str, Any]:
         """mlm_config.json: {flag name: value} of what the run computes (not where it runs)."""
@@ -114,11 +116,18 @@ class MLMConfig:
         return {k: v for k, v in {**flatten(self), **own}.items() if k not in WHERE_IT_RUNS}
 
 
+def hosted() -> list[extras.Extra]:
+    """The usable extras this command runs with (multitask/extras.py): those told what a run logs
+    (``Extra.reports``), and the optimizer's implementations (``--optimizer``'s choices, the
+    driver's default among them)."""
+    return [e for e in extras.usable() if e.reports or "optimizer" in e.default]
+
+
 def reporting() -> dict[str, type]:
-    """{name: Settings} of each usable extra with a ``reporter`` hook (multitask/extras.py): the
-    extras this command offers, as the driver does, telling them what the run logs."""
-    listening = {e.name for e in extras.usable() if hasattr(e.hook_module(), "reporter")}
-    return {name: s for name, s in extras.sections().items() if name in listening}
+    """{name: Settings} of each hosted extra that has settings: the flags this command offers
+    besides its own."""
+    names = {extra.name for extra in hosted()}
+    return {name: s for name, s in extras.sections().items() if name in names}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,12 +187,8 @@ def check(cfg: MLMConfig) -> None:
     positions = load_config(checkpoint).max_position_embeddings
     if cfg.max_length > positions:
         raise UsageError(f"--max_length {cfg.max_length}: the checkpoint has {positions} positions")
-    for name in cfg.extras:  # what each reporting extra finds wrong (its ``problems`` hook)
-        extra = extras.named(name)
-        problems = getattr(extra.hook_module(), "problems", None)
-        if problems is not None:
-            for message in problems(extras.view(cfg, extra), False):
-                raise UsageError(message)
+    for message in extras.Hooks(cfg, hosted()).fire("check_settings", False):
+        raise UsageError(message)  # what an extra finds wrong
 
 
 def sentences_of(cfg: MLMConfig) -> tuple[list[str], list[str]]:
@@ -316,7 +321,7 @@ class MLMRun:
     stream: BatchStream
     train: list[str]
     held: list[str]
-    reporters: list[Any]  # the reporting extras' reporters, told what the log says
+    hooks: extras.Hooks  # the hosted extras' parts, told what the log says
     state: MLMState = field(default_factory=MLMState)
     step_module: nn.Module = field(init=False)  # the loss of a step: ``MaskedLM``
     update: HostChecked = field(default_factory=HostChecked)  # a non-finite loss raises
@@ -357,7 +362,8 @@ class MLMRun:
 
 def set_up(cfg: MLMConfig) -> MLMRun:
     """Everything is read and built before the folder is touched; then the folder, on a resume
-    the saved state, and the reporters (a resume's reports past its step dropped first)."""
+    the saved state, and the extras told the run starts (a resume's reports past its step are
+    dropped first)."""
     folder = RunFolder(cfg.out_dir, layout=MLM_FOLDER)
     folder.check_can_start(cfg.resume, cfg.overwrite)
     foreign = folder.file("config.json").exists() and not folder.file("mlm_config.json").exists()
@@ -373,17 +379,16 @@ def set_up(cfg: MLMConfig) -> MLMRun:
     head = "from the checkpoint" if had_head else "newly initialised"
     print(f"{len(train)} training sentences, {len(held)} held out; MLM head {head}")
     folder.start(cfg.resume)
-    optimizer = optimizer_for(model, cfg.lr, 0.01)
+    hooks = extras.Hooks(cfg, hosted())
+    optimizer = optimizer_for(
+        model, cfg.lr, 0.01, choose=functools.partial(hooks.fire, "choose_optimizer")
+    )
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * cfg.steps), cfg.steps)
     stream = BatchStream("mlm", tokenizer.count_tokens(train), cfg.batch_size, cfg.seed)
-    reporters = extras.Hooks(cfg).call("reporter", folder)
-    run = MLMRun(
-        cfg, folder, tokenizer, model, optimizer, scheduler, stream, train, held, reporters
-    )
+    run = MLMRun(cfg, folder, tokenizer, model, optimizer, scheduler, stream, train, held, hooks)
     if cfg.resume:
         run.restore()
-    for reporter in run.reporters:
-        reporter.start(run.state.step)
+    hooks.fire("on_start", folder, run.state.step)  # a resume's reports past its step dropped
     if not cfg.resume:
         folder.write_json("mlm_config.json", cfg.to_flat())
         record(run, evaluate_mlm(model, tokenizer, held))
@@ -468,8 +473,8 @@ def masks_with_a_token(batch, vocab, generator, continuation):
 
 def record(run: MLMRun, metrics: dict[str, Any]) -> None:
     """One line of mlm_log.jsonl at the run's step, echoed above the progress bar, and told to
-    the reporters as the driver tells them its log: after a step the training loss and the
-    learning rate, then the held-out figures (``HELD_OUT``, as dev metrics)."""
+    the extras as the driver tells them its log: after a step the training loss and the
+    learning rate (``on_log``), then the held-out figures (``on_evaluate``: ``HELD_OUT``)."""
     step = run.state.step
     line = {"step": step}
     line |= {k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}
@@ -478,9 +483,8 @@ def record(run: MLMRun, metrics: dict[str, Any]) -> None:
     if step > 0:
         train_loss = metrics["train_loss"]
         trained = {CORPUS.name: train_loss} if train_loss is not None else {}
-        report_losses(run.reporters, step, trained, run.optimizer)
-    for reporter in run.reporters:
-        reporter.metrics(step, {name: metrics[name] for name in HELD_OUT})
+        run.hooks.fire("on_log", step, trained, learning_rate(run.optimizer))
+    run.hooks.fire("on_evaluate", step, {name: metrics[name] for name in HELD_OUT})
 
 
 def finish(run: MLMRun) -> dict[str, Any]:
@@ -489,9 +493,9 @@ def finish(run: MLMRun) -> dict[str, Any]:
     run.model.save_pretrained(out, resolve_checkpoint_dir(run.cfg.checkpoint) / "vocab.txt")
     plot(run.folder)
     print(f"done: checkpoint directory {out} (train_multitask.py --checkpoint {out})")
-    for reporter in run.reporters:
-        reporter.close()
-    return run.folder.read_log("mlm_log.jsonl")[-1]
+    last = run.folder.read_log("mlm_log.jsonl")[-1]
+    run.hooks.fire("on_end", run.folder, last)
+    return last
 
 
 def plot(folder: RunFolder) -> None:

@@ -58,10 +58,10 @@ from multitask.step import (
     NonFiniteStep,
     Objective,
     TrainingStep,
+    learning_rate,
     linear_warmup_decay,
     loss_weights,
     optimizer_for,
-    report_losses,
     train_step,
 )
 from tasks import get_task
@@ -75,9 +75,9 @@ def read_data(cfg: TrainConfig) -> tuple[Data, str]:
     return load_data(cfg.tasks, cfg.data_path, cfg.strict, cfg.limit, explicit, cfg.train_fraction)
 
 
-def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
+def make_model(cfg: TrainConfig, device: torch.device, hooks: extras.Hooks) -> MultitaskModel:
     """build_model with the config's settings; --add_to also loads the earlier runs, --init_from
-    the run it starts from."""
+    the run it starts from; then the extras' ``wrap_model``."""
     try:
         model = build_model(cfg.model, cfg.tasks, cfg.dropout, cfg.base_tasks)
     except ValueError as err:
@@ -86,7 +86,7 @@ def make_model(cfg: TrainConfig, device: torch.device) -> MultitaskModel:
         RunFolder(cfg.add_to).load_into(model)
     if cfg.init_from and not cfg.resume:  # a resumed run restores its weights from last.pt
         RunFolder(cfg.init_from).load_best(model, "--init_from", fit="overlap")
-    model = extras.Hooks(cfg).chain("wrap_model", model)
+    model = hooks.fire("wrap_model", model)
     return model.to(device)
 
 
@@ -120,8 +120,9 @@ class Run:
     smart: Smart | None  # its momentum teacher is saved in last.pt
     steps_per_epoch: int
     log: LossLog  # the losses since the last read and line (multitask/step.py)
-    hooks: extras.Hooks  # the extras' hooks (multitask/extras.py), fired at fixed places
-    reporters: list[Any]  # the extras' reporters, told what the log says
+    hooks: (
+        extras.Hooks
+    )  # the extras' parts (multitask/extras.py), their hooks fired at fixed places
     step_function: Any = None  # an extra's function in place of train_step, or None: eager
     finite: FiniteWeights = field(default_factory=FiniteWeights)  # checked before each save
 
@@ -136,6 +137,11 @@ class Run:
             teacher=teacher,
         )
 
+    def tell(self, event: str, *args: Any) -> None:
+        """The extras' ``on_`` ``event``, in the process that writes the run folder only."""
+        if self.dist.rank == 0:
+            self.hooks.fire(event, *args)
+
 
 def set_up(cfg: TrainConfig) -> Run:
     """Everything read and built before the run folder is touched; then the rest of the run."""
@@ -147,13 +153,12 @@ def set_up(cfg: TrainConfig) -> Run:
     torch.manual_seed(cfg.seed)
     data, skipped_rows = read_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
-    model = make_model(cfg, device)
+    model = make_model(cfg, device, hooks)
     train = {name: splits["train"] for name, splits in data.items()}
-    hooks.prepare(folder, train, device)  # what extras read before --overwrite removes anything
+    hooks.fire("on_set_up", folder, train, device)  # read before --overwrite removes anything
     if not cfg.resume:  # a resumed run restores its heads
         calibrate_similarity_heads(model, train, tokenizer, cfg.batch_size, device)
     folder.start(cfg.resume)
-    hooks.call("started", folder)
     if not cfg.resume:
         folder.write_config(cfg.to_flat())
     if skipped_rows:
@@ -168,12 +173,17 @@ def set_up(cfg: TrainConfig) -> Run:
     steps_per_epoch = epoch_length(cfg, sizes)
     total_steps = steps_per_epoch * cfg.epochs
     optimizer = optimizer_for(
-        model, cfg.lr, cfg.weight_decay, cfg.layer_decay, cfg.encoder_lr, cfg.optimizer
+        model,
+        cfg.lr,
+        cfg.weight_decay,
+        cfg.layer_decay,
+        cfg.encoder_lr,
+        choose=functools.partial(hooks.fire, "choose_optimizer"),  # --optimizer's implementation
     )
     scheduler = linear_warmup_decay(optimizer, int(cfg.warmup * total_steps), total_steps)
     state = fresh_state(cfg, data)
     progress = extras.Progress(lambda: state.step, total_steps)
-    inner = hooks.chain("wrap_objective", model, model, progress)  # an extra's objective
+    inner = hooks.fire("wrap_objective", model, model, progress)  # an extra's objective
     objective = objective_for(model, inner, cfg.smart_settings if cfg.smart else None)
     group = functools.partial(length_grouped_batches, pool_factor=cfg.batch_pool)
     streams = {  # this process's share of each task's batches
@@ -202,7 +212,6 @@ def set_up(cfg: TrainConfig) -> Run:
         steps_per_epoch=steps_per_epoch,
         log=LossLog(state, dist.means, cfg.nonfinite == "stop", skipped),
         hooks=hooks,
-        reporters=hooks.call("reporter", folder) if dist.rank == 0 else [],
     )
     run.step_function = step_function(run)
     return run
@@ -241,7 +250,7 @@ def step_function(run: Run) -> Any:
         train=run.train,
         pad_id=run.tokenizer.pad_token_id,
     )
-    return run.hooks.first("step_function", parts)
+    return run.hooks.fire("choose_step_function", parts)
 
 
 def refuse_what_cannot_run(
@@ -250,7 +259,8 @@ def refuse_what_cannot_run(
     """What these processes and this device cannot run, refused before anything is written."""
     if dist.world > 1 and cfg.step_gradient != "one-task":
         raise UsageError(f"--step_gradient {cfg.step_gradient} runs in one process only")
-    hooks.call("refuse", device, dist.world)
+    for line in hooks.fire("check_machine", device, dist.world):
+        raise UsageError(line)
 
 
 def fresh_state(cfg: TrainConfig, data: Data) -> TrainingState:
@@ -273,7 +283,7 @@ def make_step(
     step: torch.nn.Module = TrainingStep(model, objective, weights)
     if dist.world > 1:  # other tasks' heads and plug-ins take no part in a step
         step = torch.nn.parallel.DistributedDataParallel(step, find_unused_parameters=True)
-    return hooks.chain("wrap_step", step, device, dist.world)
+    return hooks.fire("wrap_step", step, device, dist.world)
 
 
 def update_for(
@@ -284,7 +294,7 @@ def update_for(
     no read of the host, where the multi-tensor AdamW can gate its update on a device flag; else
     the host check."""
     skip = cfg.nonfinite == "skip"
-    chosen = hooks.first("update", lambda: derived_seed(cfg.seed, state.step), skip)
+    chosen = hooks.fire("choose_update", lambda: derived_seed(cfg.seed, state.step), skip)
     if chosen is not None:
         return chosen
     if device_checked(cfg, device, optimizer):
@@ -314,8 +324,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         run = set_up(cfg)
         if cfg.resume:
             run.state.continue_from(run.folder.resume(run.parts(), run.state.train_files))
-        for reporter in run.reporters:  # a resume's reports past its step are dropped first
-            reporter.start(run.state.step)
+        run.tell("on_start", run.folder, run.state.step)  # a resume's reports past it dropped
     except KeyboardInterrupt as err:  # nothing of this command's training is on disk yet
         (what, code), on_disk = stop_reason(err), RunFolder(cfg.out_dir).on_disk()
         raise RunStopped(f"{what} while setting up the run; {on_disk}", code) from None
@@ -396,7 +405,7 @@ def log_line(run: Run, epoch: int, bar: tqdm) -> None:
     read_losses(run)  # the losses come to the host here: a CPU-GPU sync point
     logged = run.log.line()
     run.folder.log_training(run.state.step, epoch, logged)
-    report_losses(run.reporters, run.state.step, logged, run.optimizer)
+    run.tell("on_log", run.state.step, logged, learning_rate(run.optimizer))
     bar.set_postfix(loss=", ".join(f"{k} {v:.3f}" for k, v in logged.items()), refresh=False)
 
 
@@ -451,8 +460,7 @@ def evaluate_and_save(run: Run, epoch: int) -> None:
     metrics = dev_metrics(run.model, run.data, run.tokenizer, run.cfg, run.device, run.dev)
     state.eval_seconds += time.time() - started
     run.folder.log_metrics(state.step, epoch, metrics)
-    for reporter in run.reporters:
-        reporter.metrics(state.step, metrics)
+    run.tell("on_evaluate", state.step, metrics)
     scores = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     tqdm.write(f"step {state.step} epoch {epoch}: {scores}", file=sys.stdout)
     if metrics["overall"] > state.best:
@@ -488,7 +496,7 @@ def finish(run: Run) -> dict[str, Any]:
         # seconds in dev evaluations (wall_clock_s holds all but the last, which follows it)
         "eval_s": round(state.eval_seconds, 1),
     }
-    summary |= run.hooks.merged("summary")  # what the extras add
+    summary = run.hooks.fire("wrap_summary", summary)  # with what the extras add
     if cfg.step_gradient == "one-task":  # the sampler's schedule, fixed by seed and epoch
         summary["steps_per_task"] = {
             str(e): steps_per_task(run, run.sampler.schedule(e, run.steps_per_epoch))
@@ -503,9 +511,7 @@ def finish(run: Run) -> dict[str, Any]:
     if not cfg.no_plots:
         plot_learning_curves(folder, cfg.tasks)
     print(f"done: {summary}")
-    run.hooks.call("finish", folder, summary)
-    for reporter in run.reporters:
-        reporter.close()
+    run.tell("on_end", folder, summary)
     if run.dist.world > 1:
         torch.distributed.destroy_process_group()
     return summary
@@ -516,7 +522,7 @@ def evaluate_only(cfg: TrainConfig) -> dict[str, float]:
     device = pick_device(cfg.device)
     data, _ = read_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
-    model = make_model(cfg, device)
+    model = make_model(cfg, device, extras.Hooks(cfg))
     RunFolder(cfg.evaluate).load_best(model)
     metrics = dev_metrics(model, data, tokenizer, cfg, device)
     print("dev: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))

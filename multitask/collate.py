@@ -22,8 +22,8 @@ class Batch:
                     ([CLS] a [SEP] b [SEP]), two for pairs encoded separately
     labels          (B,) tensor, or None when the split has no labels
     ids             the examples' ids, for prediction files
-    rows            the examples' positions in their split (what distillation's teacher
-                    outputs are indexed by)
+    rows            the examples' positions in their split (what outputs computed
+                    once per example, a teacher's, are indexed by)
     num_truncated   how many sequences were cut to the tokenizer's max_length
     """
 
@@ -70,7 +70,7 @@ class EncodedSplit:
     copy), instead of every batch being built on the host and copied each step. With
     ``pad_multiple`` N > 1 a batch is padded to the next multiple of N (at most the tokenizer's
     max_length) rather than to its longest sequence, so that steps take a handful of shapes
-    (``--pad_multiple``: what a compiled, CUDA-graphed step needs); the extra positions are
+    (``--pad_multiple``: what a step captured as a graph needs); the extra positions are
     [PAD] with mask 0, which attention and the mean over real tokens ignore.
     """
 

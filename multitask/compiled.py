@@ -26,19 +26,10 @@ from torch import nn
 from minbert.flags import setting
 from multitask.collate import Batch
 from multitask.errors import UsageError
+from multitask.extras import Part
 from tasks.base import Task
 
-__all__ = [
-    "CompiledStep",
-    "Settings",
-    "compilations",
-    "compile_seconds",
-    "mode_for",
-    "problems",
-    "refuse",
-    "summary",
-    "wrap_step",
-]
+__all__ = ["Compiled", "CompiledStep", "Settings", "compilations", "compile_seconds", "for_run"]
 
 
 @dataclass
@@ -54,25 +45,6 @@ class Settings:
         "auto",
         "with --compile: torch.compile's mode (auto: reduce-overhead on a GPU, else default)",
     )
-
-
-def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
-    """What is wrong with the --compile flags given the rest of the run's settings."""
-    own = cfg.extras["compiled"]
-    if own.compile_mode != "auto" and not own.compile:
-        yield f"--compile_mode {own.compile_mode} goes with --compile"
-    if own.compile and cfg.step_gradient != "one-task":
-        yield (
-            f"--compile with --step_gradient {cfg.step_gradient}: a compiled step trains one "
-            "task's batch (CUDA graphs would overwrite one task's gradients with the next's)"
-        )
-    distillation = cfg.extras.get("distillation")
-    teachers = distillation is not None and bool(distillation.teachers)
-    if own.compile and (cfg.smart or teachers):
-        yield (
-            f"--compile with --{'smart' if cfg.smart else 'teachers'}: not supported (SMART's "
-            "extra forwards and a teacher's mixing weight change every step); leave one out"
-        )
 
 
 def mode_for(setting: str, device: torch.device, processes: int = 1) -> str:
@@ -107,29 +79,61 @@ def compile_seconds() -> float:
     return round((spent + cumulative_time_spent_ns.get("entire_backward_compile", 0)) / 1e9, 1)
 
 
-# -- its hooks (multitask/extras.py: HOOKS) ---------------------------------------------------
+# -- its part of a run (multitask/extras.py: Part) -----------------------------------------------
 
 
-def refuse(cfg: Any, device: torch.device, processes: int) -> None:
-    """--compile where it cannot run (``mode_for``), before anything is read or written."""
+class Compiled(Part):
+    """A run with --compile (or a --compile_mode, which goes with it): the settings checked, the
+    step compiled in its mode, and what compiling took added to summary.json."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.own = cfg.extras["compiled"]
+
+    def check_settings(self, elsewhere: bool) -> Iterator[str]:
+        """What is wrong with the --compile flags given the rest of the run's settings."""
+        cfg, own = self.cfg, self.own
+        if own.compile_mode != "auto" and not own.compile:
+            yield f"--compile_mode {own.compile_mode} goes with --compile"
+        if own.compile and cfg.step_gradient != "one-task":
+            yield (
+                f"--compile with --step_gradient {cfg.step_gradient}: a compiled step trains one "
+                "task's batch (CUDA graphs would overwrite one task's gradients with the next's)"
+            )
+        distillation = cfg.extras.get("distillation")
+        teachers = distillation is not None and bool(distillation.teachers)
+        if own.compile and (cfg.smart or teachers):
+            yield (
+                f"--compile with --{'smart' if cfg.smart else 'teachers'}: not supported (SMART's "
+                "extra forwards and a teacher's mixing weight change every step); leave one out"
+            )
+
+    def check_machine(self, device: torch.device, processes: int) -> Iterator[str]:
+        """--compile where it cannot run (``mode_for``), before anything is read or written."""
+        try:
+            if self.own.compile:
+                mode_for(self.own.compile_mode, device, processes)
+        except UsageError as err:
+            yield str(err)
+
+    def wrap_step(self, step: nn.Module, device: torch.device, processes: int) -> nn.Module:
+        """The step compiled in its mode."""
+        if not self.own.compile:
+            return step
+        return CompiledStep(step, mode_for(self.own.compile_mode, device, processes))
+
+    def wrap_summary(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """The graphs compiled and the seconds it took, added to summary.json."""
+        if not self.own.compile:
+            return summary
+        return summary | {"compiled_graphs": compilations(), "compile_s": compile_seconds()}
+
+
+def for_run(cfg: Any) -> Compiled | None:
+    """Its part in a run with --compile; else None (where a --compile_mode without --compile
+    is the one line its check gives)."""
     own = cfg.extras["compiled"]
-    if own.compile:
-        mode_for(own.compile_mode, device, processes)
-
-
-def wrap_step(cfg: Any, step: nn.Module, device: torch.device, processes: int) -> nn.Module:
-    """With --compile, the step compiled in its mode; else ``step`` as it is."""
-    own = cfg.extras["compiled"]
-    if not own.compile:
-        return step
-    return CompiledStep(step, mode_for(own.compile_mode, device, processes))
-
-
-def summary(cfg: Any) -> dict[str, float] | None:
-    """What a compiled run adds to its summary.json: the graphs compiled and the seconds it took."""
-    if not cfg.extras["compiled"].compile:
-        return None
-    return {"compiled_graphs": compilations(), "compile_s": compile_seconds()}
+    return Compiled(cfg) if own.compile or own.compile_mode != "auto" else None
 
 
 class CompiledStep(nn.Module):

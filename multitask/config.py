@@ -31,13 +31,17 @@ from minbert.smart import SmartConfig
 from multitask import extras
 from multitask.devices import THREADS_RANGE, pick_device
 from multitask.errors import UsageError
-from multitask.model import ModelSettings
+from multitask.model import ModelSettings, stage_one_keys
 from multitask.run import RunFolder, folder_kind, merge_config, overlapping
-from multitask.step import DEFAULT_OPTIMIZER, loss_weights
+from multitask.step import loss_weights
 from tasks import TASKS, get_task
 from tasks.base import SPLITS, RegressionTask, Task
 from tasks.metrics import OVERALL_TASKS
 
+# The optimizer a run trains with unless --optimizer says otherwise: the implementation an extra
+# makes the default where this tree has it (the multi-tensor AdamW), else the hand-written loop
+# (the student tree): never a choice the tree lacks.
+DEFAULT_OPTIMIZER = extras.default_choice("optimizer", otherwise="adamw")
 SEEDS = "[0, 4294967295]"  # 2^32 - 1: seed·1,000,003 + step stays far inside a 64-bit generator
 PATH_FLAGS = (
     "data_dir",
@@ -301,8 +305,7 @@ def parse_args(argv: list[str] | None = None, elsewhere: bool = False) -> TrainC
         source, flag, inherited = flat["init_from"], "--init_from", MODEL_KEYS
     elif flat["adapters_from"]:
         source, flag = flat["adapters_from"], "--adapters_from"
-        stage_one = extras.load("fusion", "--adapters_from").STAGE_ONE_KEYS
-        inherited = [k for k in MODEL_KEYS if k in stage_one or k.startswith("adapter_")]
+        inherited = [k for k in MODEL_KEYS if k in stage_one_keys() or k.startswith("adapter_")]
     if elsewhere and flag in ("--init_from", "--adapters_from") and not Path(source).is_dir():
         source = None  # a results row whose first stage is not here: its flags as recorded
     if source is not None:
@@ -446,7 +449,7 @@ def problems(
 
 
 def inside_an_earlier_run(cfg: TrainConfig) -> Iterator[str]:
-    """The run a command starts from or builds on (--add_to, --init_from, a fusion's stage one) is
+    """The run a command starts from or builds on (--add_to, --init_from, --adapters_from) is
     read again whenever the new run's model is built: --out_dir must neither be it nor lie
     inside it, where --overwrite would remove it or the new run's files would mix with its."""
     for flag, earlier in (
@@ -461,7 +464,7 @@ def inside_an_earlier_run(cfg: TrainConfig) -> Iterator[str]:
 def host_checked_losses(cfg: TrainConfig) -> Iterator[str]:
     """--nonfinite_check device leaves the loss on the device until the next --log_every; the
     flag that needs every loss on the host at once is the one named, so that the user knows
-    which of the two to drop (an extra's is named by its ``problems`` hook)."""
+    which of the two to drop (an extra's is named by its part's ``check_settings``)."""
     if cfg.nonfinite_check == "device" and cfg.smart:
         yield (
             "--nonfinite_check device with --smart: SMART's teacher counts the updates, so the "

@@ -2,7 +2,7 @@
 AdamW update captured once per task and padded shape, then replayed with one launch a step, as
 MLPerf's BERT and Megatron-LM's full-iteration graphs do (PyTorch, "CUDA Graphs").
 
-    steps = step_function(cfg, parts)    # its hook; None: the eager step trains (one line says why)
+    steps = for_run(cfg).choose_step_function(parts)  # None: the eager step (a line says why)
     losses = steps(step_module, [(task, batch)], optimizer, update, scheduler)
 
 An eager GPU step is ~1,000 launches that cost the host more than the device's work. Each key
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,7 +29,7 @@ from minbert.optimizer_foreach import ForeachAdamW
 from multitask.collate import Batch
 from multitask.device_lr import DeviceRates
 from multitask.errors import UsageError
-from multitask.extras import StepParts
+from multitask.extras import Part, StepParts
 from multitask.static_batch import StaticBatch, padded_width
 from multitask.step import DeviceFlagged, train_step
 from tasks.base import Task
@@ -64,12 +64,6 @@ def refuse_off_gpu(device: torch.device) -> None:
             f"--cuda_graphs on captures CUDA graphs: it needs a GPU, and this run is on "
             f"{device.type} (leave --cuda_graphs auto, or use --device cuda)"
         )
-
-
-def refuse(cfg: Any, device: torch.device, processes: int) -> None:
-    """The hook (multitask/extras.py): ``--cuda_graphs on`` off a GPU is refused."""
-    if cfg.extras["cuda_graphs"].cuda_graphs == "on":
-        refuse_off_gpu(device)
 
 
 def setting_of(cfg: Any, extra: str, name: str) -> Any:
@@ -123,18 +117,36 @@ def decide(setting: str, device: torch.device, reason: str | None) -> bool:
     return True
 
 
-def step_function(cfg: Any, parts: StepParts) -> GraphedSteps | None:
-    """The hook (multitask/extras.py): the graphed step for a run made of ``parts``, or None:
-    the eager step (always with --cuda_graphs off)."""
-    setting = cfg.extras["cuda_graphs"].cuda_graphs
-    if setting == "off":
-        return None
-    reason = fallback_reason(cfg, parts.processes, parts.optimizer, parts.update, parts.model)
-    if not decide(setting, parts.device, reason):
-        return None
-    widths = {name: split.table["input_ids"].shape[1] for name, split in parts.train.items()}
-    rates = DeviceRates(parts.optimizer, parts.device)
-    return GraphedSteps(widths, cfg.pad_multiple, parts.pad_id, rates, cfg.bf16)
+class Graphed(Part):
+    """A run with --cuda_graphs on or auto: on is refused off a GPU; the graphed step trains
+    where this run's step can be captured (``decide``), else the eager one."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.setting = cfg.extras["cuda_graphs"].cuda_graphs
+
+    def check_machine(self, device: torch.device, processes: int) -> Iterator[str]:
+        """``--cuda_graphs on`` off a GPU is refused."""
+        if self.setting == "on":
+            try:
+                refuse_off_gpu(device)
+            except UsageError as err:
+                yield str(err)
+
+    def choose_step_function(self, parts: StepParts) -> GraphedSteps | None:
+        """The graphed step for a run made of ``parts``, or None: the eager step."""
+        cfg = self.cfg
+        reason = fallback_reason(cfg, parts.processes, parts.optimizer, parts.update, parts.model)
+        if not decide(self.setting, parts.device, reason):
+            return None
+        widths = {name: split.table["input_ids"].shape[1] for name, split in parts.train.items()}
+        rates = DeviceRates(parts.optimizer, parts.device)
+        return GraphedSteps(widths, cfg.pad_multiple, parts.pad_id, rates, cfg.bf16)
+
+
+def for_run(cfg: Any) -> Graphed | None:
+    """Its part in a run with --cuda_graphs on or auto; else None (off: the eager step)."""
+    return None if cfg.extras["cuda_graphs"].cuda_graphs == "off" else Graphed(cfg)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
 from multitask.collate import Batch, to_device
 from multitask.errors import UsageError
 from multitask.evaluation import head_outputs
+from multitask.extras import Part
 from multitask.model import ModelSettings, MultitaskModel
 from multitask.run import RunFolder, overlapping
 from multitask.trained import TrainedRun
@@ -172,69 +173,73 @@ class Taught:
         return self.criterion(task, self.model(task.name, batch), batch)
 
 
-# -- its hooks (multitask/extras.py: HOOKS) ---------------------------------------------------
+# -- its part of a run (multitask/extras.py: Part) -----------------------------------------------
 
 
-def prepare(
-    cfg: Any, folder: RunFolder, train: dict[str, Sequence[Example]], device: torch.device
-) -> dict[str, torch.Tensor] | None:
-    """With --teachers: each taught task's teacher outputs (``teacher_outputs``), read before the
-    run folder is started; else None (no part in the run)."""
-    teachers = cfg.extras["distillation"].teachers
-    if not teachers:
-        return None
-    return teacher_outputs(folder, teachers, train, device, cfg.resume)
+class Distillation(Part):
+    """A run with any of the distillation flags: its settings checked; with --teachers, each
+    taught task's teacher outputs read before the run folder is started (``on_set_up``), kept in
+    it once started (for a resume), and the objective ``Taught`` around the inner one."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.outputs: dict[str, torch.Tensor] = {}  # each taught task's teacher outputs
+
+    def check_settings(self, elsewhere: bool) -> Iterator[str]:
+        """What is wrong with the distillation flags of a driver config (``multitask.config``'s
+        TrainConfig), first things first: a teacher that is the run being written (or
+        overwritten) is refused before its folder is read as a teacher."""
+        cfg, own = self.cfg, self.cfg.extras["distillation"]
+        teachers = parse_teachers(own.teachers, cfg.tasks)
+        if own.teacher_annealing and own.teacher_weight is not None:
+            yield "--teacher_annealing and --teacher_weight: choose one (annealing is the default)"
+        if (own.teacher_annealing or own.teacher_weight is not None) and not own.teachers:
+            yield "--teacher_annealing / --teacher_weight: name the teachers with --teachers"
+        for name, folder in teachers.items():
+            if overlapping(Path(cfg.out_dir), Path(folder)):
+                yield (
+                    f"--teachers {name}={folder}: the teacher is the run --out_dir {cfg.out_dir} "
+                    "writes (or lies inside it, or holds it); a run cannot teach itself: give a "
+                    "finished run in another folder"
+                )
+        cached = cfg.resume and (Path(cfg.out_dir) / CACHE).is_file()  # teachers not needed
+        for name, folder in [] if cached else teachers.items():
+            if elsewhere and not Path(folder).exists():
+                continue
+            if problem := teacher_problem(name, folder, cfg.model):
+                yield problem
+
+    def on_set_up(
+        self, folder: RunFolder, train: dict[str, Sequence[Example]], device: torch.device
+    ) -> None:
+        """Each taught task's teacher outputs (``teacher_outputs``), read before the run folder
+        is started."""
+        teachers = self.cfg.extras["distillation"].teachers
+        self.outputs = teacher_outputs(folder, teachers, train, device, self.cfg.resume)
+
+    def wrap_objective(self, inner: Any, model: MultitaskModel, progress: Any) -> Any:
+        """``Taught`` around ``inner``, λ from the step the loop is at (``progress``: step() of
+        total, multitask/extras.py's Progress), annealed or constant (``gold_weight``)."""
+        if not self.outputs:
+            return inner
+        weight = self.cfg.extras["distillation"].teacher_weight
+
+        def gold() -> float:
+            return gold_weight(progress.step(), progress.total, weight)
+
+        return Taught(model, inner, self.outputs, gold)
+
+    def on_start(self, folder: RunFolder, step: int) -> None:
+        """The teacher outputs kept in the started run folder, for a resume."""
+        save_teacher_outputs(folder, self.outputs, self.cfg.resume)
 
 
-def started(cfg: Any, folder: RunFolder, outputs: dict[str, torch.Tensor]) -> None:
-    """The teacher outputs kept in the started run folder, for a resume."""
-    save_teacher_outputs(folder, outputs, cfg.resume)
-
-
-def wrap_objective(
-    cfg: Any,
-    inner: Any,
-    model: MultitaskModel,
-    progress: Any,
-    outputs: dict[str, torch.Tensor],
-) -> Any:
-    """``Taught`` around ``inner``, λ from the step the loop is at (``progress``: step() of
-    total, multitask/extras.py's Progress), annealed or constant (``gold_weight``)."""
-    if not outputs:
-        return inner
-    weight = cfg.extras["distillation"].teacher_weight
-
-    def gold() -> float:
-        return gold_weight(progress.step(), progress.total, weight)
-
-    return Taught(model, inner, outputs, gold)
-
-
-def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
-    """What is wrong with the distillation flags of a driver config (``multitask.config``'s
-    TrainConfig), first things first: a teacher that is the run being written (or overwritten)
-    is refused before its folder is read as a teacher."""
+def for_run(cfg: Any) -> Distillation | None:
+    """Its part in a run that sets any distillation flag; else None."""
     own = cfg.extras["distillation"]
     if not own.teachers and not own.teacher_annealing and own.teacher_weight is None:
-        return
-    teachers = parse_teachers(own.teachers, cfg.tasks)
-    if own.teacher_annealing and own.teacher_weight is not None:
-        yield "--teacher_annealing and --teacher_weight: choose one (annealing is the default)"
-    if (own.teacher_annealing or own.teacher_weight is not None) and not own.teachers:
-        yield "--teacher_annealing / --teacher_weight: name the teachers with --teachers"
-    for name, folder in teachers.items():
-        if overlapping(Path(cfg.out_dir), Path(folder)):
-            yield (
-                f"--teachers {name}={folder}: the teacher is the run --out_dir {cfg.out_dir} "
-                "writes (or lies inside it, or holds it); a run cannot teach itself: give a "
-                "finished run in another folder"
-            )
-    cached = cfg.resume and (Path(cfg.out_dir) / CACHE).is_file()  # teachers no longer needed
-    for name, folder in [] if cached else teachers.items():
-        if elsewhere and not Path(folder).exists():
-            continue
-        if problem := teacher_problem(name, folder, cfg.model):
-            yield problem
+        return None
+    return Distillation(cfg)
 
 
 def one_teacher(

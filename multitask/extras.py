@@ -1,23 +1,23 @@
 """The extras: optional parts that the core runs without (the student tree leaves them out).
 
-``EXTRAS`` lists each: its name, its module, its flags, the choices it adds to a core flag and the
-extras whose settings it reads (``needs``). A tree without the module does not offer them; using
-one ends in one line naming the missing file.
+``EXTRAS`` lists each: its name, its module, its flags, the choices it adds to a core flag, the
+extras whose settings it reads (``needs``) and whose modules it imports (``uses``). A tree
+without the module does not offer them; using one ends in one line naming the missing file.
 
-An extra acts on a run only through hooks: functions of its module named as in ``HOOKS``, each
-optional, which the driver fires at fixed places over the present extras (``Hooks``) without
-knowing who listens, as minGPT's callbacks and the Hugging Face Trainer's events are fired.
-Each hook's ``cfg`` is the run's TrainConfig with ``cfg.extras`` holding only the extra's own
-settings and those of the extras it ``needs``.
+An extra acts on a run only through its part: the object its module's ``for_run(cfg)`` makes for
+one run, or None where it takes no part. A part is a ``Part`` whose methods are the hooks, named
+by family (``check_``, ``wrap_``, ``choose_``, ``on_``: ``FAMILIES``), which the driver fires at
+fixed places over every part (``Hooks.fire``) without knowing whose they are, as minGPT's
+callbacks and the Hugging Face Trainer's events are fired. ``HOOKS`` describes each, in the
+order they fire.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import importlib.util
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -34,7 +34,12 @@ class Extra:
     which imports nothing of the driver's); ``where``: its flags that say where a run runs, not
     what it trains (a --resume may change them); ``merged``: its list flags that, given twice,
     are merged; ``kinds``: the plug-in kinds it brings (``minbert/plugins/<kind>.py``), which a
-    tree without the extra lacks too; ``parts``: its other modules (its helpers, a command).
+    tree without the extra lacks too; ``parts``: its other modules (its helpers, a command);
+    ``uses``: the other extras whose modules it imports;
+    ``default``: the core flags whose default is its choice where this tree has it; ``reports``:
+    its part is told what a run logs (``on_start``, ``on_log``, ``on_evaluate``, ``on_end``),
+    so pretrain_mlm.py offers it too; ``writes``: the files it writes in a run folder (glob
+    patterns, part of the folder's layout: multitask/run.py).
     ``instead``: for an extra that changes only how fast a run goes or what it reports, never
     the model or its outputs, the core's value of each flag it sets or adds a choice to: a tree
     without it reads a run that used it as if run with these (None: it changes the run)."""
@@ -50,6 +55,10 @@ class Extra:
     kinds: tuple[str, ...] = ()
     parts: tuple[str, ...] = ()
     instead: tuple[tuple[str, Any], ...] | None = None
+    uses: tuple[str, ...] = ()
+    default: tuple[str, ...] = ()
+    reports: bool = False
+    writes: tuple[str, ...] = ()
 
     def modules(self) -> tuple[str, ...]:
         return (self.module,) if self.hooks is None else (self.module, self.hooks)
@@ -85,6 +94,7 @@ EXTRAS = (
         "multitask.distillation",
         flags=(("teachers", []), ("teacher_annealing", False), ("teacher_weight", None)),
         merged=("teachers",),
+        writes=("teacher-outputs.safetensors",),
     ),
     Extra(
         "fusion",
@@ -111,6 +121,8 @@ EXTRAS = (
         "optimizer_foreach",
         "minbert.optimizer_foreach",
         choices=(("optimizer", "foreach", "the same, multi-tensor"),),
+        hooks="multitask.foreach_optimizer",
+        default=("optimizer",),
         instead=(("optimizer", "adamw"),),
     ),
     Extra(
@@ -125,6 +137,8 @@ EXTRAS = (
         "multitask.tensorboard_report",
         flags=(("report_to", "none"),),
         instead=(("report_to", "none"),),
+        reports=True,
+        writes=("tensorboard/events.out.tfevents.*",),
     ),
     Extra(
         "cuda_graphs",
@@ -132,6 +146,7 @@ EXTRAS = (
         flags=(("cuda_graphs", "auto"),),
         parts=("multitask.device_lr", "multitask.static_batch"),
         needs=("compiled", "distillation"),
+        uses=("optimizer_foreach",),
         where=("cuda_graphs",),
         instead=(("cuda_graphs", "auto"),),
     ),
@@ -150,109 +165,139 @@ def import_problem(module: str) -> str:
     return ""
 
 
+class Part:
+    """What an extra is in one run: the object its module's ``for_run(cfg)`` returns (None: the
+    extra takes no part in this run). Its state for the run lives on it. Every hook is a method
+    here, named by its family's first word, that does nothing: a ``check_`` finds nothing, a
+    ``wrap_`` returns what it was given, a ``choose_`` answers None (the core's own), an ``on_``
+    event does nothing. An extra's part overrides the hooks it needs (``HOOKS`` says when each
+    fires); ``cfg`` (given to ``for_run``) is the run's settings with ``cfg.extras`` holding only
+    the extra's own and those of the extras it ``needs``."""
+
+    def check_settings(self, elsewhere: bool) -> Iterator[str]:
+        return iter(())
+
+    def check_machine(self, device: Any, processes: int) -> Iterator[str]:
+        return iter(())
+
+    def wrap_model(self, model: Any) -> Any:
+        return model
+
+    def on_set_up(self, folder: Any, train: dict[str, Any], device: Any) -> None:
+        pass
+
+    def choose_optimizer(self, groups: list[dict], lr: float) -> Any:
+        return None
+
+    def wrap_objective(self, inner: Any, model: Any, progress: Progress) -> Any:
+        return inner
+
+    def wrap_step(self, step: Any, device: Any, processes: int) -> Any:
+        return step
+
+    def choose_update(self, seed: Callable[[], int], skip: bool) -> Any:
+        return None
+
+    def choose_step_function(self, parts: StepParts) -> Any:
+        return None
+
+    def on_start(self, folder: Any, step: int) -> None:
+        pass
+
+    def on_log(self, step: int, losses: dict[str, float], rate: float) -> None:
+        pass
+
+    def on_evaluate(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def wrap_summary(self, summary: dict[str, Any]) -> dict[str, Any]:
+        return summary
+
+    def on_end(self, folder: Any, summary: dict[str, Any]) -> None:
+        pass
+
+
+# How the answers of several extras' parts combine, by the family a hook's first word names.
+FAMILIES = {
+    "check": "each in turn; every line of every part (a ValueError raised is a line too)",
+    "wrap": "chained: each part wraps (or changes and returns) what the one before returned",
+    "choose": "the first answer that is not None; None from every part: the core's own",
+    "on": "each in turn; nothing is answered",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Hook:
-    """A function an extra's module may define: its ``signature`` and ``when`` the driver (or
-    the config check) fires it, and how the answers of several extras combine (``fired``)."""
+    """A method of ``Part``: ``when`` the driver (or the settings check) fires it. Its family,
+    the first word of its name, says how the parts' answers combine (``FAMILIES``)."""
 
     name: str
-    signature: str
     when: str
-    fired: str
-    kept: bool = False  # takes what the extra kept at ``prepare``, as its last argument
+
+    @property
+    def family(self) -> str:
+        return self.name.split("_", 1)[0]
 
 
-# Every hook, the one place each is described (an extra defines any of them, or none), in the
-# order the driver fires them (a test holds the two together).
+# Every hook, the one place each is described, in the order the driver fires them (a test holds
+# the two together); each one's arguments are ``Part``'s method's.
 HOOKS = (
     Hook(
-        "problems",
-        "(cfg, elsewhere) -> Iterator[str]",
-        "when the command's settings are checked, before anything runs: one line for each thing "
-        "wrong with its settings given the rest (``elsewhere``: a command recorded on another "
-        "machine, whose folders may not be here)",
-        "every line of every extra, in ``EXTRAS``' order",
+        "check_settings",
+        "when the command's settings are checked, before anything runs: a line for each thing "
+        "wrong with the extra's settings given the rest (``elsewhere``: a command recorded on "
+        "another machine, whose folders may not be here)",
     ),
     Hook(
-        "refuse",
-        "(cfg, device, processes) -> None",
-        "first in the run's set-up, before anything is read or written: a UsageError for what "
-        "this device (torch.device) and number of processes cannot run",
-        "each in turn",
+        "check_machine",
+        "first in the run's set-up, before anything is read or written: a line for what this "
+        "device (torch.device) and number of processes cannot run",
     ),
     Hook(
         "wrap_model",
-        "(cfg, model) -> model",
         "once the model is built and the runs it starts from are loaded, before it moves to its "
         "device (training and --evaluate alike)",
-        "chained: each extra wraps (or changes and returns) what the one before returned",
     ),
     Hook(
-        "prepare",
-        "(cfg, folder, train, device) -> kept",
-        "before the run folder is started (so before --overwrite removes anything): what the "
-        "extra needs from elsewhere for this run (``train``: each task's training examples); "
-        "None: it takes no part. What it returns is its ``kept``, the last argument of its "
-        "hooks marked ``kept`` (they are fired only for an extra that kept something)",
-        "each in turn; each extra's answer kept for its own later hooks",
+        "on_set_up",
+        "before the run folder is started (so before --overwrite removes anything): read what "
+        "the extra needs from elsewhere for this run (``train``: each task's training examples)",
     ),
     Hook(
-        "started",
-        "(cfg, folder, kept) -> None",
-        "right after the run folder is started (written to from here on)",
-        "each in turn",
-        kept=True,
+        "choose_optimizer",
+        "when the optimizer is built: one in place of the hand-written AdamW over the same "
+        "parameter ``groups`` at peak rate ``lr``",
     ),
     Hook(
         "wrap_objective",
-        "(cfg, inner, model, progress, kept) -> objective",
         "when the objective is built: a new objective around ``inner`` (the model, or the last "
-        "extra's objective), offering ``criterion`` as the core's do; SMART goes around the "
+        "part's objective), offering ``criterion`` as the core's do; SMART goes around the "
         "result. ``progress``: ``Progress`` (the step the loop is at, and the run's steps)",
-        "chained",
-        kept=True,
     ),
     Hook(
         "wrap_step",
-        "(cfg, step, device, processes) -> step",
         "when the step module is built: a module around the step (task, batch -> loss)",
-        "chained",
     ),
     Hook(
-        "update",
-        "(cfg, seed, skip) -> update or None",
+        "choose_update",
         "when the update strategy is chosen: one in place of the core's (``seed()``: the step's "
         "seed; ``skip``: --nonfinite skip)",
-        "the first answer that is not None",
     ),
     Hook(
-        "reporter",
-        "(cfg, folder) -> reporter or None",
-        "once the run is set up (rank 0 only): what the loop tells what it logs: ``start(step)`` "
-        "(a resume's: drop reports past it), ``losses``, ``metrics``, ``learning_rate`` "
-        "(step, values) and ``close()`` at the end",
-        "every answer that is not None",
-    ),
-    Hook(
-        "step_function",
-        "(cfg, parts) -> callable or None",
+        "choose_step_function",
         "once the run is set up: a function called as ``train_step`` is, which trains each step "
         "instead (``parts``: ``StepParts``, what a step is made of)",
-        "the first answer that is not None",
     ),
     Hook(
-        "summary",
-        "(cfg) -> dict or None",
-        "when summary.json is made: keys to add to it",
-        "merged, in ``EXTRAS``' order",
+        "on_start",
+        "once the run folder is started and, on a resume, its state restored, before the first "
+        "step (``step``: 0, or the step a resume goes on from). This event and the ones after "
+        "it fire only in the process that writes the run folder (rank 0)",
     ),
-    Hook(
-        "finish",
-        "(cfg, folder, summary, kept) -> None",
-        "at the end of a run, once its files are written (``summary``: summary.json's)",
-        "each in turn",
-        kept=True,
-    ),
+    Hook("on_log", "after each log line: the mean ``losses`` by task and the learning ``rate``"),
+    Hook("on_evaluate", "after each evaluation: the dev ``metrics`` at ``step``"),
+    Hook("wrap_summary", "when summary.json is made: the summary, with what the extra adds"),
+    Hook("on_end", "at the end of a run, once its files are written (``summary``: its summary)"),
 )
 HOOK_NAMES = tuple(hook.name for hook in HOOKS)
 
@@ -268,9 +313,9 @@ class Progress:
 
 @dataclasses.dataclass
 class StepParts:
-    """What one training step is made of, for ``step_function``: the processes and device, the
-    optimizer, the update strategy, the model, each task's training split as encoded (its
-    tokens' table gives the widest batch) and the tokenizer's [PAD] id."""
+    """What one training step is made of, for ``choose_step_function``: the processes and
+    device, the optimizer, the update strategy, the model, each task's training split as encoded
+    (its tokens' table gives the widest batch) and the tokenizer's [PAD] id."""
 
     processes: int
     device: Any
@@ -296,68 +341,53 @@ def named(name: str) -> Extra:
 
 
 def view(cfg: Any, extra: Extra) -> Any:
-    """``cfg`` as ``extra``'s hooks see it: ``cfg.extras`` holds its own settings and those of
+    """``cfg`` as ``extra``'s part sees it: ``cfg.extras`` holds its own settings and those of
     the extras it ``needs`` (where this tree has them), no other extra's."""
     seen = {n: s for n, s in cfg.extras.items() if n == extra.name or n in extra.needs}
     return dataclasses.replace(cfg, extras=seen)
 
 
 class Hooks:
-    """The present extras' hooks for one run's ``cfg`` (a TrainConfig), fired by name: the
-    driver names the hook, never the extra."""
+    """The parts the usable extras (or those of ``among``) take in one run of ``cfg``, each
+    made once by its module's ``for_run``; ``fire`` calls a hook of every part by the hook's
+    name: the driver names the hook, never the extra."""
 
-    def __init__(self, cfg: Any) -> None:
-        self.cfg = cfg
-        self.kept: dict[str, Any] = {}  # each extra's answer to ``prepare``
+    def __init__(self, cfg: Any, among: Iterable[Extra] | None = None) -> None:
+        self.parts: list[Part] = []
+        for extra in usable() if among is None else among:
+            part = extra.hook_module().for_run(view(cfg, extra))
+            if part is not None:
+                self.parts.append(part)
 
-    def listening(self, name: str) -> Iterator[Callable[..., Any]]:
-        """Each present extra's ``name`` hook, in ``EXTRAS``' order, as a function of the
-        hook's arguments after ``cfg`` (and before ``kept``, for a hook that takes it: only the
-        extras that kept something at ``prepare`` listen to that)."""
+    def fire(self, name: str, *args: Any) -> Any:
+        """Hook ``name`` of every part, in ``EXTRAS``' order, the answers combined as its
+        family says (``FAMILIES``): a check's lines (a list), a wrapper's last value (the
+        first argument, wrapped by each part in turn), a chooser's first answer or None."""
         hook = next((h for h in HOOKS if h.name == name), None)
         if hook is None:
             raise ValueError(f"no hook {name!r}; the hooks are {', '.join(HOOK_NAMES)}")
-        for extra in usable():
-            function = getattr(extra.hook_module(), name, None)
-            if function is None or (hook.kept and extra.name not in self.kept):
-                continue
-            kept = (self.kept[extra.name],) if hook.kept else ()
-            yield functools.partial(with_kept, function, view(self.cfg, extra), kept)
-
-    def call(self, name: str, *args: Any) -> list[Any]:
-        """Every listening extra's answer that is not None, in ``EXTRAS``' order."""
-        answers = [function(*args) for function in self.listening(name)]
-        return [answer for answer in answers if answer is not None]
-
-    def first(self, name: str, *args: Any) -> Any:
-        """The first listening extra's answer that is not None, or None."""
-        answers = self.call(name, *args)
-        return answers[0] if answers else None
-
-    def chain(self, name: str, value: Any, *args: Any) -> Any:
-        """``value`` passed through each listening extra in turn (each returns the next)."""
-        for function in self.listening(name):
-            value = function(value, *args)
-        return value
-
-    def merged(self, name: str, *args: Any) -> dict[str, Any]:
-        """The dicts the listening extras answer, merged in ``EXTRAS``' order."""
-        merged: dict[str, Any] = {}
-        for answer in self.call(name, *args):
-            merged |= answer
-        return merged
-
-    def prepare(self, *args: Any) -> None:
-        """``prepare`` of each usable extra; what each answers (not None) is its ``kept``."""
-        for extra in usable():
-            function = getattr(extra.hook_module(), "prepare", None)
-            kept = None if function is None else function(view(self.cfg, extra), *args)
-            if kept is not None:
-                self.kept[extra.name] = kept
+        methods = [getattr(part, name) for part in self.parts]
+        if hook.family == "check":
+            return [line for method in methods for line in checked(method, *args)]
+        if hook.family == "wrap":
+            value, *rest = args
+            for method in methods:
+                value = method(value, *rest)
+            return value
+        answers = (method(*args) for method in methods)
+        if hook.family == "choose":
+            return next((answer for answer in answers if answer is not None), None)
+        for _ in answers:  # events: each in turn
+            pass
+        return None
 
 
-def with_kept(function: Callable[..., Any], cfg: Any, kept: tuple, *args: Any) -> Any:
-    return function(cfg, *args, *kept)
+def checked(check: Callable[..., Iterable[str]], *args: Any) -> list[str]:
+    """The lines of one part's check; a ValueError it raises is its line."""
+    try:
+        return list(check(*args))
+    except ValueError as err:
+        return [str(err)]
 
 
 def load(name: str, flag: str) -> ModuleType:
@@ -390,6 +420,12 @@ def choices(flag: str) -> tuple[str, ...]:
 def needs(flag: str) -> dict[str, str]:
     """{choice: module} of the choices extras add to ``flag`` (``setting(needs=...)``)."""
     return {c: e.module for e in EXTRAS for name, c, _ in e.choices if name == flag}
+
+
+def written(reporting_only: bool = False) -> tuple[str, ...]:
+    """The files every extra (or every one that reports) writes in a run folder, present or not:
+    a folder a run wrote with an extra is still the run's in a tree without it."""
+    return tuple(f for e in EXTRAS if e.reports or not reporting_only for f in e.writes)
 
 
 def where_it_runs() -> tuple[str, ...]:
@@ -447,12 +483,8 @@ def chosen(cfg: Any) -> Iterator[tuple[Extra, str]]:
 
 
 def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
-    """What each present extra finds wrong with ``cfg`` (its ``problems`` hook)."""
-    for hook in Hooks(cfg).listening("problems"):
-        try:
-            yield from hook(elsewhere)
-        except ValueError as err:
-            yield str(err)
+    """What each usable extra's part finds wrong with ``cfg`` (its ``check_settings``)."""
+    yield from Hooks(cfg).fire("check_settings", elsewhere)
 
 
 def described(flag: str, core: str) -> str:
@@ -463,12 +495,9 @@ def described(flag: str, core: str) -> str:
     return "; ".join([core, *here])
 
 
-def first_present(flag: str, choice: str, otherwise: str) -> str:
-    """``choice`` where this tree has the extra that adds it to ``flag``, else ``otherwise``: a
-    default that is never a choice the tree lacks."""
-    return choice if extra_for(flag, choice).present() else otherwise
-
-
-def extra_for(flag: str, choice: str) -> Extra:
-    """The extra that adds ``choice`` to the core's ``flag``."""
-    return next(e for e in EXTRAS if (flag, choice) in [(f, c) for f, c, _ in e.choices])
+def default_choice(flag: str, otherwise: str) -> str:
+    """The default of the core's ``flag``: the choice of the first extra this tree has that
+    makes its choice the default (``Extra.default``), else ``otherwise`` (the core's): a default
+    that is never a choice the tree lacks."""
+    made = [c for e in present() if flag in e.default for f, c, _ in e.choices if f == flag]
+    return made[0] if made else otherwise

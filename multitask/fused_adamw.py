@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from multitask.extras import Part
+
 
 class FusedAdamW(torch.optim.AdamW):
     """``torch.optim.AdamW(params, lr, fused=True)`` with ``step(apply_if=flag)``."""
@@ -39,3 +41,13 @@ class FusedAdamW(torch.optim.AdamW):
             return super().step(closure)
         finally:
             self.found_inf = None
+
+
+class Fused(Part):
+    def choose_optimizer(self, groups: list[dict], lr: float) -> FusedAdamW:
+        return FusedAdamW(groups, lr=lr)
+
+
+def for_run(cfg: Any) -> Fused | None:
+    """Its part in a run with --optimizer fused; else None."""
+    return Fused() if cfg.optimizer == "fused" else None

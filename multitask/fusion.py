@@ -25,16 +25,25 @@ from torch import nn
 
 from minbert.checkpoint import UnsafeCheckpointError, load_tensors
 from multitask.errors import UsageError
+from multitask.extras import Part
 
 # The encoder-shaping settings a fusion run takes from its stage-1 run (config.json keys).
 STAGE_ONE_KEYS = ("checkpoint", "representation", "pair_encoding", "max_length")
 ADAPTER_PREFIX = "bert.plugins.adapter."
 
 
-def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
-    """The hook (multitask/extras.py): a fusion run names its stage one, and only a fusion run."""
-    if (cfg.model.option == "fusion") != bool(cfg.model.adapters_from):
+class StageTwo(Part):
+    """A run with --option fusion or --adapters_from: the two go together. (The fusion itself is
+    built with the model: multitask/model.py, the one core file that names this extra.)"""
+
+    def check_settings(self, elsewhere: bool) -> Iterator[str]:
         yield "--option fusion and --adapters_from RUN_DIR (its stage-1 adapter run) go together"
+
+
+def for_run(cfg: Any) -> StageTwo | None:
+    """Its part where exactly one of --option fusion and --adapters_from is given (what its
+    check refuses); else None."""
+    return StageTwo() if (cfg.model.option == "fusion") != bool(cfg.model.adapters_from) else None
 
 
 def stage_one(run_dir: str) -> tuple[list[str], dict[str, torch.Tensor]]:

@@ -40,6 +40,11 @@ from multitask.collate import Batch
 from tasks.base import Task, get_task
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 
+# The one place the core names an extra: AdapterFusion (multitask/fusion.py) is a plug-in kind
+# whose sources, a finished adapter run's adapters, are part of the model itself, loaded wherever
+# a fusion run's model is built (training, --resume, --evaluate, predict, export), most of those
+# outside a run and its extras' parts; building it through a hook would leave them without it.
+FUSION = "fusion"
 # The plug-in kinds that are an --option of their own, and those with flags (a section of
 # ModelSettings each, ``--<flag_prefix><option>``): both read from the kinds' own files. A kind
 # whose file does not import is offered without its flags and refused when chosen.
@@ -50,7 +55,7 @@ OPTIONS = ("pretrain", "finetune", *PLUGINS, *extras.choices("option"))
 # trainable weights a cross-encoded STS head stays far below the checkpoint's own cosine
 # similarity, and the adapter and LoRA encoded apart are ahead on the pair tasks at 3 epochs
 # (measured in 3-epoch runs of each option). Only full fine-tuning is ahead cross-encoded.
-SEPARATE_BY_DEFAULT = ("pretrain", *PLUGINS, "fusion")
+SEPARATE_BY_DEFAULT = ("pretrain", *PLUGINS, FUSION)
 # Options that give each task its own LayerNorms unless --no-train_layernorms: LHUC's scales
 # alone left Quora below --option pretrain's; with the LayerNorms every task is above it (measured
 # in 3-epoch runs with the defaults).
@@ -110,7 +115,7 @@ class CoreModelSettings:
         None,
         ("with --option fusion: the finished --option adapter run whose adapters each task fuses"),
         metavar="RUN_DIR",
-        needs=extras.named("fusion").module,
+        needs=extras.named(FUSION).module,
     )
 
     def resolved(self) -> ModelSettings:
@@ -181,7 +186,7 @@ class CoreModelSettings:
     @property
     def plugin(self) -> str | None:
         """The plug-in kind of the option, or None for pretrain and finetune."""
-        return self.option if self.option in (*PLUGINS, "fusion") else None
+        return self.option if self.option in (*PLUGINS, FUSION) else None
 
     @property
     def plugin_kinds(self) -> list[str]:
@@ -208,7 +213,7 @@ class CoreModelSettings:
     def plugin_options(self, kind: str) -> dict:
         """The options of plug-in ``kind``, as ``add_plugin`` takes them (fusion: those of the
         adapters it fuses; ``build_model`` adds their tasks)."""
-        settings = self.adapter if kind == "fusion" else getattr(self, kind, None)
+        settings = self.adapter if kind == FUSION else getattr(self, kind, None)
         return {} if settings is None else dataclasses.asdict(settings)
 
 
@@ -232,10 +237,10 @@ class MultitaskModel(nn.Module):
     """A shared ``BertModel`` (``self.bert``) and one head per task (``self.heads[task.name]``).
 
     ``model(task_name, batch)`` -> (B, C) head outputs; ``model.loss(task, batch)`` -> the task's
-    loss on them, what a training step minimises (multitask/objectives.py wraps it for SMART
-    and distillation). SMART perturbs the embeddings, so the forward also comes in two parts:
-    ``embed(batch)`` -> a list of (B, T, D) embeddings (two for separately encoded pairs),
-    ``outputs_from_embeddings(task_name, embeddings, batch)`` -> (B, C) head outputs.
+    loss on them, what a training step minimises (multitask/objectives.py wraps it for SMART and
+    an extra's objective wraps it too). SMART perturbs the embeddings, so the forward also comes
+    in two parts: ``embed(batch)`` -> a list of (B, T, D) embeddings (two for separately encoded
+    pairs), ``outputs_from_embeddings(task_name, embeddings, batch)`` -> (B, C) head outputs.
     """
 
     def __init__(
@@ -333,6 +338,11 @@ class MultitaskModel(nn.Module):
         self.load_state_dict(state, strict=False)
 
 
+def stage_one_keys() -> tuple[str, ...]:
+    """The encoder-shaping settings (config.json keys) a fusion run takes from its first stage."""
+    return extras.load(FUSION, "--adapters_from").STAGE_ONE_KEYS
+
+
 def build_model(
     settings: ModelSettings,
     tasks: Sequence[str],
@@ -349,11 +359,11 @@ def build_model(
     bert = load_pretrained(settings.checkpoint) if encoder is None else encoder
     names = [*frozen_tasks, *tasks]
     for kind in settings.plugin_kinds:
-        if kind == "fusion":  # the first stage's adapters, fixed
-            fusion = extras.load("fusion", "--option fusion")
+        if kind == FUSION:  # the first stage's adapters, fixed
+            fusion = extras.load(FUSION, "--option fusion")
             sources, state = fusion.stage_one(settings.adapters_from)
             add_plugin(bert, kind, names, sources=sources, **settings.plugin_options(kind))
-            fusion.load_sources(bert.plugins["fusion"].sources, settings.adapters_from, state)
+            fusion.load_sources(bert.plugins[FUSION].sources, settings.adapters_from, state)
         else:
             add_plugin(bert, kind, names, **settings.plugin_options(kind))
     for module in bert.modules():

@@ -31,6 +31,7 @@ from minbert.flags import setting, task_folders
 from minbert.pretrained import CheckpointError, resolve_checkpoint_dir
 from minbert.sites import LINEAR_SITES
 from multitask.errors import UsageError
+from multitask.extras import Part
 from multitask.model import ModelSettings, MultitaskModel
 
 HF_PATHS = LINEAR_SITES  # a layer's linear maps by site name: their paths, Hugging Face's
@@ -48,22 +49,32 @@ class Settings:
     )
 
 
-def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
-    """--init_lora goes with --option lora, each entry a task of the run given once."""
-    entries = cfg.extras["peft_format"].init_lora
-    if entries and cfg.model.option != "lora":
-        yield f"--init_lora starts LoRA: it goes with --option lora, not {cfg.model.option}"
-    elif entries:
-        adapter_folders(entries, cfg.tasks)
+class StartedFromPeft(Part):
+    """A run with --init_lora: each named task's LoRA starts from its PEFT adapter folder."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.entries = cfg.extras["peft_format"].init_lora
+
+    def check_settings(self, elsewhere: bool) -> Iterator[str]:
+        """--init_lora goes with --option lora, each entry a task of the run given once."""
+        option = self.cfg.model.option
+        if option != "lora":
+            yield f"--init_lora starts LoRA: it goes with --option lora, not {option}"
+        else:
+            adapter_folders(self.entries, self.cfg.tasks)
+
+    def wrap_model(self, model: MultitaskModel) -> MultitaskModel:
+        """Each named task's LoRA from its PEFT folder, once the model is built (not on a
+        resume, which restores its weights from last.pt)."""
+        if not self.cfg.resume:
+            load_adapters(self.entries, self.cfg.tasks, model, self.cfg.model.checkpoint)
+        return model
 
 
-def wrap_model(cfg: Any, model: MultitaskModel) -> MultitaskModel:
-    """The hook (multitask/extras.py): with --init_lora, each named task's LoRA from its PEFT
-    folder, once the model is built (not on a resume, which restores its weights from last.pt)."""
-    init_lora = cfg.extras["peft_format"].init_lora
-    if init_lora and not cfg.resume:
-        load_adapters(init_lora, cfg.tasks, model, cfg.model.checkpoint)
-    return model
+def for_run(cfg: Any) -> StartedFromPeft | None:
+    """Its part in a run with --init_lora; else None."""
+    return StartedFromPeft(cfg) if cfg.extras["peft_format"].init_lora else None
 
 
 def adapter_folders(entries: list[str], tasks: list[str]) -> dict[str, str]:

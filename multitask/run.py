@@ -34,6 +34,7 @@ from minbert.checkpoint import (
     save_tensors,
 )
 from minbert.flags import unflatten
+from multitask import extras
 from multitask.errors import HELD, UsageError
 from multitask.model import MultitaskModel
 from multitask.state import TrainingState
@@ -52,9 +53,9 @@ class Layout:
     logs: tuple[str, ...]
 
 
-# What the extras' reporters write (the TensorBoard extra's events), in folders of their own: an
-# output of every command that offers reporting.
-REPORTS = ("tensorboard/events.out.tfevents.*",)
+# What the extras that report write (multitask/extras.py: ``Extra.writes``), in folders of their
+# own: an output of every command that offers reporting.
+REPORTS = extras.written(reporting_only=True)
 
 DRIVER = Layout(
     command="train_multitask.py",
@@ -72,8 +73,7 @@ DRIVER = Layout(
         "learning_curves.png",
         "*-output.csv",
         "task-*.safetensors",
-        "teacher-outputs.safetensors",
-        *REPORTS,
+        *extras.written(),  # the extras' files (their teacher outputs, their reports)
     ),
     logs=("metrics.jsonl", "train_log.jsonl"),
 )
@@ -208,7 +208,7 @@ class RunFolder:
 
     def foreign_entries(self) -> list[str]:
         """The names in the folder that this command's runs never write (sorted); a folder the
-        run writes into (``tensorboard/...``) is its own, whatever else it holds."""
+        run writes into (an extra's reports) is its own, whatever else it holds."""
         if not self.path.is_dir():
             return []
         names = (*self.layout.state, *self.layout.outputs, *self.layout.logs, ".lock", ".*.tmp")
@@ -247,7 +247,7 @@ class RunFolder:
 
     def stale(self) -> list[Path]:
         """Temporary files of an interrupted save or --overwrite (``replace``'s set-aside names),
-        in the folder and in its own real folders (``tensorboard``; never through a link)."""
+        in the folder and in its own real folders (an extra's reports; never through a link)."""
         found = list(self.path.glob(".*.tmp"))
         for head in {p.split("/")[0] for p in self.layout.outputs if "/" in p}:
             if self.file(head).is_dir() and not self.file(head).is_symlink():
@@ -256,7 +256,7 @@ class RunFolder:
 
     def earlier_run(self) -> list[Path]:
         """What an --overwrite removes: every file of the layout's (a link as a link); an own
-        folder (``tensorboard``) that is a link is removed as the link, never followed. A folder
+        folder (an extra's reports) that is a link is removed as the link, never followed. A folder
         where a file of the run goes is refused: it is not the run's to remove."""
         found = []
         for pattern in (*self.layout.state, *self.layout.outputs):

@@ -1,5 +1,5 @@
-"""Where a run is: one typed record that the loop advances, the loss log fills, distillation's λ
-and PCGrad's seed read, and last.pt saves (``RunFolder.save_last`` / ``resume``), as Hugging
+"""Where a run is: one typed record that the loop advances, the loss log fills, an extra's
+objective or update reads, and last.pt saves (``RunFolder.save_last`` / ``resume``), as Hugging
 Face's ``TrainerState`` is for its Trainer."""
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class TrainingState:
 
     def continue_from(self, other: TrainingState) -> None:
         """Take every field of ``other`` (a resumed run's record) in place, so that what reads
-        this record (the loss log, distillation's λ, PCGrad's seed) reads the resumed one."""
+        this record (the loss log, the step an extra's objective or update reads) reads the
+        resumed one."""
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(other, name))

@@ -17,14 +17,12 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from minbert.optimizer import AdamW, param_groups
-from multitask import extras
 from multitask.collate import Batch
 from multitask.errors import RunStopped
 from multitask.model import MultitaskModel
@@ -104,29 +102,6 @@ class HostChecked:
         return bool(finite)
 
 
-class PCGrad(HostChecked):
-    """HostChecked, with each task's gradient of the shared parameters projected off any other
-    task's it conflicts with before they add; the order of the others drawn from ``seed()``."""
-
-    def __init__(self, seed: Callable[[], int], skip: bool = False) -> None:
-        super().__init__(skip)
-        self.seed = seed
-        self.surgery = extras.load("pcgrad", "--step_gradient pcgrad").surgery
-        self.per_task: list[list[torch.Tensor | None]] = []
-
-    def after_backward(self, optimizer: torch.optim.Optimizer) -> None:
-        self.per_task.append([p.grad for p in parameters(optimizer)])  # kept apart from the next
-        optimizer.zero_grad(set_to_none=True)
-
-    def combine(self, optimizer: torch.optim.Optimizer, finite: bool) -> None:
-        """The tasks' gradients, projected apart where they conflict, summed into ``.grad``."""
-        per_task, self.per_task = self.per_task, []
-        if finite:
-            generator = torch.Generator().manual_seed(self.seed())
-            for p, grad in zip(parameters(optimizer), self.surgery(per_task, generator)):
-                p.grad = grad
-
-
 class DeviceFlagged:
     """Nothing read on the host. ``healthy`` (0-dim bool, on the device) is the run's "every
     loss so far was finite": without ``skip`` each step's finiteness is and-ed into it in place,
@@ -174,9 +149,9 @@ def train_step(
 ) -> list[torch.Tensor] | None:
     """One update from a batch of each task in ``batches`` (one, unless --step_gradient combines
     every task's): each loss (its forward under ``autocast``, e.g. bf16) and backward, the
-    gradients combined as ``update`` does (PCGrad projects them) and, with ``max_grad_norm``,
-    scaled so that their total L2 norm is at most that (``clip_grad_norm_``, read on the
-    device), then the update as ``update`` makes it, the schedule's step, and the objective's
+    gradients combined as ``update`` does (an extra's may project them apart) and, with
+    ``max_grad_norm``, scaled so that their total L2 norm is at most that (``clip_grad_norm_``, read
+    on the device), then the update as ``update`` makes it, the schedule's step, and the objective's
     ``after_update`` (SMART's teacher) when the step counts. Of each task it reads only the
     ``name`` (a loss's, when not finite: MLM pretraining's one "task" is its corpus). Returns the
     detached losses, or None for a step ``update`` skipped (the module docstring states the
@@ -210,18 +185,6 @@ def learning_rate(optimizer: torch.optim.Optimizer) -> float:
     return max(group["lr"] for group in optimizer.param_groups)
 
 
-def report_losses(
-    reporters: Sequence[Any], step: int, losses: dict[str, float], optimizer: torch.optim.Optimizer
-) -> None:
-    """Tell each reporter (an extra's, multitask/extras.py: the ``reporter`` hook) a log line's
-    mean losses by task and the learning rate at ``step``: the one way every command that trains
-    through ``train_step`` (the driver, MLM pretraining) reports its training."""
-    rate = learning_rate(optimizer)
-    for reporter in reporters:
-        reporter.losses(step, losses)
-        reporter.learning_rate(step, rate)
-
-
 def loss_weights(entries: Sequence[str], tasks: Sequence[str]) -> dict[str, float]:
     """``["sst=2", "sts=0.5"]`` -> ``{"sst": 2.0, "sts": 0.5}``: a positive weight per named task
     (``--loss_weights``); a task not named keeps weight 1. ValueError names a bad entry."""
@@ -241,37 +204,28 @@ def loss_weights(entries: Sequence[str], tasks: Sequence[str]) -> dict[str, floa
     return weights
 
 
-# The optimizer a run trains with unless --optimizer says otherwise: the multi-tensor AdamW where
-# this tree has it, else the hand-written loop (the student tree), never a choice it lacks.
-DEFAULT_OPTIMIZER = extras.first_present("optimizer", "foreach", otherwise="adamw")
-
-
 def optimizer_for(
     model: nn.Module,
     lr: float,
     weight_decay: float,
     layer_decay: float = 1.0,
     encoder_lr: float | None = None,
-    kind: str | None = None,
+    choose: Callable[[list[dict], float], torch.optim.Optimizer | None] | None = None,
 ) -> torch.optim.Optimizer:
-    """The optimizer the driver trains with, the hand-written AdamW over ``param_groups(model,
-    weight_decay, lr, layer_decay)``, of ``kind``: adamw, its loop (``minbert.optimizer.AdamW``,
-    the student's own in the student tree); foreach, the same numbers in multi-tensor operations,
-    far fewer kernel launches (the extra ``minbert.optimizer_foreach``); fused, torch's fused
-    AdamW (an extra); None, ``DEFAULT_OPTIMIZER``. With ``encoder_lr`` (``--train_encoder``),
-    the encoder's own weights (every BERT parameter but the plug-ins') train at ``encoder_lr`` in
-    place of ``lr``, times their layer's decay; plug-ins and heads at ``lr``."""
-    kind = kind or DEFAULT_OPTIMIZER
+    """The optimizer the driver trains with over ``param_groups(model, weight_decay, lr,
+    layer_decay)``: the one ``choose(groups, lr)`` answers (the driver's: the extras'
+    ``choose_optimizer`` hook, as --optimizer picks an implementation of the same update), else
+    the hand-written AdamW (``minbert.optimizer.AdamW``, the student's own in the student tree).
+    With ``encoder_lr`` (``--train_encoder``), the encoder's own weights (every BERT parameter
+    but the plug-ins') train at ``encoder_lr`` in place of ``lr``, times their layer's decay;
+    plug-ins and heads at ``lr``."""
     groups = param_groups(model, weight_decay, lr, layer_decay)
     if encoder_lr is not None:
         bert = model.bert
         encoder = {id(p) for p in bert.parameters()} - {id(p) for p in bert.plugins.parameters()}
         groups = rescaled(groups, encoder, lr, encoder_lr / lr)
-    if kind == "fused":
-        return extras.load("fused_adamw", "--optimizer fused").FusedAdamW(groups, lr=lr)
-    if kind == "foreach":
-        return extras.load("optimizer_foreach", "--optimizer foreach").ForeachAdamW(groups, lr=lr)
-    return AdamW(groups, lr=lr)
+    chosen = choose(groups, lr) if choose is not None else None
+    return chosen if chosen is not None else AdamW(groups, lr=lr)
 
 
 def rescaled(groups: list[dict], chosen: set[int], lr: float, factor: float) -> list[dict]:

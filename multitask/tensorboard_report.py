@@ -1,15 +1,15 @@
 """``--report_to tensorboard``: the run's training losses, dev metrics and learning rate as
 TensorBoard event files in ``<run>/tensorboard/`` (view them with ``tensorboard --logdir runs``).
 
-A lab extra in one file, the example of one (multitask/extras.py lists it): its settings, their
-check and its reporter. The ``tensorboard`` package is optional (requirements-lab.txt): where it
-is absent, ``--report_to tensorboard`` is refused before anything runs, and it is imported only
-when the flag is on. The files hold what ``train_log.jsonl`` and ``metrics.jsonl`` hold, and are
-part of the run's exact resume as those logs are: each event is written (and flushed) as the log
-line is, so a save finds it on disk, and ``--resume`` drops every event past the saved step
-before the run goes on, so each (tag, step) is written once, with the uninterrupted run's value.
-Events are written here, in the loop's thread: a file that cannot be written is one line naming
-it, as every other file of the run.
+A lab extra in one file, the example of one (multitask/extras.py lists it): its settings, and its
+part of a run, which checks them and is told each event of what the run logs. The ``tensorboard``
+package is optional (requirements-lab.txt): where it is absent, ``--report_to tensorboard`` is
+refused before anything runs, and it is imported only when the flag is on. The files hold what
+``train_log.jsonl`` and ``metrics.jsonl`` hold, and are part of the run's exact resume as those logs
+are: each event is written (and flushed) as the log line is, so a save finds it on disk, and
+``--resume`` drops every event past the saved step before the run goes on, so each (tag, step) is
+written once, with the uninterrupted run's value. Events are written here, in the loop's thread: a
+file that cannot be written is one line naming it, as every other file of the run.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import IO, Any, Literal
 
 from minbert.checkpoint import WriteError, atomic_write
 from minbert.flags import setting
+from multitask.extras import Part
 
 FOLDER = "tensorboard"  # inside the run folder
 EVENTS = "events.out.tfevents.*"  # TensorBoard reads the files whose names hold "tfevents"
@@ -42,26 +43,11 @@ class Settings:
     )
 
 
-def problems(cfg: Any, elsewhere: bool) -> Iterator[str]:
-    """--report_to tensorboard needs the tensorboard package, and a folder for its events where
-    the run folder's ``tensorboard`` is (both checked before anything runs)."""
-    if cfg.extras["tensorboard"].report_to != "tensorboard":
-        return
-    if importlib.util.find_spec("tensorboard") is None:
-        yield "--report_to tensorboard needs the tensorboard package: pip install tensorboard"
-    folder = Path(cfg.out_dir) / FOLDER
-    if os.path.lexists(folder) and not folder.is_dir():
-        yield (
-            f"--report_to tensorboard: {folder} is not a folder, and the run's events go there; "
-            "move it away"
-        )
-
-
-def reporter(cfg: Any, folder: Any) -> TensorBoardReport | None:
-    """The run's reporter with --report_to tensorboard, else None (``folder``: its RunFolder)."""
+def for_run(cfg: Any) -> TensorBoardReport | None:
+    """Its part in a run with --report_to tensorboard; else None."""
     if cfg.extras["tensorboard"].report_to != "tensorboard":
         return None
-    return TensorBoardReport(folder.file(FOLDER))
+    return TensorBoardReport(cfg.out_dir)
 
 
 def records(data: bytes) -> Iterator[tuple[bytes, int]]:
@@ -95,22 +81,36 @@ def drop_after(path: Path, step: int) -> int:
     return len(data) - len(kept)
 
 
-class TensorBoardReport:
+class TensorBoardReport(Part):
     """Scalars tagged ``train/loss/<task>``, ``train/learning_rate`` and ``dev/<metric>``, in an
-    event file of this process's own, written in this thread (no writer thread: a failed write
-    is the caller's one-line error, and nothing waits in a queue when the run is killed)."""
+    event file of this process's own in the run folder's ``tensorboard/``, written in this thread
+    (no writer thread: a failed write is the caller's one-line error, and nothing waits in a
+    queue when the run is killed)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
         self.file: IO[bytes] | None = None
         self.name: Path | None = None
 
-    def start(self, step: int) -> None:
+    def check_settings(self, elsewhere: bool) -> Iterator[str]:
+        """The tensorboard package, and a folder for its events where the run folder's
+        ``tensorboard`` is (both checked before anything runs)."""
+        if importlib.util.find_spec("tensorboard") is None:
+            yield "--report_to tensorboard needs the tensorboard package: pip install tensorboard"
+        folder = Path(self.out_dir) / FOLDER
+        if os.path.lexists(folder) and not folder.is_dir():
+            yield (
+                f"--report_to tensorboard: {folder} is not a folder, and the run's events go "
+                "there; move it away"
+            )
+
+    def on_start(self, folder: Any, step: int) -> None:
         """Report from ``step`` on (0, or the step a resumed run continues from): drop what the
         folder's event files hold past it (written after the save it resumes), then open this
-        process's file."""
+        process's file (``folder``: the RunFolder)."""
         from tensorboard.compat.proto import event_pb2
 
+        self.path = folder.file(FOLDER)
         self.path.mkdir(parents=True, exist_ok=True)
         for old in sorted(self.path.glob(EVENTS)):
             if old.is_file() and not old.is_symlink():
@@ -123,16 +123,14 @@ class TensorBoardReport:
             raise WriteError(self.name, err) from err
         self._write([event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")])
 
-    def losses(self, step: int, losses: dict[str, float]) -> None:
+    def on_log(self, step: int, losses: dict[str, float], rate: float) -> None:
         self._write([self._scalar(f"train/loss/{task}", v, step) for task, v in losses.items()])
-
-    def learning_rate(self, step: int, rate: float) -> None:
         self._write([self._scalar("train/learning_rate", rate, step)])
 
-    def metrics(self, step: int, metrics: dict[str, float]) -> None:
+    def on_evaluate(self, step: int, metrics: dict[str, float]) -> None:
         self._write([self._scalar(f"dev/{name}", v, step) for name, v in metrics.items()])
 
-    def close(self) -> None:
+    def on_end(self, folder: Any, summary: dict[str, Any]) -> None:
         if self.file is not None:
             self.file.close()
             self.file = None
@@ -159,7 +157,7 @@ class TensorBoardReport:
         keeps them); a write the file system refuses is a WriteError naming the file."""
         from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-        assert self.file is not None, "start() opens the event file"
+        assert self.file is not None, "on_start opens the event file"
         framed = []
         for event in events:
             body = event.SerializeToString()

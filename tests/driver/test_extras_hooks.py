@@ -1,7 +1,9 @@
-"""The extras act on a run only through hooks (multitask/extras.py: ``HOOKS``): the driver names
-no extra, an extra reads another's settings only where it declares that it needs them, each hook
-an extra defines has the declared signature, and docs/add-an-extra.md, followed in a copy of the
-code, adds an extra in one file whose hooks fire with the run's values."""
+"""The extras act on a run only through their parts' hooks (multitask/extras.py: ``Part``,
+``HOOKS``): no core file names an extra (but the one documented exception), an extra reads
+another's settings only where it declares that it needs them and imports another's module only
+where its row says so, each hook a part overrides takes ``Part``'s arguments, each family
+combines its answers as it says, every hook fires in ``HOOKS``' order with the run's values, and
+docs/add-an-extra.md, followed in a copy of the code, adds an extra in one file."""
 
 from __future__ import annotations
 
@@ -75,14 +77,48 @@ def test_the_words_cover_every_extra():
     assert named_extras("a fused_adamw_like thing", words) == set()
 
 
-def test_the_driver_names_no_extra():
-    """train_multitask.py fires hooks by their names; no extra's name, module, flag or choice is
-    in any string or identifier of it."""
-    source = (ROOT / "train_multitask.py").read_text(encoding="utf-8")
+CORE = ROOT / "course" / "authoring" / "student_tree.txt"
+# The one core file that names an extra, and the extra (multitask/model.py says why).
+NAMED_BY_THE_CORE = {"multitask/model.py": {"fusion"}}
+
+
+def core_files() -> list[str]:
+    """The driver and every file of multitask/ the student tree ships, but the extras' table."""
+    lines = CORE.read_text(encoding="utf-8").splitlines()
+    shipped = [line.strip() for line in lines if line.startswith("multitask/")]
+    return ["train_multitask.py", *(f for f in shipped if f != "multitask/extras.py")]
+
+
+@pytest.mark.parametrize("name", core_files())
+def test_no_core_file_names_an_extra(name):
+    """No extra's name, module, flag or choice is in any string or identifier of the driver or
+    a core file (but the one documented exception): the core fires hooks by their names."""
+    source = (ROOT / name).read_text(encoding="utf-8")
     words = extra_words()
-    named = {(text[:60], extra) for text in names_in(source) for extra in named_extras(text, words)}
-    assert not named, sorted(named)
-    assert "extras.load" not in source and "setting_of" not in source
+    named = {extra for text in names_in(source) for extra in named_extras(text, words)}
+    assert named == NAMED_BY_THE_CORE.get(name, set())
+    assert "setting_of" not in source
+    if name == "train_multitask.py":
+        assert "extras.load" not in source
+
+
+def test_the_core_files_are_the_student_trees():
+    assert "multitask/step.py" in core_files() and "multitask/model.py" in core_files()
+    assert not [name for name in core_files() if not (ROOT / name).is_file()]
+
+
+@pytest.mark.parametrize("extra", extras.present(), ids=lambda e: e.name)
+def test_an_extra_declares_the_other_extras_it_imports(extra):
+    """An extra that imports another extra's module says so in its row (``uses``)."""
+    others = {m: e.name for e in extras.EXTRAS if e is not extra for m in e.modules()}
+    imported = set()
+    for module in extra.modules():
+        for node in ast.walk(ast.parse(module_source(module))):
+            if isinstance(node, ast.ImportFrom) and node.module in others:
+                imported.add(others[node.module])
+            elif isinstance(node, ast.Import):
+                imported |= {others[a.name] for a in node.names if a.name in others}
+    assert imported == set(extra.uses), extra.name
 
 
 def read_settings(source: str) -> set[str]:
@@ -134,22 +170,79 @@ def test_a_hook_sees_only_the_settings_its_extra_needs():
     assert cfg.extras.keys() >= {"peft_format"}  # the run's own config is left whole
 
 
-@pytest.mark.parametrize("extra", extras.present(), ids=lambda e: e.name)
-def test_each_hook_an_extra_defines_takes_the_declared_arguments(extra):
+def test_the_hooks_are_parts_methods_named_by_family():
+    """``HOOKS`` describes each method of ``Part`` once; each name's first word is its family."""
+    methods = [name for name in vars(extras.Part) if not name.startswith("_")]
+    assert sorted(methods) == sorted(extras.HOOK_NAMES)
+    assert {hook.family for hook in extras.HOOKS} == set(extras.FAMILIES)
+    assert len(set(extras.HOOK_NAMES)) == len(extras.HOOKS)
+
+
+def part_classes(extra: extras.Extra) -> list[type]:
     module = extra.hook_module()
-    for hook in extras.HOOKS:
-        function = getattr(module, hook.name, None)
-        if function is None:
+    classes = [v for v in vars(module).values() if isinstance(v, type)]
+    return [c for c in classes if issubclass(c, extras.Part) and c is not extras.Part]
+
+
+@pytest.mark.parametrize("extra", extras.present(), ids=lambda e: e.name)
+def test_an_extras_part_overrides_only_hooks_with_their_arguments(extra):
+    """Each extra's module offers ``for_run(cfg)``; its part's methods named like a hook
+    (a family's first word) are hooks, and take ``Part``'s arguments."""
+    module = extra.hook_module()
+    assert list(inspect.signature(module.for_run).parameters) == ["cfg"], extra.name
+    (part,) = part_classes(extra)
+    families = tuple(f"{family}_" for family in extras.FAMILIES)
+    for name, method in vars(part).items():
+        if not name.startswith(families):
             continue
-        declared = hook.signature.split("->")[0].strip(" ()").split(", ")
-        parameters = list(inspect.signature(function).parameters)
-        assert len(parameters) == len(declared), (extra.name, hook.name, parameters, declared)
-        assert parameters[0] == "cfg", (extra.name, hook.name)
+        assert name in extras.HOOK_NAMES, (extra.name, name)
+        wanted = list(inspect.signature(getattr(extras.Part, name)).parameters)
+        assert list(inspect.signature(method).parameters) == wanted, (extra.name, name)
 
 
 def test_an_unknown_hook_is_an_error_not_silence():
     with pytest.raises(ValueError, match="no hook 'wrap_modle'"):
-        extras.Hooks(parse_args(["--out_dir", "unused"])).call("wrap_modle")
+        extras.Hooks(parse_args(["--out_dir", "unused"])).fire("wrap_modle")
+
+
+def test_each_family_combines_as_it_says():
+    """Checks: every line of every part; wrappers: chained in order; choosers: the first answer
+    that is not None; events: every part told."""
+    told = []
+
+    class First(extras.Part):
+        def check_settings(self, elsewhere):
+            yield "first"
+
+        def wrap_model(self, model):
+            return model + ["first"]
+
+        def choose_update(self, seed, skip):
+            return None
+
+        def on_end(self, folder, summary):
+            told.append("first")
+
+    class Second(extras.Part):
+        def check_settings(self, elsewhere):
+            raise ValueError("second")
+
+        def wrap_model(self, model):
+            return model + ["second"]
+
+        def choose_update(self, seed, skip):
+            return "second's"
+
+        def on_end(self, folder, summary):
+            told.append("second")
+
+    hooks = extras.Hooks(parse_args(["--out_dir", "unused"]), among=[])
+    hooks.parts = [First(), Second()]
+    assert hooks.fire("check_settings", False) == ["first", "second"]
+    assert hooks.fire("wrap_model", ["core"]) == ["core", "first", "second"]
+    assert hooks.fire("choose_update", None, False) == "second's"
+    assert hooks.fire("on_end", None, {}) is None and told == ["first", "second"]
+    assert extras.Hooks(parse_args(["--out_dir", "unused"]), among=[]).fire("choose_update") is None
 
 
 # -- the hooks fire in a real run, with the run's values -------------------------------------
@@ -162,31 +255,64 @@ class Heard:
     calls: list[tuple[str, object]]
 
 
-def listening_extra(heard: Heard, needs: tuple[str, ...] = ()) -> types.ModuleType:
-    """A module defining every hook, each noting what it was given in ``heard``."""
+def listening_extra(heard: Heard) -> types.ModuleType:
+    """A module whose part overrides every hook, each noting what it was given in ``heard``."""
     module = types.ModuleType("listening_extra")
     module.__spec__ = importlib.machinery.ModuleSpec("listening_extra", None)
 
     def note(name, value):
         heard.calls.append((name, value))
 
-    module.problems = lambda cfg, elsewhere: iter(note("problems", elsewhere) or ())
-    module.refuse = lambda cfg, device, processes: note("refuse", (device.type, processes))
-    module.wrap_model = lambda cfg, model: note("wrap_model", type(model).__name__) or model
-    module.prepare = lambda cfg, folder, train, device: note("prepare", sorted(train)) or "kept"
-    module.started = lambda cfg, folder, kept: note("started", (folder.path.is_dir(), kept))
+    class Listening(extras.Part):
+        def __init__(self, cfg):
+            self.cfg, self.kept = cfg, None
 
-    def wrap_objective(cfg, inner, model, progress, kept):
-        note("wrap_objective", (inner is model, progress.total, kept))
-        return inner
+        def check_settings(self, elsewhere):
+            return iter(note("check_settings", elsewhere) or ())
 
-    module.wrap_objective = wrap_objective
-    module.wrap_step = lambda cfg, step, device, processes: note("wrap_step", processes) or step
-    module.update = lambda cfg, seed, skip: note("update", (skip, seed()))
-    module.step_function = lambda cfg, parts: note("step_function", sorted(parts.train))
-    module.reporter = lambda cfg, folder: note("reporter", folder.path.name)
-    module.summary = lambda cfg: note("summary", sorted(cfg.extras)) or {"heard": True}
-    module.finish = lambda cfg, folder, summary, kept: note("finish", (summary["steps"], kept))
+        def check_machine(self, device, processes):
+            return iter(note("check_machine", (device.type, processes)) or ())
+
+        def wrap_model(self, model):
+            return note("wrap_model", type(model).__name__) or model
+
+        def on_set_up(self, folder, train, device):
+            self.kept = "kept"  # the part's own state, from here to its later hooks
+            note("on_set_up", sorted(train))
+
+        def choose_optimizer(self, groups, lr):
+            note("choose_optimizer", (len(groups) > 0, lr))
+
+        def wrap_objective(self, inner, model, progress):
+            note("wrap_objective", (inner is model, progress.total, self.kept))
+            return inner
+
+        def wrap_step(self, step, device, processes):
+            return note("wrap_step", processes) or step
+
+        def choose_update(self, seed, skip):
+            note("choose_update", (skip, seed()))
+
+        def choose_step_function(self, parts):
+            note("choose_step_function", sorted(parts.train))
+
+        def on_start(self, folder, step):
+            note("on_start", (folder.path.name, step))
+
+        def on_log(self, step, losses, rate):
+            note("on_log", (step, sorted(losses), rate >= 0))
+
+        def on_evaluate(self, step, metrics):
+            note("on_evaluate", (step, "overall" in metrics))
+
+        def wrap_summary(self, summary):
+            note("wrap_summary", sorted(self.cfg.extras))
+            return summary | {"heard": True}
+
+        def on_end(self, folder, summary):
+            note("on_end", (summary["steps"], self.kept))
+
+    module.for_run = Listening
     return module
 
 
@@ -198,22 +324,24 @@ def test_every_hook_fires_once_in_order_with_the_runs_values(
     listening = extras.Extra("listening", "listening_extra", needs=("distillation",))
     monkeypatch.setattr(extras, "EXTRAS", (*extras.EXTRAS, listening))
     out = tmp_path / "run"
-    assert run_driver(tiny_checkpoint, tiny_data, out, *short_run(epochs=1, steps=3)) == 0
-    order = [name for name, _ in heard.calls]
+    loop = ("--optimizer", "adamw")  # no other part answers choose_optimizer first
+    assert run_driver(tiny_checkpoint, tiny_data, out, *short_run(epochs=1, steps=3), *loop) == 0
+    order = list(dict.fromkeys(name for name, _ in heard.calls))  # each hook's first firing
     assert order == list(extras.HOOK_NAMES)  # HOOKS is listed in the order they fire
-    assert order[-4:] == ["reporter", "step_function", "summary", "finish"]
-    told = dict(heard.calls)
-    assert told["problems"] is False
-    assert told["refuse"] == ("cpu", 1)
+    told = dict(heard.calls)  # each hook's last firing
+    assert told["check_settings"] is False
+    assert told["check_machine"] == ("cpu", 1)
     assert told["wrap_model"] == "MultitaskModel"
-    assert told["prepare"] == ["para", "sst", "sts"]
-    assert told["started"] == (True, "kept")
+    assert told["on_set_up"] == ["para", "sst", "sts"]
+    assert told["choose_optimizer"][0] is True
     assert told["wrap_objective"] == (True, 3, "kept")  # the model itself; 3 steps in all
-    assert told["update"] == (False, told["update"][1]) and isinstance(told["update"][1], int)
-    assert told["step_function"] == ["para", "sst", "sts"]
-    assert told["reporter"] == "run"
-    assert told["summary"] == ["distillation"]  # its needs, not its own (it has no settings)
-    assert told["finish"] == (3, "kept")
+    assert told["choose_update"][0] is False and isinstance(told["choose_update"][1], int)
+    assert told["choose_step_function"] == ["para", "sst", "sts"]
+    assert told["on_start"] == ("run", 0)
+    assert told["on_log"][0] == 3 and told["on_log"][2] is True
+    assert told["on_evaluate"] == (3, True)
+    assert told["wrap_summary"] == ["distillation"]  # its needs, not its own (no settings)
+    assert told["on_end"] == (3, "kept")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["heard"] is True and summary["steps"] == 3
 
@@ -223,15 +351,23 @@ def test_a_hook_that_reads_an_undeclared_extras_settings_fails(
 ):
     module = types.ModuleType("nosy_extra")
     module.__spec__ = importlib.machinery.ModuleSpec("nosy_extra", None)
-    module.summary = lambda cfg: {"teachers": cfg.extras["distillation"].teachers}
+
+    class Nosy(extras.Part):
+        def __init__(self, cfg):
+            self.cfg = cfg
+
+        def wrap_summary(self, summary):
+            return summary | {"teachers": self.cfg.extras["distillation"].teachers}
+
+    module.for_run = Nosy
     monkeypatch.setitem(sys.modules, "nosy_extra", module)
     monkeypatch.setattr(extras, "EXTRAS", (*extras.EXTRAS, extras.Extra("nosy", "nosy_extra")))
     cfg = parse_args(driver_argv(tiny_checkpoint, tiny_data, tmp_path / "r"))
     with pytest.raises(KeyError, match="distillation"):
-        extras.Hooks(cfg).merged("summary")
+        extras.Hooks(cfg).fire("wrap_summary", {})
     declared = extras.Extra("nosy", "nosy_extra", needs=("distillation",))
     monkeypatch.setattr(extras, "EXTRAS", (*extras.EXTRAS[:-1], declared))
-    assert extras.Hooks(cfg).merged("summary") == {"teachers": []}
+    assert extras.Hooks(cfg).fire("wrap_summary", {}) == {"teachers": []}
 
 
 # -- docs/add-an-extra.md, followed ------------------------------------------------------------

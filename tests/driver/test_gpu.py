@@ -124,6 +124,7 @@ def train_graphed_or_eager(checkpoint, graphed: bool, bf16: bool, batches, dropo
     the losses (on the host) and the weights after each step."""
     import contextlib
 
+    from minbert.optimizer_foreach import ForeachAdamW
     from multitask.cuda_graphs import GraphedSteps
     from multitask.device_lr import DeviceRates
     from multitask.model import ModelSettings, build_model
@@ -138,7 +139,7 @@ def train_graphed_or_eager(checkpoint, graphed: bool, bf16: bool, batches, dropo
     torch.manual_seed(0)
     settings = ModelSettings(option="finetune", checkpoint=str(checkpoint))
     model = build_model(settings, GRAPH_TASKS, dropout=dropout).cuda().train()
-    optimizer = optimizer_for(model, lr, 0.01)
+    optimizer = optimizer_for(model, lr, 0.01, choose=lambda g, rate: ForeachAdamW(g, lr=rate))
     scheduler = linear_warmup_decay(optimizer, 5, len(batches))
     update = DeviceFlagged(torch.ones((), dtype=torch.bool, device="cuda"), skip=True)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()

@@ -12,7 +12,8 @@ from torch import nn
 
 from minbert.optimizer import adamw_for
 from minbert.pcgrad import project_conflicting, surgery
-from multitask.step import HostChecked, PCGrad, TrainingStep, train_step
+from multitask.pcgrad_update import PCGrad
+from multitask.step import HostChecked, TrainingStep, train_step
 from tests.helpers import run_driver
 
 

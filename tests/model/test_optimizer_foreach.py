@@ -6,6 +6,7 @@ gradient only in their own task's steps), within 1e-7. Instructor-only, as the p
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 
 import pytest
@@ -13,9 +14,21 @@ import torch
 
 from minbert.optimizer import AdamW, param_groups
 from minbert.optimizer_foreach import ForeachAdamW
+from multitask import extras
+from multitask.config import parse_args
 from multitask.fused_adamw import FusedAdamW
 from multitask.model import ModelSettings, build_model
 from multitask.step import optimizer_for
+
+
+def drivers_optimizer(model: torch.nn.Module, *flags: str) -> torch.optim.Optimizer:
+    """The optimizer the driver builds for a run of ``flags``: the one the extras' parts choose
+    (``choose_optimizer``), else the hand-written loop."""
+    hooks = extras.Hooks(parse_args(["--out_dir", "unused", *flags]))
+    return optimizer_for(
+        model, 1e-3, 0.01, choose=functools.partial(hooks.fire, "choose_optimizer")
+    )
+
 
 pytestmark = pytest.mark.numerics  # the optimizer against torch: a second pass in CI
 
@@ -85,8 +98,9 @@ def test_foreach_path_equals_the_per_parameter_loop(model):
 
 def test_state_dicts_interchange_and_the_driver_uses_the_foreach_path(model):
     model = copy.deepcopy(model)
-    optimizer = optimizer_for(model, lr=1e-3, weight_decay=0.01)
+    optimizer = drivers_optimizer(model)  # the default
     assert isinstance(optimizer, ForeachAdamW)
+    assert type(drivers_optimizer(model, "--optimizer", "adamw")) is AdamW
     for p in model.parameters():
         p.grad = torch.ones_like(p)
     optimizer.step()
@@ -145,4 +159,4 @@ def test_the_fused_path_equals_the_foreach_path_and_obeys_the_flag(model):
     )
     assert largest_difference(flagged, dropped) == 0.0
     assert largest_difference(flagged, fused) > 1e-4  # the skipped steps did count
-    assert isinstance(optimizer_for(copy.deepcopy(model), 1e-3, 0.01, kind="fused"), FusedAdamW)
+    assert isinstance(drivers_optimizer(copy.deepcopy(model), "--optimizer", "fused"), FusedAdamW)
