@@ -75,9 +75,12 @@ def read_data(cfg: TrainConfig) -> tuple[Data, str]:
     return load_data(cfg.tasks, cfg.data_path, cfg.strict, cfg.limit, explicit, cfg.train_fraction)
 
 
-def make_model(cfg: TrainConfig, device: torch.device, hooks: extras.Hooks) -> MultitaskModel:
+def make_model(
+    cfg: TrainConfig, device: torch.device, hooks: extras.Hooks | None = None
+) -> MultitaskModel:
     """build_model with the config's settings; --add_to also loads the earlier runs, --init_from
-    the run it starts from; then the extras' ``wrap_model``."""
+    the run it starts from; then the extras' ``wrap_model`` (``hooks``: the run's, else those of
+    a run of ``cfg``)."""
     try:
         model = build_model(cfg.model, cfg.tasks, cfg.dropout, cfg.base_tasks)
     except ValueError as err:
@@ -86,7 +89,7 @@ def make_model(cfg: TrainConfig, device: torch.device, hooks: extras.Hooks) -> M
         RunFolder(cfg.add_to).load_into(model)
     if cfg.init_from and not cfg.resume:  # a resumed run restores its weights from last.pt
         RunFolder(cfg.init_from).load_best(model, "--init_from", fit="overlap")
-    model = hooks.fire("wrap_model", model)
+    model = (hooks or extras.Hooks(cfg)).fire("wrap_model", model)
     return model.to(device)
 
 
@@ -522,7 +525,7 @@ def evaluate_only(cfg: TrainConfig) -> dict[str, float]:
     device = pick_device(cfg.device)
     data, _ = read_data(cfg)
     tokenizer = Tokenizer.from_checkpoint(cfg.model.checkpoint, max_length=cfg.model.max_length)
-    model = make_model(cfg, device, extras.Hooks(cfg))
+    model = make_model(cfg, device)
     RunFolder(cfg.evaluate).load_best(model)
     metrics = dev_metrics(model, data, tokenizer, cfg, device)
     print("dev: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))

@@ -449,7 +449,7 @@ def problems(
 
 
 def inside_an_earlier_run(cfg: TrainConfig) -> Iterator[str]:
-    """The run a command starts from or builds on (--add_to, --init_from, --adapters_from) is
+    """The run a command starts from or builds on (--add_to, --init_from, an extra's first stage) is
     read again whenever the new run's model is built: --out_dir must neither be it nor lie
     inside it, where --overwrite would remove it or the new run's files would mix with its."""
     for flag, earlier in (

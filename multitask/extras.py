@@ -26,23 +26,23 @@ from multitask.errors import UsageError
 
 @dataclasses.dataclass(frozen=True)
 class Extra:
-    """One optional part. ``flags``: each flag its ``Settings`` declare and the value that
-    leaves it off (a tree without the extra accepts a saved config.json at those values);
-    ``choices``: (core flag, choice, what it does) for each choice it adds to a core flag, such
-    as ("step_gradient", "pcgrad", ...); ``needs``: the extras whose settings its hooks read;
-    ``hooks``: the module holding its hooks where that is not ``module`` (a part of minbert/,
-    which imports nothing of the driver's); ``where``: its flags that say where a run runs, not
-    what it trains (a --resume may change them); ``merged``: its list flags that, given twice,
-    are merged; ``kinds``: the plug-in kinds it brings (``minbert/plugins/<kind>.py``), which a
-    tree without the extra lacks too; ``parts``: its other modules (its helpers, a command);
-    ``uses``: the other extras whose modules it imports;
+    """One optional part. ``flags``: each flag its ``Settings`` declare and the value that leaves
+    it off (a tree without the extra accepts a saved config.json at those values); ``choices``:
+    (core flag, choice, what it does) for each choice it adds to a core flag, such as
+    ("step_gradient", "pcgrad", ...); ``needs``: the extras whose settings its part reads;
+    ``hooks``: the module offering its ``for_run`` where that is not ``module`` (a part of
+    minbert/, which imports nothing of the driver's); ``where``: its flags that say where a run
+    runs, not what it trains (a --resume may change them); ``merged``: its list flags that,
+    given twice, are merged; ``kinds``: the plug-in kinds it brings
+    (``minbert/plugins/<kind>.py``), which a tree without the extra lacks too; ``parts``: its
+    other modules (its helpers, a command); ``uses``: the other extras whose modules it imports;
     ``default``: the core flags whose default is its choice where this tree has it; ``reports``:
-    its part is told what a run logs (``on_start``, ``on_log``, ``on_evaluate``, ``on_end``),
-    so pretrain_mlm.py offers it too; ``writes``: the files it writes in a run folder (glob
-    patterns, part of the folder's layout: multitask/run.py).
-    ``instead``: for an extra that changes only how fast a run goes or what it reports, never
-    the model or its outputs, the core's value of each flag it sets or adds a choice to: a tree
-    without it reads a run that used it as if run with these (None: it changes the run)."""
+    its part is told what a run logs (``on_start``, ``on_log``, ``on_evaluate``, ``on_end``), so
+    MLM pretraining offers it too; ``writes``: the files it writes in a run folder (glob
+    patterns, part of the folder's layout: multitask/run.py); ``instead``: for an extra that
+    changes only how fast a run goes or what it reports, never the model or its outputs, the
+    core's value of each flag it sets or adds a choice to: a tree without it reads a run that
+    used it as if run with these (None: it changes the run)."""
 
     name: str
     module: str

@@ -40,7 +40,7 @@ from multitask.collate import Batch
 from tasks.base import Task, get_task
 from tasks.heads import PAIR_ENCODINGS, REPRESENTATIONS, sentence_representation
 
-# The one place the core names an extra: AdapterFusion (multitask/fusion.py) is a plug-in kind
+# The one place the core names an extra: AdapterFusion (the fusion extra) is a plug-in kind
 # whose sources, a finished adapter run's adapters, are part of the model itself, loaded wherever
 # a fusion run's model is built (training, --resume, --evaluate, predict, export), most of those
 # outside a run and its extras' parts; building it through a hook would leave them without it.
