@@ -374,7 +374,7 @@ def collect(run_dir: Path) -> dict:
     sizes = {p.name: p.stat().st_size for p in run_dir.glob("task-*.safetensors")}
     return {
         # every setting the run trained with, so that a later change of a default cannot hide
-        # what it ran (tests/lab/test_suites.py compares each suite row with it)
+        # what it ran (tests/benchmarks/test_suites.py compares each suite row with it)
         "settings": json.loads((run_dir / "config.json").read_text()),
         "best": best,
         "evaluations": metrics,

@@ -170,7 +170,7 @@ def events(folder: Path) -> Any:
     serialized without its wall_time."""
     from tensorboard.compat.proto import event_pb2
 
-    from multitask.tensorboard_report import records
+    from extras.tensorboard_report import records
 
     out = []
     for path in sorted(folder.glob(EVENTS)):

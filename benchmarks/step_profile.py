@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         **profiled(run, names, states),
     }
     if run.cfg.extras["compiled"].compile:
-        from multitask.compiled import compilations
+        from extras.compiled import compilations
 
         result["compiled_graphs"] = compilations()
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

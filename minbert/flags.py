@@ -214,10 +214,19 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def has_module(name: str) -> bool:
+    """Whether this tree has module ``name``'s file, its package too (a tree may leave a whole
+    package out)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # its package is missing
+        return False
+
+
 def offered(flag: Flag) -> bool:
     """Whether this tree has the code of ``flag`` (its ``needs`` module, if it names one)."""
     needs = flag.field.metadata.get("needs")
-    return not isinstance(needs, str) or importlib.util.find_spec(needs) is not None
+    return not isinstance(needs, str) or has_module(needs)
 
 
 def shown_metavar(flag: Flag) -> str | None:
@@ -227,7 +236,7 @@ def shown_metavar(flag: Flag) -> str | None:
     choices, needs = _choices(flag.type), flag.field.metadata.get("needs")
     if choices is None or not isinstance(needs, dict):
         return flag.field.metadata.get("metavar")
-    offered = [c for c in choices if c not in needs or importlib.util.find_spec(needs[c])]
+    offered = [c for c in choices if c not in needs or has_module(needs[c])]
     return "{" + ",".join(map(str, offered)) + "}"
 
 

@@ -1,5 +1,5 @@
 """Read a pretrained BERT checkpoint directory (Hugging Face layout) into a ``BertModel``, and
-write one (``save_checkpoint_dir``: what further MLM pretraining and ``multitask.export`` write).
+write one (``save_checkpoint_dir``: what further MLM pretraining and ``tools.export`` write).
 
 A checkpoint directory holds ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``.
 Key fix-up, and nothing else (the module names already match):

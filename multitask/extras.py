@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
+from minbert.flags import has_module
 from multitask.errors import UsageError
 
 
@@ -69,8 +69,8 @@ class Extra:
         return tuple(f"{m.replace('.', '/')}.py" for m in (*modules, *self.parts))
 
     def present(self) -> bool:
-        """Whether this tree has the extra's code."""
-        return all(importlib.util.find_spec(module) is not None for module in self.modules())
+        """Whether this tree has the extra's code (the student tree has none of them)."""
+        return all(has_module(module) for module in self.modules())
 
     def problem(self) -> str:
         """Why the extra's present code does not import, in words naming the file and line
@@ -91,27 +91,27 @@ class Extra:
 EXTRAS = (
     Extra(
         "distillation",
-        "multitask.distillation",
+        "extras.distillation",
         flags=(("teachers", []), ("teacher_annealing", False), ("teacher_weight", None)),
         merged=("teachers",),
         writes=("teacher-outputs.safetensors",),
     ),
     Extra(
         "fusion",
-        "multitask.fusion",
+        "extras.fusion",
         choices=(("option", "fusion", "AdapterFusion over a finished adapter run's adapters"),),
         kinds=("fusion",),
-        parts=("multitask.fusion_weights",),
+        parts=("tools.fusion_weights",),
     ),
     Extra(
         "pcgrad",
         "minbert.pcgrad",
         choices=(("step_gradient", "pcgrad", "summed, conflicts projected"),),
-        hooks="multitask.pcgrad_update",
+        hooks="extras.pcgrad_update",
     ),
     Extra(
         "compiled",
-        "multitask.compiled",
+        "extras.compiled",
         flags=(("compile", False), ("compile_mode", "auto")),
         needs=("distillation",),
         where=("compile", "compile_mode"),
@@ -121,20 +121,20 @@ EXTRAS = (
         "optimizer_foreach",
         "minbert.optimizer_foreach",
         choices=(("optimizer", "foreach", "the same, multi-tensor"),),
-        hooks="multitask.foreach_optimizer",
+        hooks="extras.foreach_optimizer",
         default=("optimizer",),
         instead=(("optimizer", "adamw"),),
     ),
     Extra(
         "fused_adamw",
-        "multitask.fused_adamw",
+        "extras.fused_adamw",
         choices=(("optimizer", "fused", "torch's fused AdamW"),),
         instead=(("optimizer", "adamw"),),
     ),
-    Extra("peft_format", "multitask.peft_format", flags=(("init_lora", []),)),
+    Extra("peft_format", "extras.peft_format", flags=(("init_lora", []),)),
     Extra(
         "tensorboard",
-        "multitask.tensorboard_report",
+        "extras.tensorboard_report",
         flags=(("report_to", "none"),),
         instead=(("report_to", "none"),),
         reports=True,
@@ -142,9 +142,9 @@ EXTRAS = (
     ),
     Extra(
         "cuda_graphs",
-        "multitask.cuda_graphs",
+        "extras.cuda_graphs",
         flags=(("cuda_graphs", "auto"),),
-        parts=("multitask.device_lr", "multitask.static_batch"),
+        parts=("extras.device_lr", "extras.static_batch"),
         needs=("compiled", "distillation"),
         uses=("optimizer_foreach",),
         where=("cuda_graphs",),

@@ -1,12 +1,11 @@
 """A finished run opened outside the driver: its settings, its tokenizer and one task's model.
 
-``python -m multitask.predict`` and ``python -m multitask.export`` use this; so can your own code::
+The full project's finished-run tools (predictions, exports) and its runs that teach another
+use this; so can your own code::
 
     run = TrainedRun("runs/adapter-annealed")
     model = run.task_model("sts")          # eval mode, on the CPU
     tokenizer = run.tokenizer()
-
-Design notes: docs/design/multitask.md.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from course.authoring.unused_names import mark_unused
 from minbert.checkpoint import WriteError, atomic_write
 from minbert.flags import ArgumentParser, nonempty_path
 from multitask.extras import EXTRAS
+from tools import MOVED
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,6 +51,7 @@ MARKER_PREFIXES = ("# BEGIN SOLUTION", "# END SOLUTION")
 # is copied).
 INSTRUCTOR_ONLY = (
     *(file for extra in EXTRAS for file in extra.files()),
+    *(f"{old.replace('.', '/')}.py" for old in MOVED),  # a moved command's old name
     "tests/model/test_optimizer_foreach.py",
     "tests/course/test_scaffold.py",
     "tests/course/test_student_tree_names.py",  # what the student tree names, against the project

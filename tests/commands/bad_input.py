@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import minbert.checkpoint
-import multitask.attention
-import multitask.export
-import multitask.predict
 import pretrain_mlm
 import sanity_check
+import tools.attention
+import tools.export
+import tools.predict
 import train_multitask
 from course.authoring import scaffold
 from course.grading import autograder, grade, report
-from multitask import fusion_weights
 from tests.helpers import run_driver, short_run
+from tools import fusion_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = short_run(epochs=1, steps=2)
@@ -61,13 +61,13 @@ def references(argv: list[str]) -> int:
 
 # Each command's ``main(argv)``, by the name a case gives it.
 COMMANDS = {
-    "predict": multitask.predict.main,
-    "export": multitask.export.main,
+    "predict": tools.predict.main,
+    "export": tools.export.main,
     "mlm": pretrain_mlm.main,
     "driver": train_multitask.main,
     "grader": sanity_check.main,
     "scaffold": scaffold.main,
-    "attention": multitask.attention.main,
+    "attention": tools.attention.main,
     "runner": suite_runner,
     "weights": fusion_weights.main,
     "gradescope": autograder.main,  # the zip: python -m course.grading.autograder
@@ -115,9 +115,7 @@ class RunStore:
             return self.driver("adapter4", *sizes)
         if name == "peft":
             lora = self.driver("lora", "--option", "lora", "--tasks", "sst")
-            assert (
-                multitask.export.main([str(lora), str(self.root / "peft"), "--format", "peft"]) == 0
-            )
+            assert tools.export.main([str(lora), str(self.root / "peft"), "--format", "peft"]) == 0
             return self.root / "peft"
         if name == "added":
             return self.driver("added", "--add_to", self["adapter"], "--tasks", "sts")

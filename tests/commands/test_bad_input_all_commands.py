@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-import multitask.export
-import multitask.predict
 import multitask.run
 import pretrain_mlm
+import tools.export
+import tools.predict
 import train_multitask
 from tests.commands.bad_input import (
     ROOT,
@@ -45,14 +45,14 @@ TABLES = (
 
 READ_ONLY_SCRIPT = """
 import contextlib, io, json, sys
-import multitask.export, multitask.predict, pretrain_mlm, train_multitask
+import tools.export, tools.predict, pretrain_mlm, train_multitask
 from tests.commands.bad_input import mlm_argv
 run, ckpt, data, ro, text = sys.argv[1:6]
 driver = ["--checkpoint", ckpt, "--data_dir", data, "--batch_size", "4", "--max_length", "32"]
 calls = {
-    "predict": (multitask.predict.main, [run, "--task", "sst", "--input", text, "--output",
+    "predict": (tools.predict.main, [run, "--task", "sst", "--input", text, "--output",
                                          ro + "/o.txt"]),
-    "export": (multitask.export.main, [run, ro + "/exported"]),
+    "export": (tools.export.main, [run, ro + "/exported"]),
     "mlm": (pretrain_mlm.main, mlm_argv(ckpt, data, ro + "/mlm")),
     "evaluate": (train_multitask.main, [*driver, "--evaluate", run, "--out_dir", ro + "/ev"]),
     "driver": (train_multitask.main, [*driver, "--epochs", "1", "--steps_per_epoch", "2",
@@ -117,7 +117,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(
 ):
     """A real full file system: export (a 4 MB encoder), pretrain_mlm.py (last.pt) and predict
     (into a disk already full) end in one line, exit 1, with no temporary file left."""
-    assert multitask.export.main([str(made["run"]), str(small_disk / "exported")]) == 1
+    assert tools.export.main([str(made["run"]), str(small_disk / "exported")]) == 1
     assert "exported" in one_error_line(capsys.readouterr().err)
     assert list(small_disk.iterdir()) == []
     assert pretrain_mlm.main(mlm_argv(tiny_checkpoint, tiny_data, small_disk / "mlm")) == 1
@@ -129,7 +129,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(
     text = tmp_path / "in.txt"
     text.write_text("a good film\n" * 20)
     argv = [str(made["run"]), "--task", "sst", "--input", str(text)]
-    assert multitask.predict.main([*argv, "--output", str(small_disk / "o.txt")]) == 1
+    assert tools.predict.main([*argv, "--output", str(small_disk / "o.txt")]) == 1
     assert "o.txt" in one_error_line(capsys.readouterr().err)
     assert not (small_disk / "o.txt").exists()
     assert not [p for p in small_disk.iterdir() if p.name.endswith(".tmp")]

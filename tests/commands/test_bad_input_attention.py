@@ -1,4 +1,4 @@
-"""Bad input to ``python -m multitask.attention``: --out never into a run or checkpoint, never
+"""Bad input to ``python -m tools.attention``: --out never into a run or checkpoint, never
 over a file unasked; input that holds nothing; flags at their extremes; Ctrl-C (the promise and
 how a case is run: tests/commands/bad_input.py). A test of its own below: the files it writes,
 and --overwrite."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import multitask.attention
+import tools.attention
 from tests.commands.bad_input import (
     INVISIBLE,
     Case,
@@ -166,7 +166,7 @@ CASES = [
         attention("--out", "{tmp}/f"),
         "interrupted",
         130,
-        interrupt(multitask.attention, "look"),
+        interrupt(tools.attention, "look"),
     ),
     # -- the run's config.json, one reader for all commands --
     *config_cases(
@@ -187,14 +187,14 @@ def test_attention_writes_only_the_files_it_names_and_overwrites_only_when_asked
     (a folder's files beside them stay), and a combining mark on a letter is text."""
     (tmp_path / "fig-2.png").write_text("the user's own\n")
     argv = [str(made["run"]), "--task", "sst", "--input", "cafe\u0301", "--out"]
-    assert multitask.attention.main([*argv, str(tmp_path / "fig.html")]) == 0
+    assert tools.attention.main([*argv, str(tmp_path / "fig.html")]) == 0
     out = capsys.readouterr().out
     assert f"wrote {tmp_path / 'fig.html'}, {tmp_path / 'fig.png'}" in out
     page = (tmp_path / "fig.html").read_bytes()
-    assert multitask.attention.main([*argv, str(tmp_path / "fig.html")]) == 2
+    assert tools.attention.main([*argv, str(tmp_path / "fig.html")]) == 2
     assert "--overwrite" in capsys.readouterr().err
     argv[argv.index("cafe\u0301")] = "a good film"
-    assert multitask.attention.main([*argv, str(tmp_path / "fig"), "--overwrite"]) == 0
+    assert tools.attention.main([*argv, str(tmp_path / "fig"), "--overwrite"]) == 0
     assert (tmp_path / "fig.html").read_bytes() != page
     assert (tmp_path / "fig-2.png").read_text() == "the user's own\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fig-2.png", "fig.html", "fig.png"]

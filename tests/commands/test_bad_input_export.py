@@ -1,4 +1,4 @@
-"""Bad input to ``python -m multitask.export``: never over a run, a checkpoint, the current
+"""Bad input to ``python -m tools.export``: never over a run, a checkpoint, the current
 directory or the user's files (the promise and how a case is run: tests/commands/bad_input.py).
 Tests of their own below: what kill -9 in the middle of an export leaves, and the next export
 that cleans it up."""
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-import multitask.export
+import tools.export
 from tests.commands.bad_input import (
     ROOT,
     Case,
@@ -95,7 +95,7 @@ CASES = [
         export("run", "{tmp}/x"),
         "interrupted",
         130,
-        interrupt(multitask.export, "write_head"),
+        interrupt(tools.export, "write_head"),
     ),
     Case(
         "e-disk-full",
@@ -121,17 +121,17 @@ def test_an_interrupted_exports_temporary_folder_is_removed(made, tmp_path, caps
     stale = tmp_path / ".exported.export-k1ll3d" / "export"
     stale.mkdir(parents=True)
     (stale / "model.safetensors").write_bytes(b"half")
-    assert multitask.export.main([str(made["run"]), str(tmp_path / "exported")]) == 0
+    assert tools.export.main([str(made["run"]), str(tmp_path / "exported")]) == 0
     assert "left by an interrupted export" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exported"]
     assert json.loads((tmp_path / "exported" / "export.json").read_text())["option"] == "finetune"
     again = [str(made["run"]), str(tmp_path / "exported"), "--overwrite"]
-    assert multitask.export.main(again) == 0  # an earlier export is replaced with --overwrite
+    assert tools.export.main(again) == 0  # an earlier export is replaced with --overwrite
 
 
 HELD_EXPORT = """
 import sys, time
-import multitask.export as export
+import tools.export as export
 write_export = export.write_export
 def write_and_hold(*args, **kwargs):
     written = write_export(*args, **kwargs)
@@ -157,5 +157,5 @@ def test_kill_9_mid_export_leaves_no_out_dir_and_the_next_export_cleans_up(made,
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     assert not out.exists() and list(tmp_path.glob(".exported.export-*/export"))
-    assert multitask.export.main([str(made["run"]), str(out)]) == 0
+    assert tools.export.main([str(made["run"]), str(out)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exported"]

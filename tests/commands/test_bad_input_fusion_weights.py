@@ -1,4 +1,4 @@
-"""Bad input to ``python -m multitask.fusion_weights``: --out as the attention command checks
+"""Bad input to ``python -m tools.fusion_weights``: --out as the attention command checks
 it, --limit, the run it reads, a fault (the promise and how a case is run:
 tests/commands/bad_input.py). Tests of their own below: the missing run named as RUN_DIR, and a
 name without a suffix written as .png."""
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from multitask import fusion_weights
 from tests.commands.bad_input import (
     Case,
     Ctx,
@@ -19,6 +18,7 @@ from tests.commands.bad_input import (
     plain,
     then,
 )
+from tools import fusion_weights
 
 RUNS = ("run", "fusion")
 

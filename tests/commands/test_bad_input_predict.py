@@ -1,4 +1,4 @@
-"""Bad input to ``python -m multitask.predict``: the run, the input, the output, a fault,
+"""Bad input to ``python -m tools.predict``: the run, the input, the output, a fault,
 Ctrl-C (the promise and how a case is run: tests/commands/bad_input.py). Tests of their own
 below: an output through a symlink or /dev/stdout, a quoted field over lines, and a fusion run
 whose stage-1 run was trained again."""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-import multitask.predict
+import tools.predict
 from tests.commands.bad_input import (
     INVISIBLE,
     Case,
@@ -141,7 +141,7 @@ CASES = [
         predict(),
         "interrupted",
         130,
-        interrupt(multitask.predict, "head_outputs"),
+        interrupt(tools.predict, "head_outputs"),
     ),
     Case(
         "p-disk-full",
@@ -194,19 +194,19 @@ def test_predict_writes_through_a_symlink_and_dev_stdout(made, tmp_path, capfd):
     link.symlink_to(target)
     (tmp_path / "in.txt").write_text("a good film\n")
     argv = [str(made["run"]), "--task", "sst", "--input", str(tmp_path / "in.txt")]
-    assert multitask.predict.main([*argv, "--output", str(link)]) == 2  # a file of the user's
+    assert tools.predict.main([*argv, "--output", str(link)]) == 2  # a file of the user's
     assert target.read_text() == "old\n"
-    assert multitask.predict.main([*argv, "--output", str(link), "--overwrite"]) == 0
+    assert tools.predict.main([*argv, "--output", str(link), "--overwrite"]) == 0
     assert link.is_symlink() and target.read_text() != "old\n"
     capfd.readouterr()
-    assert multitask.predict.main([*argv, "--output", "/dev/stdout"]) == 0
+    assert tools.predict.main([*argv, "--output", "/dev/stdout"]) == 0
     assert capfd.readouterr().out == target.read_text()
 
 
 def test_predict_reports_a_quoted_field_over_lines_and_keeps_the_count(made, tmp_path, capsys):
     (tmp_path / "q.csv").write_text('id,sentence\n1,"a good\nfilm"\n2,fine\n')
     argv = [str(made["run"]), "--task", "sst", "--input", str(tmp_path / "q.csv")]
-    assert multitask.predict.main(argv) == 0
+    assert tools.predict.main(argv) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 4 and "q.csv:2: a quoted field" in err and "q.csv:3" in err
 

@@ -258,10 +258,10 @@ def absent(name: str):
 
 # (the extra, the config.json key and a value that uses it, the flag and file the line names)
 USES = [
-    ("distillation", "teachers", ["sst=elsewhere"], "--teachers needs multitask/distillation.py"),
-    ("fusion", "option", "fusion", "--option fusion needs multitask/fusion.py"),
+    ("distillation", "teachers", ["sst=elsewhere"], "--teachers needs extras/distillation.py"),
+    ("fusion", "option", "fusion", "--option fusion needs extras/fusion.py"),
     ("pcgrad", "step_gradient", "pcgrad", "--step_gradient pcgrad needs minbert/pcgrad.py"),
-    ("peft_format", "init_lora", ["sst=elsewhere"], "--init_lora needs multitask/peft_format.py"),
+    ("peft_format", "init_lora", ["sst=elsewhere"], "--init_lora needs extras/peft_format.py"),
 ]  # an extra of speed or reports only is read without it: tests/course/test_runs_travel.py
 WITHOUT_EXTRA = [
     Case(

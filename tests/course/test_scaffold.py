@@ -27,6 +27,7 @@ import student_tree_size
 import sanity_check
 from course.authoring import scaffold
 from course.authoring.unused_names import strip_pragma
+from tools import MOVED
 
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISES = [  # the order of GUIDE.md
@@ -188,10 +189,10 @@ def test_round_robin_sampling_needs_no_exercise(student_tree: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "missing"),
     [
-        (["--teachers", "sst=elsewhere"], "multitask/distillation.py"),
-        (["--adapters_from", "elsewhere", "--option", "fusion"], "multitask/fusion.py"),
+        (["--teachers", "sst=elsewhere"], "extras/distillation.py"),
+        (["--adapters_from", "elsewhere", "--option", "fusion"], "extras/fusion.py"),
         (["--step_gradient", "pcgrad"], "minbert/pcgrad.py"),
-        (["--compile"], "multitask/compiled.py"),
+        (["--compile"], "extras/compiled.py"),
     ],
 )
 def test_a_flag_of_the_labs_extras_is_one_line_in_the_student_tree(
@@ -276,7 +277,7 @@ def test_the_size_script_puts_every_python_file_of_the_student_tree_in_one_part(
     parts = {path: student_tree_size.part_of(path) for path in tree}  # exits on two or none
     assert all(parts[p] for p in tree if p.endswith(".py"))
     lab = student_tree_size.lab_parts()
-    assert "multitask/distillation.py" in lab and "minbert/pcgrad.py" in lab
+    assert "extras/distillation.py" in lab and "minbert/pcgrad.py" in lab
     assert all((ROOT / p).is_file() and p not in tree for p in lab)
 
 
@@ -546,7 +547,7 @@ def test_the_student_trees_help_offers_only_what_it_can_run(student_tree: Path) 
     from multitask.extras import EXTRAS
 
     lab = {name: extra.module for extra in EXTRAS for name, _ in extra.flags}
-    lab["adapters_from"] = "multitask.fusion"  # a model setting, offered only with the extra
+    lab["adapters_from"] = "extras.fusion"  # a model setting, offered only with the extra
     assert {"teachers", "compile", "init_lora", "adapters_from", "report_to"} <= set(lab)
     full = run(["train_multitask.py", "--help"], ROOT).stdout
     student = run(["train_multitask.py", "--help"], student_tree).stdout
@@ -564,7 +565,7 @@ def test_the_student_trees_help_offers_only_what_it_can_run(student_tree: Path) 
     for extra_choice in ("pcgrad:", "foreach:", "fused:"):  # nor described in its help
         assert extra_choice in full and extra_choice not in student, extra_choice
     used = run(["train_multitask.py", "--teachers", "sst=x"], student_tree)
-    assert used.returncode == 2 and "needs multitask/distillation.py" in used.stderr
+    assert used.returncode == 2 and "needs extras/distillation.py" in used.stderr
 
 
 def test_the_student_tree_takes_its_parts_by_the_registries_tables() -> None:
@@ -584,3 +585,12 @@ def test_the_student_tree_takes_its_parts_by_the_registries_tables() -> None:
     assert shipped.isdisjoint(f for extra in EXTRAS for f in extra.files())
     manifest = (ROOT / scaffold.MANIFEST).read_text(encoding="utf-8").splitlines()
     assert not [line for line in manifest if re.fullmatch(r"minbert/plugins/\w+\.py", line)]
+
+
+def test_multitask_holds_only_what_the_student_tree_ships():
+    """multitask/ is the core: each of its files ships, but the stubs at the moved commands' old
+    names (tools/__init__.py: MOVED); the extras' and the tools' folders never ship."""
+    shipped = set(scaffold.student_files(ROOT).values())
+    here = {p.relative_to(ROOT).as_posix() for p in (ROOT / "multitask").glob("*") if p.is_file()}
+    assert here - shipped == {f"{old.replace('.', '/')}.py" for old in MOVED}
+    assert [f for f in shipped if f.startswith(("extras/", "tools/"))] == []

@@ -45,7 +45,7 @@ FOLDER_ALTERNATIVES = "|".join(sorted(map(re.escape, FOLDERS)))
 # What names a path, a module or a command, as (kind, pattern); the named thing is group 1.
 NAMING_RULES = (
     # a path inside a top-level folder of the full project: benchmarks/results/x.md, scripts/,
-    # docs/guarantees.md, multitask/export.py, tests/driver/test_peft_export.py (not after a word, a
+    # docs/guarantees.md, tools/export.py, tests/driver/test_peft_export.py (not after a word, a
     # '.', '/' or '-', so that runs/x/tasks/ or --tasks is no such path)
     ("path", re.compile(rf"(?<![\w./-])((?:{FOLDER_ALTERNATIVES})/[\w./*-]*)")),
     # a file name of the project's kinds without a folder: RESULTS.md, GUIDE.md, memory.md,
@@ -53,9 +53,9 @@ NAMING_RULES = (
     ("file name", re.compile(r"(?<![\w./-])([\w-]+\.(?:py|md|toml|txt|pt))\b")),
     # a script run as a program, from the tree's root: python scripts/get_data.py, python3 x.py
     ("script", re.compile(r"\bpython3?\s+([\w./-]+\.py)\b")),
-    # a module run as a program: python -m multitask.attention, python3 -m course.gradescope
+    # a module run as a program: python -m tools.attention, python3 -m course.gradescope
     ("module", re.compile(r"\bpython3?\s+-m\s+([\w.]+)")),
-    # a module imported by name: from multitask.predict import ..., import multitask.fusion
+    # a module imported by name: from tools.predict import ..., import extras.fusion
     ("module", re.compile(r"^[ \t]*(?:from|import)[ \t]+([\w.]+)", re.MULTILINE)),
     # a target of make, in backticks or as a command line: `make data`, "    make test"
     ("make target", re.compile(r"(?:`make[ \t]+|^[ \t]*make[ \t]+)([\w-]+)", re.MULTILINE)),
@@ -129,24 +129,24 @@ def test_every_path_module_and_command_the_student_tree_names_is_in_it(student_t
     assert missing == [], "\n".join(f"{f}: {kind} {name}" for f, kind, name in missing)
 
 
-RULES_SAMPLE = """See `python -m multitask.attention` and python3 pretrain_mlm.py --help, or
+RULES_SAMPLE = """See `python -m tools.attention` and python3 pretrain_mlm.py --help, or
 benchmarks/results/memory.md, RESULTS.md and `make data`; runs/x/tasks/ and --tasks sst are not
 paths. python -m pytest is not the project's.
-    from multitask.predict import main
+    from tools.predict import main
 """
 
 
 def test_the_rules_find_each_kind_of_name(tmp_path: Path) -> None:
     """Each rule on a sample, and in an empty tree everything of the project's is missing."""
     assert set(named(RULES_SAMPLE)) == {
-        ("module", "multitask.attention"),
+        ("module", "tools.attention"),
         ("script", "pretrain_mlm.py"),
         ("file name", "pretrain_mlm.py"),
         ("path", "benchmarks/results/memory.md"),
         ("file name", "RESULTS.md"),
         ("make target", "data"),
         ("module", "pytest"),
-        ("module", "multitask.predict"),
+        ("module", "tools.predict"),
     }
     missing = {
         (kind, name)

@@ -1,4 +1,4 @@
-"""An adapter run's tasks as AdapterHub adapters: ``python -m multitask.export --format adapters``
+"""An adapter run's tasks as AdapterHub adapters: ``python -m tools.export --format adapters``
 writes folders that the ``adapters`` library (1.3.0, in its own environment .venv-adapters, made
 by ``make adapters-env``: it needs an older transformers than the project's) loads onto
 transformers' BERT of the base checkpoint with its own calls, giving minBERT's hidden states
@@ -17,11 +17,11 @@ import torch
 from safetensors.torch import load_file
 
 from minbert.pretrained import default_checkpoint_dir
-from multitask import export as export_command
-from multitask.adapters_format import reduction_factor
 from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tests.helpers import run_driver, short_run
+from tools import export as export_command
+from tools.adapters_format import reduction_factor
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_PYTHON = ROOT / ".venv-adapters" / "bin" / "python"

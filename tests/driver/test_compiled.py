@@ -1,7 +1,7 @@
-"""--compile: the step's forward and loss through torch.compile (multitask/compiled.py) train as
+"""--compile: the step's forward and loss through torch.compile (extras/compiled.py) train as
 the eager step does, compile once per task rather than once per padded length, and refuse the
 options they do not support with one line. On the CPU (Inductor's default mode; CUDA graphs
-need a GPU: tests/lab/test_gpu_check.py and benchmarks/gpu_check.py run that path there)."""
+need a GPU: tests/benchmarks/test_gpu_check.py and benchmarks/gpu_check.py run that path there)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch._dynamo
 import torch._inductor.config
 from safetensors.torch import load_file
 
+from extras.compiled import CompiledStep, compilations, mode_for
 from minbert.tokenizer import Tokenizer
 from multitask.collate import EncodedSplit
-from multitask.compiled import CompiledStep, compilations, mode_for
 from multitask.model import ModelSettings, build_model
 from multitask.step import TrainingStep
 from tasks import get_task

@@ -1,4 +1,4 @@
-"""What the CUDA-graphed step (multitask/cuda_graphs.py) rests on, checked on the CPU: the static
+"""What the CUDA-graphed step (extras/cuda_graphs.py) rests on, checked on the CPU: the static
 buffers a replay reads, the learning rates as a device tensor the schedule writes in place, the
 multi-tensor AdamW's update with that tensor rate (equal to the float rate's; a skipped step
 leaves everything as it was), and the one line of each fallback. The captured step itself
@@ -15,13 +15,13 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from extras.cuda_graphs import decide, fallback_reason, refuse_off_gpu
+from extras.device_lr import DeviceRates
+from extras.static_batch import StaticBatch, padded_width
 from minbert.optimizer import param_groups
 from minbert.optimizer_foreach import ForeachAdamW
 from multitask.collate import Batch
-from multitask.cuda_graphs import decide, fallback_reason, refuse_off_gpu
-from multitask.device_lr import DeviceRates
 from multitask.errors import UsageError
-from multitask.static_batch import StaticBatch, padded_width
 from multitask.step import DeviceFlagged, HostChecked, LinearWarmupDecay
 from tests.helpers import run_driver
 
@@ -209,7 +209,7 @@ def test_a_run_that_can_be_captured_is_on_cuda_with_on_and_silent_elsewhere(caps
 def test_auto_is_off_on_a_gpu_until_the_graphed_step_is_measured(capsys):
     """No GPU run has timed the graphed step against eager yet: the default stays eager, and
     the help says so."""
-    from multitask import cuda_graphs
+    from extras import cuda_graphs
 
     assert cuda_graphs.AUTO_CAPTURES_ON_A_GPU is False
     assert decide("auto", torch.device("cuda"), None) is False

@@ -1,4 +1,4 @@
-"""Teachers distilled into the multitask model (multitask/distillation.py, BAM!): λ over the
+"""Teachers distilled into the multitask model (extras/distillation.py, BAM!): λ over the
 steps, the mixed targets of each task kind on hand-made logits, λ = 1 as today's loss bit for
 bit, the teacher outputs kept in the run folder and reused by a resume that equals the
 uninterrupted run, and bad teacher folders refused before anything is written."""
@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import train_multitask
+from extras.distillation import CACHE, gold_weight
 from minbert.checkpoint import load_tensors
-from multitask.distillation import CACHE, gold_weight
 from tasks import get_task
 from tests.helpers import driver_argv, kill_when_resumable, run_driver, short_run
 

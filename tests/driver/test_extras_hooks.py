@@ -24,6 +24,7 @@ from multitask import extras
 from multitask.config import parse_args
 from tests.helpers import driver_argv, rules_hold_in, run_driver, short_run
 from tests.structure.test_recipes import driver_code, follow, read_recipe, run_in
+from tools import MOVED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,16 +78,16 @@ def test_the_words_cover_every_extra():
     assert named_extras("a fused_adamw_like thing", words) == set()
 
 
-CORE = ROOT / "course" / "authoring" / "student_tree.txt"
 # The one core file that names an extra, and the extra (multitask/model.py says why).
 NAMED_BY_THE_CORE = {"multitask/model.py": {"fusion"}}
 
 
 def core_files() -> list[str]:
-    """The driver and every file of multitask/ the student tree ships, but the extras' table."""
-    lines = CORE.read_text(encoding="utf-8").splitlines()
-    shipped = [line.strip() for line in lines if line.startswith("multitask/")]
-    return ["train_multitask.py", *(f for f in shipped if f != "multitask/extras.py")]
+    """The driver and every file of multitask/ (the core, what the student tree ships), but the
+    extras' table and the moved commands' stubs (they name the tools' new homes)."""
+    stubs = {f"{old.replace('.', '/')}.py" for old in MOVED}
+    shipped = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "multitask").glob("*.py"))
+    return ["train_multitask.py", *(f for f in shipped if f not in {*stubs, "multitask/extras.py"})]
 
 
 @pytest.mark.parametrize("name", core_files())

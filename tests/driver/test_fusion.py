@@ -14,12 +14,12 @@ from safetensors.torch import load_file
 import train_multitask
 from minbert.bert import BertConfig, BertModel
 from minbert.plugins import add_plugin, count_formula, freeze_for_plugins
-from multitask import attention as attention_command
-from multitask import fusion_weights
 from multitask.config import parse_args
 from multitask.errors import UsageError
 from multitask.trained import TrainedRun
 from tests.helpers import driver_argv, short_run, tiny_run
+from tools import attention as attention_command
+from tools import fusion_weights
 
 SOURCES = ["sst", "para", "sts"]
 

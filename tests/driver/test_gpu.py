@@ -79,7 +79,7 @@ def test_a_killed_gpu_run_resumes(tiny_checkpoint, tiny_data, tmp_path):
         torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=2e-2)
 
 
-# The whole step as CUDA graphs (multitask/cuda_graphs.py) against the eager step, 50 steps of the
+# The whole step as CUDA graphs (extras/cuda_graphs.py) against the eager step, 50 steps of the
 # three tasks in turn on the tiny model. Tolerances: fp32 within 1e-4 relative (the float32 device
 # rate rounds 1 - lr·λ once more, and the embedding backward adds in a nondeterministic order);
 # bf16 to bf16's precision, as the resume test above.
@@ -124,9 +124,9 @@ def train_graphed_or_eager(checkpoint, graphed: bool, bf16: bool, batches, dropo
     the losses (on the host) and the weights after each step."""
     import contextlib
 
+    from extras.cuda_graphs import GraphedSteps
+    from extras.device_lr import DeviceRates
     from minbert.optimizer_foreach import ForeachAdamW
-    from multitask.cuda_graphs import GraphedSteps
-    from multitask.device_lr import DeviceRates
     from multitask.model import ModelSettings, build_model
     from multitask.step import (
         DeviceFlagged,

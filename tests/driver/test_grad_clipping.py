@@ -11,10 +11,10 @@ import copy
 import pytest
 import torch
 
+from extras.pcgrad_update import PCGrad
 from minbert.optimizer import adamw_for
 from minbert.optimizer_foreach import ForeachAdamW
 from minbert.pcgrad import surgery
-from multitask.pcgrad_update import PCGrad
 from multitask.step import DeviceFlagged, HostChecked, TrainingStep, parameters, train_step
 
 BOUND = 1e-2  # far below the tiny model's gradient norm: the clip binds

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
+from extras.pcgrad_update import PCGrad
 from minbert.optimizer import adamw_for
 from minbert.pcgrad import project_conflicting, surgery
-from multitask.pcgrad_update import PCGrad
 from multitask.step import HostChecked, TrainingStep, train_step
 from tests.helpers import run_driver
 

@@ -1,4 +1,4 @@
-"""A LoRA run's tasks as PEFT adapters and back: ``python -m multitask.export --format peft``
+"""A LoRA run's tasks as PEFT adapters and back: ``python -m tools.export --format peft``
 writes folders that ``peft.PeftModel.from_pretrained`` loads onto transformers' ``BertModel`` of
 the base checkpoint with minBERT's hidden states (within 1e-5) and head outputs; ``--init_lora``
 starts a run's LoRA from such a folder bit for bit; what PEFT cannot hold, and folders of another
@@ -15,13 +15,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import train_multitask
+from extras.peft_format import write_adapter
 from minbert.pretrained import default_checkpoint_dir
-from multitask import export as export_command
-from multitask import predict as predict_command
 from multitask.collate import Batch
-from multitask.peft_format import write_adapter
 from multitask.trained import TrainedRun
 from tests.helpers import driver_argv, run_driver, short_run
+from tools import export as export_command
+from tools import predict as predict_command
 
 peft = pytest.importorskip("peft")
 SENTENCES = ["a good film", "what a bad movie, said the cat", "how do you do"]

@@ -1,6 +1,6 @@
-"""Using a trained run outside the driver: ``python -m multitask.predict`` reproduces the run's own
+"""Using a trained run outside the driver: ``python -m tools.predict`` reproduces the run's own
 prediction files bit for bit from every input format, keeps order and line count around bad
-lines; ``python -m multitask.export`` writes directories that Hugging Face ``transformers`` loads
+lines; ``python -m tools.export`` writes directories that Hugging Face ``transformers`` loads
 into the same encoder (within 1e-5) and tokenizes identically, and refuses what it cannot hold."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from minbert.tokenizer import Tokenizer
-from multitask import export as export_command
-from multitask import predict as predict_command
 from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tasks import get_task
 from tasks.base import read_predictions
 from tests.helpers import tiny_run
+from tools import export as export_command
+from tools import predict as predict_command
 
 TASKS = ("sst", "para", "sts")
 

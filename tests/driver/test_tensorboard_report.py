@@ -1,4 +1,4 @@
-"""--report_to tensorboard (multitask/tensorboard_report.py, a lab extra in one file): a tiny
+"""--report_to tensorboard (extras/tensorboard_report.py, a lab extra in one file): a tiny
 run's event files hold the losses of train_log.jsonl, the metrics of metrics.jsonl and the
 learning rate; without the tensorboard package the flag is refused before anything runs."""
 
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import train_multitask
-from multitask import tensorboard_report
+from extras import tensorboard_report
 from tests.helpers import driver_argv, run_driver, short_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """Attention maps: ``attention_maps(model)`` (hooks on the layers) against transformers'
 ``output_attentions`` on the packaged checkpoint (within 1e-5), LoRA and PAL attention consistent
-with the layers' own outputs, and ``python -m multitask.attention``: the page's inlined data equals
+with the layers' own outputs, and ``python -m tools.attention``: the page's inlined data equals
 the model's attention, the figure's grid is layers × heads, bad inputs are one ``error:`` line,
 and the page loads in headless Chromium without a console error (where Chromium is installed)."""
 
@@ -23,11 +23,11 @@ from minbert.bert import BertConfig, BertModel, BertSelfAttention, extended_atte
 from minbert.plugins import add_plugin
 from minbert.pretrained import default_checkpoint_dir, load_pretrained
 from minbert.tokenizer import Tokenizer
-from multitask import attention as attention_command
 from multitask.collate import Batch
 from multitask.trained import TrainedRun
 from tasks import get_task
 from tests.helpers import tiny_run
+from tools import attention as attention_command
 
 SENTENCES = ["a gorgeous, witty film", "The cat sat on the mat."]
 PAIR = ("How do I learn to cook?", "What is the best way to learn cooking?")

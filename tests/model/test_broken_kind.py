@@ -58,16 +58,16 @@ def test_a_broken_kind_fails_only_its_own_option(tiny_checkpoint, tiny_data, tmp
     assert not (tmp_path / "pals" / "best.safetensors").exists()
 
 
-@pytest.mark.parametrize("broken", ["minbert/plugins/pals.py", "multitask/distillation.py"])
+@pytest.mark.parametrize("broken", ["minbert/plugins/pals.py", "extras/distillation.py"])
 def test_predict_of_an_adapter_run_needs_no_other_part(
     broken, tiny_checkpoint, tiny_data, tmp_path
 ):
-    """``python -m multitask.predict`` of an adapter run, in a copy whose other plug-in kind's
+    """``python -m tools.predict`` of an adapter run, in a copy whose other plug-in kind's
     (or extra's) file does not compile: the adapter's predictions, as in the whole tree."""
     run = tiny_run(tiny_checkpoint, tiny_data, tmp_path / "adapter", "--option", "adapter")
     code, _ = broken_file(tmp_path / "code", broken)
     (tmp_path / "in.txt").write_text("a good film\na bad film\n", encoding="utf-8")
-    predict = [sys.executable, "-m", "multitask.predict", str(run), "--task", "sst"]
+    predict = [sys.executable, "-m", "tools.predict", str(run), "--task", "sst"]
     predict += ["--input", str(tmp_path / "in.txt")]
     here = subprocess.run(predict, cwd=ROOT, capture_output=True, text=True, timeout=600)
     there = subprocess.run(predict, cwd=code, capture_output=True, text=True, timeout=600)
@@ -76,8 +76,8 @@ def test_predict_of_an_adapter_run_needs_no_other_part(
 
 
 FINISHED_RUN_COMMANDS = {  # what each writes into its OUT folder, from an adapter run
-    "export adapters": ["multitask.export", "{run}", "{out}", "--format", "adapters"],
-    "attention": ["multitask.attention", "{run}", "--task", "sst", "--input", "a film"]
+    "export adapters": ["tools.export", "{run}", "{out}", "--format", "adapters"],
+    "attention": ["tools.attention", "{run}", "--task", "sst", "--input", "a film"]
     + ["--out", "{out}/film"],
 }
 
@@ -90,7 +90,7 @@ def written(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("command", list(FINISHED_RUN_COMMANDS))
-@pytest.mark.parametrize("broken", ["minbert/plugins/pals.py", "multitask/distillation.py"])
+@pytest.mark.parametrize("broken", ["minbert/plugins/pals.py", "extras/distillation.py"])
 def test_the_finished_run_commands_need_no_other_part(
     command, broken, tiny_checkpoint, tiny_data, tmp_path
 ):
@@ -113,7 +113,7 @@ def test_the_finished_run_commands_need_no_other_part(
 def test_a_broken_extra_fails_only_its_own_flags(tiny_checkpoint, tiny_data, tmp_path) -> None:
     """An extra whose file does not compile takes no part: ``--help`` lists the other extras'
     flags, not its own; a run without it trains; its flag is one line naming the file and line."""
-    code, line = broken_file(tmp_path / "code", "multitask/distillation.py")
+    code, line = broken_file(tmp_path / "code", "extras/distillation.py")
 
     helped = driver_in(code, "--help")
     assert helped.returncode == 0, helped.stderr
@@ -132,8 +132,8 @@ def test_a_broken_extra_fails_only_its_own_flags(tiny_checkpoint, tiny_data, tmp
     )
     said = taught.stderr.strip().splitlines()
     assert taught.returncode == 2 and len(said) == 1, taught.stderr
-    assert said[0].startswith("error: --teachers needs multitask/distillation.py")
-    assert f"multitask/distillation.py:{line}: SyntaxError" in said[0]
+    assert said[0].startswith("error: --teachers needs extras/distillation.py")
+    assert f"extras/distillation.py:{line}: SyntaxError" in said[0]
     assert not (tmp_path / "taught").exists()
 
 
@@ -141,7 +141,7 @@ def test_pretraining_with_a_broken_extra_fails_only_its_flag(tiny_checkpoint, ti
     """``pretrain_mlm.py`` in a copy whose TensorBoard reporter does not compile: ``--help`` works
     without ``--report_to``, a run without it pretrains, and ``--report_to tensorboard`` is one
     line naming the file and line."""
-    code, line = broken_file(tmp_path / "code", "multitask/tensorboard_report.py")
+    code, line = broken_file(tmp_path / "code", "extras/tensorboard_report.py")
     copy_of_the_code(code, ("pretrain_mlm.py",))
     mlm = [sys.executable, "pretrain_mlm.py", "--threads", "1"]
     flags = ["--checkpoint", str(tiny_checkpoint), "--data_dir", str(tiny_data), "--tasks", "sst"]
@@ -159,5 +159,5 @@ def test_pretraining_with_a_broken_extra_fails_only_its_flag(tiny_checkpoint, ti
     reported = pretrain("--out_dir", str(tmp_path / "reported"), "--report_to", "tensorboard")
     said = reported.stderr.strip().splitlines()
     assert reported.returncode == 2 and len(said) == 1, reported.stderr
-    assert f"multitask/tensorboard_report.py:{line}: SyntaxError" in said[0]
+    assert f"extras/tensorboard_report.py:{line}: SyntaxError" in said[0]
     assert not (tmp_path / "reported").exists()

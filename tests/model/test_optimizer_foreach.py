@@ -12,11 +12,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from extras.fused_adamw import FusedAdamW
 from minbert.optimizer import AdamW, param_groups
 from minbert.optimizer_foreach import ForeachAdamW
 from multitask import extras
 from multitask.config import parse_args
-from multitask.fused_adamw import FusedAdamW
 from multitask.model import ModelSettings, build_model
 from multitask.step import optimizer_for
 
@@ -142,7 +142,7 @@ def test_a_step_flagged_off_changes_nothing(model):
 
 
 def test_the_fused_path_equals_the_foreach_path_and_obeys_the_flag(model):
-    """``--optimizer fused`` (torch's fused AdamW, multitask/fused_adamw.py): the same 100 steps
+    """``--optimizer fused`` (torch's fused AdamW, extras/fused_adamw.py): the same 100 steps
     within 1e-6 of the foreach path (its kernel rounds in its own order); through the device
     flag, a skipped step changes nothing: equal, exactly, to never drawing it."""
     foreach = train(model, lambda m: ForeachAdamW(groups_of(m), lr=1e-3))

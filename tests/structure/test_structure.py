@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("minbert", "tasks", "multitask", "course")
+PACKAGES = ("minbert", "tasks", "multitask", "extras", "tools", "course")
 ENTRY_POINTS = ("train_multitask", "sanity_check", "pretrain_mlm")
 # The layers, bottom first: a module may import its own layer and those below it, never above.
-LAYERS = ("minbert", "tasks", "multitask", "course")
+LAYERS = ("minbert", "tasks", "multitask", "extras", "tools", "course")
 
 
 def module_name(path: Path) -> str:
@@ -92,7 +92,7 @@ def test_every_module_imports_in_a_fresh_interpreter_in_dependency_order(graph):
 
 def test_driver_reads_top_to_bottom():
     """The driver holds the run's order, not the step's parts: the training step is one use of
-    ``train_step`` (multitask/step.py; or the CUDA graphs that replay it, multitask/cuda_graphs.py),
+    ``train_step`` (multitask/step.py; or the CUDA graphs that replay it, extras/cuda_graphs.py),
     and no backward, update or clipping is written here."""
     source = (ROOT / "train_multitask.py").read_text(encoding="utf-8")
     tree = ast.parse(source)

@@ -24,13 +24,13 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from extras.device_lr import DeviceRates
+from extras.static_batch import StaticBatch, padded_width
 from minbert.flags import setting
 from minbert.optimizer_foreach import ForeachAdamW
 from multitask.collate import Batch
-from multitask.device_lr import DeviceRates
 from multitask.errors import UsageError
 from multitask.extras import Part, StepParts
-from multitask.static_batch import StaticBatch, padded_width
 from multitask.step import DeviceFlagged, train_step
 from tasks.base import Task
 

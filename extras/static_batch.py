@@ -1,5 +1,5 @@
 """A captured step's inputs: fixed device buffers that each replay reads, and which each step's
-batch is copied into first (multitask/cuda_graphs.py).
+batch is copied into first (extras/cuda_graphs.py).
 
     static = StaticBatch(batch, widths, pad_id)  # buffers as ``batch``'s, ``widths`` tokens wide
     static.copy_in(next_batch)                   # the same task and batch size, T <= width

@@ -1,5 +1,5 @@
 """Each parameter group's learning rate as a device tensor, for an update captured in a CUDA
-graph (multitask/cuda_graphs.py): a replay reads its numbers from fixed addresses, so a rate
+graph (extras/cuda_graphs.py): a replay reads its numbers from fixed addresses, so a rate
 baked into the graph as a Python float would stay the rate of the step that was captured.
 
     rates = DeviceRates(optimizer, device)      # one float32 per group, on the device

@@ -1,6 +1,6 @@
 """An adapter run's task as an AdapterHub bottleneck adapter folder (the ``adapters`` library).
 
-    python -m multitask.export RUN_DIR OUT_DIR --format adapters     # OUT_DIR/<task>/ per task
+    python -m tools.export RUN_DIR OUT_DIR --format adapters     # OUT_DIR/<task>/ per task
 
 ``mh_adapter`` is the position after attention (``attention.output``), ``output_adapter`` the one
 after the feed-forward (``output``): houlsby and after_layernorm set both, pfeiffer the second

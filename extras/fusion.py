@@ -10,7 +10,7 @@ the encoder (checkpoint, sentence representation, pair encoding, --max_length, e
 ``best.safetensors`` gives their adapter weights, loaded into ``AdapterFusion.sources``
 (``minbert/plugins/fusion.py``) whenever a fusion run's model is built (training, --resume,
 --evaluate, predict), so that folder must stay where it is. Which adapter each task reads from:
-``python -m multitask.fusion_weights RUN`` (``multitask/fusion_weights.py``).
+``python -m tools.fusion_weights RUN`` (``tools/fusion_weights.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A LoRA run's task as a PEFT adapter folder, and a PEFT adapter folder as a task's LoRA.
 
-    python -m multitask.export RUN_DIR OUT_DIR --format peft     # OUT_DIR/<task>/ per task
+    python -m tools.export RUN_DIR OUT_DIR --format peft     # OUT_DIR/<task>/ per task
     python train_multitask.py --option lora --init_lora sst=OUT_DIR/sst
 
 PEFT (Hugging Face's parameter-efficient fine-tuning library, ``peft``) keeps a LoRA adapter as
