@@ -379,7 +379,7 @@ def test_add_an_extra(tiny_checkpoint, tiny_data, tmp_path):
     count of each task's batches, which is the run's own schedule (summary.json), and a run
     without it trains as before and prints nothing of it."""
     recipe = read_recipe("add-an-extra.md")
-    assert list(recipe.files) == ["multitask/step_count.py"] and len(recipe.diffs) == 1
+    assert list(recipe.files) == ["extras/step_count.py"] and len(recipe.diffs) == 1
     code = follow(recipe, tmp_path / "code")
     (command,) = recipe.commands
     assert "--count_steps" in command

@@ -32,7 +32,7 @@ from tests.helpers import driver_argv, rules_hold_in, short_run
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-CODE = ("minbert", "tasks", "multitask", "train_multitask.py")  # what the driver runs on
+CODE = ("minbert", "tasks", "multitask", "extras", "train_multitask.py")  # what the driver runs on
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 DRIVER = "python train_multitask.py "
 
