@@ -69,6 +69,7 @@ TIERS: dict[str, str] = {
     "tests/commands/test_bad_input_train_multitask.py": SLOW,
     "tests/commands/test_help_texts.py": FAST,
     "tests/commands/test_make_setup.py": SLOW,
+    "tests/commands/test_moved_commands.py": FAST,
     "tests/course/test_add_a_check.py": SLOW,
     "tests/course/test_autograder.py": SLOW,
     "tests/course/test_checks.py": FAST,
