@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import copy_of_the_code, driver_argv, driver_in, short_run, tiny_run
 
 ROOT = Path(__file__).resolve().parents[2]
-CODE = ("minbert", "tasks", "multitask", "train_multitask.py")
+CODE = ("minbert", "tasks", "multitask", "extras", "tools", "train_multitask.py")
 SHORT = short_run(1, 2)
 
 
