@@ -78,6 +78,7 @@ TIERS: dict[str, str] = {
     "tests/course/test_course_layout.py": FAST,
     "tests/course/test_error_shapes.py": FAST,
     "tests/course/test_fail_page.py": FAST,
+    "tests/course/test_instructor_commands_path.py": FAST,
     "tests/course/test_exercise_isolation.py": SLOW,
     "tests/course/test_grade_class.py": SLOW,
     "tests/course/test_grade_containment.py": SLOW,

@@ -1,0 +1,65 @@
+"""The instructor's commands, run as the GUIDE says from a folder that holds a submission's own
+``course/`` package, run the project's code, never the folder's: ``PYTHONPATH=<project> python -P
+-m course...`` (Python 3.11+). Run plainly from that folder, the folder's package is what runs,
+which is why the GUIDE says so."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = (
+    "course.grading.grade",
+    "course.grading.autograder",
+    "course.grading.leaderboard",
+    "course.authoring.scaffold",
+)
+HOSTILE = "raise SystemExit('the folder\\'s own course/ ran')\n"
+
+needs_safe_path = pytest.mark.skipif(sys.version_info < (3, 11), reason="-P is Python 3.11's")
+
+
+def run_in(folder: Path, *argv: str, path: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if path is not None:
+        env["PYTHONPATH"] = path
+    return subprocess.run(
+        [sys.executable, *argv], cwd=folder, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def submission_folder(tmp_path: Path) -> Path:
+    (tmp_path / "course").mkdir()
+    (tmp_path / "course" / "__init__.py").write_text(HOSTILE, encoding="utf-8")
+    return tmp_path
+
+
+@needs_safe_path
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_guides_way_runs_the_projects_command(submission_folder, command):
+    done = run_in(submission_folder, "-P", "-m", command, "--help", path=str(ROOT))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"usage: python -m {command}" in done.stdout
+    assert "ran" not in done.stderr
+
+
+def test_run_plainly_from_that_folder_its_own_course_runs(submission_folder):
+    done = run_in(submission_folder, "-m", "course.grading.grade", "--help", path=str(ROOT))
+    assert done.returncode == 1 and "the folder's own course/ ran" in done.stderr
+
+
+@needs_safe_path
+def test_safe_path_alone_finds_no_course(submission_folder):
+    done = run_in(submission_folder, "-P", "-m", "course.grading.grade", "--help")
+    assert done.returncode == 1 and "No module named 'course'" in done.stderr
+
+
+def test_the_guide_says_the_way_that_works():
+    guide = (ROOT / "GUIDE.md").read_text(encoding="utf-8")
+    assert "`PYTHONPATH=/path/to/minbert python -P -m course.grading.grade ...`" in guide
