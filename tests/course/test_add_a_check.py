@@ -18,7 +18,7 @@ from tests.helpers import copy_of_the_code, rules_hold_in
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "docs" / "add-a-check.md"
-COPIED = ("course", "minbert", "tasks", "multitask", "sanity_check.py")
+COPIED = ("course", "minbert", "tasks", "multitask", "extras", "tools", "sanity_check.py")
 COPIED += ("sanity_check_reference.pt", "GUIDE.md", "pyproject.toml")
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 CORRECT = "    return {name: weight / total for name, weight in weights.items()}\n"
