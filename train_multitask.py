@@ -123,9 +123,7 @@ class Run:
     smart: Smart | None  # its momentum teacher is saved in last.pt
     steps_per_epoch: int
     log: LossLog  # the losses since the last read and line (multitask/step.py)
-    hooks: (
-        extras.Hooks
-    )  # the extras' parts (multitask/extras.py), their hooks fired at fixed places
+    hooks: extras.Hooks  # the extras' parts (multitask/extras.py), each hook fired by name
     step_function: Any = None  # an extra's function in place of train_step, or None: eager
     finite: FiniteWeights = field(default_factory=FiniteWeights)  # checked before each save
 
