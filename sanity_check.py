@@ -18,17 +18,22 @@ import json
 import sys
 from pathlib import Path
 
-from course.checks import CHECKS
-from course.fail_page import page, written_here
-from course.gradescope import POINTS, read_points, results_json
-from course.registry import PASS, Context, format_result, run_check, select
-from minbert.checkpoint import atomic_write_text
-from minbert.flags import ArgumentParser, nonempty_path
-
 ROOT = Path(__file__).resolve().parent
 DEFAULT_REFERENCE = ROOT / "sanity_check_reference.pt"
+# The student tree's grader, packed into one file: first on the import path, so that ``course`` is
+# the grader even where the tree holds a course/ of its own.
+PACKED_GRADER = ROOT / "grader.pyz"
+if PACKED_GRADER.is_file() and str(PACKED_GRADER) not in sys.path:
+    sys.path.insert(0, str(PACKED_GRADER))
 
-__all__ = ["CHECKS", "DEFAULT_REFERENCE", "main"]
+from course.checks import CHECKS  # noqa: E402 (after the packed grader is on the path)
+from course.fail_page import page, written_here  # noqa: E402
+from course.gradescope import POINTS, read_points, results_json  # noqa: E402
+from course.registry import PASS, Context, format_result, run_check, select  # noqa: E402
+from minbert.checkpoint import atomic_write_text  # noqa: E402
+from minbert.flags import ArgumentParser, nonempty_path  # noqa: E402
+
+__all__ = ["CHECKS", "DEFAULT_REFERENCE", "PACKED_GRADER", "main"]
 
 
 def build_parser() -> ArgumentParser:

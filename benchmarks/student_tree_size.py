@@ -1,10 +1,12 @@
 """How large the student tree is, part by part, and what would make it smaller.
 
 The student tree is what ``python -m course.authoring.scaffold OUT`` writes: the files the manifest
-(course/authoring/student_tree.txt) names, with every exercise cut out. Its Python is counted here
-from those student versions, three ways: every line; without blank lines and comments; and code only
-(no docstrings either, where the exercises' equations and papers are written). The aim is at most 80
-files and 9,000 lines.
+(course/authoring/student_tree.txt) names, with every exercise cut out, and the grader packed into
+one file (grader.pyz, course/authoring/pack.py). What a student sees is counted: the tree's files,
+the archive as one file whose Python is not in view (its contents are counted apart). The Python in
+view is counted from the student versions three ways: every line; without blank lines and comments;
+and code only (no docstrings either, where the exercises' equations and papers are written). The aim
+is at most 70 files and 10,500 lines in view.
 
     python benchmarks/student_tree_size.py
 
@@ -20,9 +22,10 @@ from dataclasses import dataclass
 
 import _common
 
+from course.authoring.pack import ARCHIVE
 from course.authoring.scaffold import project_files, read_source, student_files, student_source
 
-AIM_FILES, AIM_LINES = 80, 9_000
+AIM_FILES, AIM_LINES = 70, 10_500
 # The parts of the tree, as the issue lists them: each a label and the path prefixes it holds.
 PARTS = (
     ("the model library, the plug-ins and the optimizer (the exercises)", ("minbert/",)),
@@ -81,14 +84,21 @@ def size_of(text: str) -> Size:
     return Size(1, len(lines), blank, comments, docstrings)
 
 
-def student_tree() -> dict[str, str]:
-    """The student tree's files (target path -> text): the Python ones as the scaffold writes
-    them, the others empty (only their number counts)."""
+def student_tree() -> tuple[dict[str, str], dict[str, str]]:
+    """The student tree's files as a student sees them (target path -> text), the archive of the
+    packed grader one of them with no text in view; and the files packed into it (path inside
+    it -> text). The Python ones as the scaffold writes them, the others empty (only their
+    number counts)."""
     root = _common.ROOT
-    return {
-        target: student_source(read_source(root, rel), rel) if rel.endswith(".py") else ""
-        for target, rel in student_files(root).items()
-    }
+    seen, packed = {}, {}
+    for target, rel in student_files(root).items():
+        text = student_source(read_source(root, rel), rel) if rel.endswith(".py") else ""
+        if target.startswith(f"{ARCHIVE}/"):
+            packed[target.removeprefix(f"{ARCHIVE}/")] = text
+            seen[ARCHIVE] = ""
+        else:
+            seen[target] = text
+    return seen, packed
 
 
 def part_of(path: str) -> str | None:
@@ -137,7 +147,8 @@ def levers(tree: dict[str, str]) -> tuple[list[list[str]], int]:
     out = []
     for label, texts, files in rows:
         size = total(texts, files if files is not None else len(texts))
-        out.append([label, *size.row(), "yes" if size.lines <= AIM_LINES else "no"])
+        within = size.files <= AIM_FILES and size.lines <= AIM_LINES
+        out.append([label, *size.row(), "yes" if within else "no"])
     room = AIM_LINES - total(no_driver, len(no_driver)).lines
     return out, room
 
@@ -147,7 +158,7 @@ def main() -> int:
     report = _common.Report(
         "student-tree-size", "The student tree's size", __doc__.split("\n\n")[1]
     )
-    tree = student_tree()
+    tree, packed = student_tree()
     header = ["files", "lines", "without blanks and comments", "code only"]
     by_part = {label: Size() for label, _ in PARTS}
     for path, text in tree.items():
@@ -155,15 +166,16 @@ def main() -> int:
             by_part[label] += size_of(text)
     other = len(tree) - sum(s.files for s in by_part.values())
     rows = [[label, *size.row()] for label, size in by_part.items()]
-    rows.append(["other files (the guide, data README, requirements, stored references)"])
+    rows.append(["other files (the guide, data README, requirements, references, grader.pyz)"])
     rows[-1] += [f"{other:,}", "", "", ""]
-    rows.append(["the student tree", *total(tree, len(tree)).row()])
+    rows.append(["the student tree, in view", *total(tree, len(tree)).row()])
+    rows.append([f"packed in {ARCHIVE}, not in view", *total(packed, len(packed)).row()])
     report.add("## Part by part\n\n" + _common.table(["part", *header], rows))
     rows, room = levers(tree)
     report.add(
         "## The levers\n\nEach row counts another set of files the same way; the last column says "
-        f"whether its lines are within the aim of {AIM_LINES:,}.\n\n"
-        + _common.table(["what the tree holds", *header, f"≤ {AIM_LINES:,}"], rows)
+        f"whether it is within the aim of {AIM_FILES} files and {AIM_LINES:,} lines.\n\n"
+        + _common.table(["what the tree holds", *header, "within the aim"], rows)
         + f"\n\nWithin the aim, a whole driver (with the model, step, data and evaluation it "
         f"trains with) beside the rest of the tree would have {room:,} lines."
     )

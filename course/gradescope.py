@@ -19,11 +19,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from importlib import resources
 from pathlib import Path
 
 from course.registry import PASS, Check, Result
 
-POINTS = Path(__file__).with_name("points.json")
+# The points of each exercise: a Path in the project, a path inside the archive where the grader
+# is packed (the student tree's grader.pyz)
+POINTS = resources.files(__package__) / "points.json"
 
 
 def read_points(path: Path, exercises: Iterable[str]) -> dict[str, float]:

@@ -14,8 +14,10 @@ import re
 import traceback
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-COURSE_DIR = Path(__file__).resolve().parent
+COURSE_DIR = Path(__file__).resolve().parent  # course/, or grader.pyz/course (packed)
+# The project: the folder that holds course/, or that holds the archive the grader is packed in
+# (the student tree's grader.pyz)
+PROJECT_ROOT = COURSE_DIR.parent if COURSE_DIR.parent.is_dir() else COURSE_DIR.parent.parent
 
 INSTALLED_PARTS = {"site-packages", "dist-packages", ".venv", "venv"}
 

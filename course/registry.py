@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -32,8 +34,9 @@ from minbert.checkpoint import load_trusted
 PASS, FAIL, NOT_IMPLEMENTED = "PASS", "FAIL", "NOT IMPLEMENTED"
 WITHHELD = "WITHHELD"  # class grading only: the grader lost the runner, the check is not scored
 
-# The stored cases of the component checks, written by the instructor's reference script.
-COURSE_DATA = Path(__file__).resolve().parent / "reference_data.pt"
+# The stored cases of the component checks, written by the instructor's reference script: a Path
+# in the project, a path inside the archive where the grader is packed (grader.pyz).
+COURSE_DATA = resources.files(__package__) / "reference_data.pt"
 
 # The tasks every plug-in check builds its plug-in for.
 PLUGIN_TASKS = ["sst", "sts"]
@@ -112,7 +115,10 @@ class Context:
             raise FileNotFoundError(
                 f"{COURSE_DATA} is missing; the instructor's reference script writes it"
             )
-        return load_trusted(COURSE_DATA)  # plain tensors and containers only
+        if isinstance(COURSE_DATA, Path):
+            return load_trusted(COURSE_DATA)  # plain tensors and containers only
+        packed = io.BytesIO(COURSE_DATA.read_bytes())  # torch cannot open a path inside a zip
+        return load_trusted(packed, name=str(COURSE_DATA))
 
     @functools.cached_property
     def model(self) -> torch.nn.Module:

@@ -1,7 +1,8 @@
 """A submission's runner: computes the checks' outputs in its copy of the student tree, for the
 class grader's judge, which alone compares them with the references and grades.
 
-    python -I -B course/runner.py ANSWER_FD
+    python -I -B grader.pyz ANSWER_FD         # the packed grader of the student tree
+    python -I -B course/runner.py ANSWER_FD   # the same, from the project's own folder
 
 Says it is ready on the file descriptor ANSWER_FD, then reads check names from its standard
 input, one a line, and for each runs the check's ``compute`` on this tree's files (the
@@ -16,8 +17,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent  # course/, or grader.pyz/course
+PACKED = not HERE.parent.is_dir()  # run from the archive, which is then first on the path
+ROOT = HERE.parent.parent if PACKED else HERE.parent  # the tree: the student's code
+sys.path.insert(1 if PACKED else 0, str(ROOT))  # after the archive: no course/ here shadows it
 
 import torch  # noqa: E402
 
@@ -55,6 +58,13 @@ def replaced(before: dict[str, object]) -> str:
 
 
 def main() -> None:
+    if len(sys.argv) != 2 or not sys.argv[1].isdigit():  # typed by hand: say what this is
+        said = "this is the class grader's runner, which the grader starts with an answer file"
+        print(
+            f"error: {said} descriptor; to check your code, run python sanity_check.py",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     answers = open(int(sys.argv[1]), "wb", buffering=0)  # noqa: SIM115 (open for the whole run)
     checks = {check.name: check for check in CHECKS}
     ctx = Context(None, ROOT / "sanity_check_reference.pt")

@@ -129,23 +129,27 @@ def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
     atomic_write(path, lambda f: f.write(data))
 
 
-def load_trusted(path: str | Path, map_location: str | torch.device = "cpu") -> Any:
-    """``torch.load`` of plain tensors and containers only (see the module docstring)."""
+def load_trusted(
+    path: str | Path | IO[bytes], map_location: str | torch.device = "cpu", name: str = ""
+) -> Any:
+    """``torch.load`` of plain tensors and containers only (see the module docstring). ``path``
+    may be a file already open (``name``: what the messages call it)."""
+    name = name or str(path)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         first = str(err).splitlines()[0] if str(err) else ""
         if "weights only" in first.lower():
             raise UnsafeCheckpointError(
-                f"{path}: refused to load (only tensors and plain containers are accepted): {err}"
+                f"{name}: refused to load (only tensors and plain containers are accepted): {err}"
             ) from err
         raise UnsafeCheckpointError(
-            f"{path}: corrupted (not a readable torch file: {first})"
+            f"{name}: corrupted (not a readable torch file: {first})"
         ) from err
     except Exception as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UnsafeCheckpointError(
-            f"{path}: corrupted (not a readable torch file: {first})"
+            f"{name}: corrupted (not a readable torch file: {first})"
         ) from err
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import save_file
 
+import sanity_check  # noqa: F401 (puts the student tree's packed grader, grader.pyz, first)
 from minbert.bert import BertConfig, BertModel
 from minbert.pretrained import default_checkpoint_dir
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from course.authoring.pack import ARCHIVE, packed
 from course.authoring.unused_names import mark_unused
 from minbert.checkpoint import WriteError, atomic_write
 from minbert.flags import ArgumentParser, nonempty_path
@@ -309,7 +310,9 @@ def project_files(root: Path) -> list[str]:
 
 def student_files(root: Path) -> dict[str, str]:
     """The student tree's files, target -> source (relative to ``root``): the project's files the
-    manifest's patterns match, and its renamed files; every project file without a manifest."""
+    manifest's patterns match, and its renamed files; every project file without a manifest. A
+    file packed into an archive (``SOURCE => grader.pyz``, ``course/authoring/pack.py``) has the
+    target ``grader.pyz/<its path>``."""
     files = project_files(root)
     manifest = root / MANIFEST
     if not manifest.is_file():
@@ -319,14 +322,20 @@ def student_files(root: Path) -> dict[str, str]:
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        source, _, target = (part.strip() for part in line.partition("->"))
+        source, _, archive = (part.strip() for part in line.partition("=>"))
+        source, _, target = (part.strip() for part in source.partition("->"))
         matched = [rel for rel in files if fnmatch.fnmatch(rel, source)]
         if not matched:
             raise ScaffoldError(f"{MANIFEST}:{number}: {source!r} names no file of the project")
+        if archive != "" and archive != ARCHIVE:
+            raise ScaffoldError(
+                f"{MANIFEST}:{number}: the one archive is {ARCHIVE}, not {archive!r}"
+            )
         if target:
             chosen[target] = source
         else:
-            chosen |= {rel: rel for rel in matched}
+            inside = f"{archive}/" if archive else ""
+            chosen |= {f"{inside}{rel}": rel for rel in matched}
     return dict(sorted(chosen.items()))
 
 
@@ -464,15 +473,21 @@ def _write_record(out_dir: Path, record: dict[str, set[str]]) -> None:
 
 def student_tree(root: Path, remove: Iterable[str] | None) -> dict[str, bytes]:
     """Every file of the student tree (target -> bytes), made before anything is written."""
-    tree = {}
+    tree, archived = {}, {}
     for target, rel in student_files(root).items():
         if rel.endswith((".py", ".md")):
             text = read_source(root, rel)
             student = student_source(text, rel, remove) if rel.endswith(".py") else text
-            tree[target] = (student_part(student) if rel.endswith(".md") else student).encode()
+            data = (student_part(student) if rel.endswith(".md") else student).encode()
         else:
-            tree[target] = (root / rel).read_bytes()
-    return tree
+            data = (root / rel).read_bytes()
+        if target.startswith(f"{ARCHIVE}/"):
+            archived[target.removeprefix(f"{ARCHIVE}/")] = data
+        else:
+            tree[target] = data
+    if archived:
+        tree[ARCHIVE] = packed(archived)
+    return dict(sorted(tree.items()))
 
 
 def _write_tree(out_dir: Path, root: Path, tree: dict[str, bytes], old: dict) -> None:
@@ -482,7 +497,8 @@ def _write_tree(out_dir: Path, root: Path, tree: dict[str, bytes], old: dict) ->
     files = student_files(root)
     _write_record(out_dir, {t: old.get(t, set()) | {_digest(d)} for t, d in tree.items()})
     for target, data in tree.items():
-        _write_file(out_dir / target, data, root / files[target])
+        # the archive's permission bits are the manifest's, which names what it holds
+        _write_file(out_dir / target, data, root / files.get(target, MANIFEST))
     _write_record(out_dir, {t: {_digest(d)} for t, d in tree.items()})
 
 

@@ -1,14 +1,15 @@
 """The judge: grades one submission without running any of its code.
 
-It asks the submission's runner (``course/runner.py``, started by ``course/grading/sandbox.py``) for
-each check's outputs and judges them itself with this project's references: what the runner
-sends is data (``course/wire.py``), and a pass needs the outputs, which the seal hides. Each
-check has its own time limit and the student a budget for all of them; a runner that hangs or
-dies costs that check alone. A fault of the grader is never the student's zero: a runner that
-does not start, or that is killed by a signal nobody in its own tree could send, is tried again
-(``TRIES`` in all), then the check is ``WITHHELD`` and ``Verdict.faults`` says why; unless the
-runner ended the same way in the check on every try (the kernel at a limit the submission set,
-or for its memory): an end that repeats is the submission's, and scored.
+It asks the submission's runner (``course/runner.py``, run from the tree's packed grader
+``grader.pyz``, started by ``course/grading/sandbox.py``) for each check's outputs and judges them
+itself with this project's references: what the runner sends is data (``course/wire.py``), and a
+pass needs the outputs, which the seal hides. Each check has its own time limit and the student a
+budget for all of them; a runner that hangs or dies costs that check alone. A fault of the grader is
+never the student's zero: a runner that does not start, or that is killed by a signal nobody in its
+own tree could send, is tried again (``TRIES`` in all), then the check is ``WITHHELD`` and
+``Verdict.faults`` says why; unless the runner ended the same way in the check on every try (the
+kernel at a limit the submission set, or for its memory): an end that repeats is the submission's,
+and scored.
 
 Design notes: docs/design/course.md.
 """

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course.authoring.pack import ARCHIVE
 from course.grading import landlock, seccomp
 from course.grading.jail import DEVICES, PR_SET_NO_NEW_PRIVS, ROOT_BYTES, TREE, give, libc
 
@@ -481,7 +482,7 @@ def start(
     uid, lock = UserIds().claim() if level in (ROOT, OWN_USER) else (None, None)
     copy = _own_copy(tree, uid) if level == OWN_USER else None
     inside = TREE if level in (ROOT, USER_NAMESPACE) else str(copy or tree)
-    argv = [sys.executable, "-I", "-B", f"{inside}/course/runner.py"]
+    argv = [sys.executable, "-I", "-B", f"{inside}/{ARCHIVE}"]  # the packed grader's runner
     env = {"HOME": inside, "TMPDIR": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     read, write = os.pipe()
     argv.append(str(write))

@@ -78,6 +78,7 @@ def test_grading_imports_of_authoring_only_the_scaffold_and_authoring_no_grading
     assert to_authoring == {
         ("course.grading.grade", SCAFFOLD),
         ("course.grading.autograder", SCAFFOLD),
+        ("course.grading.sandbox", "course.authoring.pack"),  # the packed grader's runner
     }
     to_grading = [
         f"{name} imports {other}"
@@ -91,13 +92,15 @@ def test_grading_imports_of_authoring_only_the_scaffold_and_authoring_no_grading
 
 def test_the_student_tree_ships_nothing_of_grading_or_authoring():
     """The manifest's files, by the scaffold's own reading of it: the shipped ``course/`` files,
-    and none under ``course/grading/`` or ``course/authoring/`` (the student README is written
-    from ``course/authoring/student_readme.md`` under the name README.md)."""
+    all packed into grader.pyz, and none under ``course/grading/`` or ``course/authoring/`` (the
+    student README is written from ``course/authoring/student_readme.md`` under the name
+    README.md)."""
     files = scaffold.student_files(ROOT)
-    targets = set(files)
-    assert {"course/registry.py", "course/runner.py", "course/gradescope.py"} <= targets
-    assert {"course/checks/__init__.py", "course/checks/sampling.py"} <= targets
-    assert [t for t in targets if t.startswith(("course/grading/", "course/authoring/"))] == []
+    packed = {t.removeprefix("grader.pyz/") for t in files if t.startswith("grader.pyz/")}
+    assert {"course/registry.py", "course/runner.py", "course/gradescope.py"} <= packed
+    assert {"course/checks/__init__.py", "course/checks/sampling.py"} <= packed
+    assert [t for t in files if t.startswith("course/")] == []  # in the archive, nowhere else
+    assert [t for t in packed if t.startswith(("course/grading/", "course/authoring/"))] == []
     assert files["README.md"] == "course/authoring/student_readme.md"
 
 

@@ -25,7 +25,7 @@ import pytest
 import student_tree_size
 
 import sanity_check
-from course.authoring import scaffold
+from course.authoring import pack, scaffold
 from course.authoring.unused_names import strip_pragma
 from tools import MOVED
 
@@ -209,11 +209,20 @@ def test_a_flag_of_the_labs_extras_is_one_line_in_the_student_tree(
 
 
 def test_student_tree_is_the_manifest_with_only_the_regions_replaced(student_tree: Path) -> None:
-    copied = {  # what the earlier tests' runs left there (bytecode) and the scaffold's record aside
+    on_disk = {  # what earlier tests' runs left there (bytecode) and the scaffold's record aside
         p.relative_to(student_tree).as_posix()
         for p in student_tree.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.name != scaffold.RECORD
     }
+    # the grader is packed: its files are in the archive, each at its own path, and nowhere else
+    packed = pack.unpacked((student_tree / pack.ARCHIVE).read_bytes())
+    assert "course/registry.py" in packed and not (student_tree / "course").exists()
+    copied = (on_disk - {pack.ARCHIVE}) | {f"{pack.ARCHIVE}/{name}" for name in packed}
+
+    def written(target: str) -> bytes:
+        inside = target.removeprefix(f"{pack.ARCHIVE}/")
+        return packed[inside] if inside != target else (student_tree / target).read_bytes()
+
     # Files that appeared, vanished or changed in this checkout since the tree was written (by
     # someone editing it while the tests run) are not held against the scaffold.
     written_at = (student_tree / "minbert/bert.py").stat().st_mtime  # written, not copied
@@ -229,7 +238,7 @@ def test_student_tree_is_the_manifest_with_only_the_regions_replaced(student_tre
     regions = scaffold.find_exercises(ROOT)
     changed = {r.path for rs in regions.values() for r in rs}
     for target, rel in sorted(stable.items()):
-        original, student = (ROOT / rel).read_bytes(), (student_tree / target).read_bytes()
+        original, student = (ROOT / rel).read_bytes(), written(target)
         if rel.endswith(".md"):
             assert student.decode() == scaffold.student_part(original.decode()), rel
             continue
@@ -272,8 +281,10 @@ def test_the_size_script_counts_blank_comment_and_docstring_lines_as_written_by_
 
 
 def test_the_size_script_puts_every_python_file_of_the_student_tree_in_one_part() -> None:
-    tree = student_tree_size.student_tree()
-    assert tree.keys() == scaffold.student_files(ROOT).keys()
+    tree, packed = student_tree_size.student_tree()
+    files = scaffold.student_files(ROOT)
+    assert tree.keys() | {f"grader.pyz/{p}" for p in packed} == files.keys() | {"grader.pyz"}
+    assert "course/registry.py" in packed and not any(p.startswith("course/") for p in tree)
     parts = {path: student_tree_size.part_of(path) for path in tree}  # exits on two or none
     assert all(parts[p] for p in tree if p.endswith(".py"))
     lab = student_tree_size.lab_parts()
@@ -581,7 +592,7 @@ def test_the_student_tree_takes_its_parts_by_the_registries_tables() -> None:
     kinds = {k for k in KIND_NAMES if f"minbert/plugins/{k}.py" in shipped}
     assert kinds == set(KIND_NAMES) - extras_kinds and "fusion" in extras_kinds
     assert {f"{m.replace('.', '/')}.py" for m in TASK_MODULES} <= shipped
-    assert {f"course/checks/{m}.py" for m in MODULES} <= shipped
+    assert {f"grader.pyz/course/checks/{m}.py" for m in MODULES} <= shipped  # packed
     assert shipped.isdisjoint(f for extra in EXTRAS for f in extra.files())
     manifest = (ROOT / scaffold.MANIFEST).read_text(encoding="utf-8").splitlines()
     assert not [line for line in manifest if re.fullmatch(r"minbert/plugins/\w+\.py", line)]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from course.authoring import scaffold
+from course.authoring import pack, scaffold
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,12 +69,23 @@ NOT_FILES = {
 }
 
 
+def tree_files(tree: Path) -> dict[str, bytes]:
+    """Every file of the tree (path relative to it -> bytes), and every file packed into its
+    grader.pyz at its path inside the archive (``course/registry.py``): what a text names may be
+    in there."""
+    files = {
+        path.relative_to(tree).as_posix(): path.read_bytes()
+        for path in sorted(tree.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    return files | pack.unpacked(files[pack.ARCHIVE])
+
+
 def text_files(tree: Path) -> Iterator[tuple[str, str]]:
-    """(path relative to the tree, text) for every text file of the tree."""
-    for path in sorted(tree.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            if path.suffix in TEXT_SUFFIXES or path.name in TEXT_NAMES:
-                yield path.relative_to(tree).as_posix(), path.read_text(encoding="utf-8")
+    """(path, text) for every text file of the tree, the packed ones too (``tree_files``)."""
+    for rel, data in tree_files(tree).items():
+        if Path(rel).suffix in TEXT_SUFFIXES or Path(rel).name in TEXT_NAMES:
+            yield rel, data.decode("utf-8")
 
 
 def named(text: str) -> Iterator[tuple[str, str]]:
@@ -106,7 +117,7 @@ def exists(tree: Path, files: set[str], kind: str, name: str) -> bool:
 
 def missing_names(tree: Path) -> set[tuple[str, str, str]]:
     """(file, kind, named thing) for every name in the tree's texts that the tree lacks."""
-    files = {p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file()}
+    files = set(tree_files(tree))
     found = set()
     for rel, text in text_files(tree):
         for kind, name in named(text):
@@ -254,32 +265,28 @@ def test_every_flag_a_text_names_is_one_the_student_tree_accepts(
 
 def test_the_gradescope_command_in_the_student_tree_is_one_line(student_tree) -> None:
     """The zip is built by ``python -m course.grading.autograder``, in a package only the
-    instructor's tree has; ``python -m course.gradescope``, the command that built it before
-    grading had a folder of its own, is in the student tree: it says in one line, without a
-    traceback, that the instructor's tree builds the zip."""
+    instructor's tree has. In the student tree the grader is packed (grader.pyz), so neither that
+    command nor ``python -m course.gradescope`` (the one that built it before grading had a folder
+    of its own) finds a module: Python's own one line, naming the package, and nothing written."""
     import subprocess
     import sys
 
-    for argv in (["autograder.zip"], ["--help"]):
+    for module in ("course.gradescope", "course.grading.autograder"):
         done = subprocess.run(
-            [sys.executable, "-m", "course.gradescope", *argv],
+            [sys.executable, "-m", module, "autograder.zip"],
             cwd=student_tree,
             capture_output=True,
             text=True,
             timeout=120,
         )
         lines = done.stderr.strip().splitlines()
-        assert done.returncode == 2 and done.stdout == "" and len(lines) == 1, done.stderr
-        assert lines[0].startswith("error: ") and "instructor's tree" in lines[0]
-    # the new command, typed here: Python's own one line, naming the package the tree lacks
+        assert done.returncode == 1 and done.stdout == "" and len(lines) == 1, done.stderr
+        assert "No module named 'course'" in lines[0]
+    assert not (student_tree / "autograder.zip").exists()
+    # the packed grader run by hand: it is the class grader's runner, and says so in one line
     done = subprocess.run(
-        [sys.executable, "-m", "course.grading.autograder", "autograder.zip"],
-        cwd=student_tree,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "grader.pyz"], cwd=student_tree, capture_output=True, text=True
     )
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and done.stdout == "" and len(lines) == 1, done.stderr
-    assert "No module named 'course.grading'" in lines[0]
-    assert not (student_tree / "autograder.zip").exists()
+    assert done.returncode == 2 and done.stdout == "" and len(lines) == 1, done.stderr
+    assert "python sanity_check.py" in lines[0]
