@@ -52,8 +52,9 @@ def test_a_class_is_graded_each_submission_alone(tmp_path, capsys):
     attack = f"\nfrom pathlib import Path\nPath({str(victim)!r}).write_text('broken')\n"
     attack += f"Path({str(points)!r}).write_text('{{}}')\n"
     submit(subs / "eve", {OPT: solution(OPT) + attack, SAMPLING: solution(SAMPLING)})
-    peek = "\nimport torch\n"
-    peek += "_ = torch.load('course/reference_data.pt', weights_only=False)\n"
+    peek = "\nimport io, torch, zipfile\n"  # the sealed references, read from the packed grader
+    peek += "_ = zipfile.ZipFile('grader.pyz').read('course/reference_data.pt')\n"
+    peek += "_ = torch.load(io.BytesIO(_), weights_only=False)\n"
     submit(subs / "frank", {OPT: solution(OPT) + peek, SAMPLING: solution(SAMPLING)})
     submit(subs / "zed", good)
     with zipfile.ZipFile(subs / "yan.zip", "w") as archive:  # a zip, files at its top

@@ -139,7 +139,7 @@ attempt(lambda: os.kill(1, signal.SIGKILL))
     "kills-the-other-runners": """
 for pid in attempt(lambda: os.listdir("/proc")) or []:
     cmd = attempt(lambda: Path(f"/proc/{pid}/cmdline").read_bytes()) or b""
-    if isinstance(cmd, bytes) and b"runner.py" in cmd and int(pid) != os.getpid():
+    if isinstance(cmd, bytes) and b"grader.pyz" in cmd and int(pid) != os.getpid():
         attempt(lambda: os.kill(int(pid), signal.SIGKILL))
 """,
     "connects-out": """

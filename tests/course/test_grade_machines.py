@@ -140,11 +140,12 @@ def test_two_classes_graded_at_once_get_the_grades_they_get_alone(tmp_path):
 
 
 def runner_pids() -> list[int]:
-    """Runners (their init: the process that runs course/runner.py) of every grader here."""
+    """Runners (their init: the process that runs the packed grader, grader.pyz) of every grader
+    here."""
     found = []
     for pid in sandbox.processes_of(sandbox.RUNNER_UIDS):
         try:
-            if b"runner.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"grader.pyz" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
         except OSError:
             continue

@@ -551,6 +551,30 @@ def test_the_student_tree_with_the_solutions_in_place_passes_its_own_tests(tmp_p
     assert " passed" in result.stdout.splitlines()[-1]
 
 
+def test_a_course_folder_of_the_students_never_shadows_the_packed_grader(tmp_path) -> None:
+    """The student tree's grader is one file, grader.pyz, first on the import path of
+    ``sanity_check.py`` and of the tests: a ``course/`` package the student makes beside it
+    (which Python would find first in the current folder) is never imported."""
+    out = tmp_path / "solved"
+    scaffold.write_student_tree(out, remove=["sampler"])
+    assert not (out / "course").exists() and (out / "grader.pyz").is_file()
+    (out / "course").mkdir()
+    (out / "course" / "__init__.py").write_text('raise SystemExit("the student\'s course/ ran")\n')
+    code = "import sanity_check, course; print(course.__file__)"
+    result = run(["-c", code], out)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()) == out / "grader.pyz" / "course" / "__init__.py"
+    result = run(["sanity_check.py", "--only", "adamw", "--only", "sampler"], out)
+    assert statuses(result.stdout) == {
+        c.name: "NOT IMPLEMENTED" if "sampler" in c.exercises else "PASS"
+        for c in sanity_check.CHECKS
+        if {"adamw", "sampler"} & set(c.exercises)
+    }, result.stdout + result.stderr
+    pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/course/test_checks.py"]
+    result = run([*pytest, "-k", "adamw"], out)
+    assert result.returncode == 0 and " passed" in result.stdout.splitlines()[-1], result.stdout
+
+
 def test_the_student_trees_help_offers_only_what_it_can_run(student_tree: Path) -> None:
     """A flag or choice of a lab extra (multitask/extras.py) is in the full project's --help
     and not in the student tree's, where using it is one line naming what it needs (the test
