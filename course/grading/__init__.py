@@ -9,3 +9,33 @@ Gradescope zip. The grader writes each submission's tree as the scaffold writes 
 so ``grade`` and ``autograder`` import ``course.authoring.scaffold``; nothing here is imported by
 what ships (``course/``).
 """
+
+import sys
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def refuse_a_foreign_current_folder() -> None:
+    """Run as ``python -m course.grading.X`` from a folder that is not the project's, Python
+    imports every module from that folder first: a submission's ``minbert/``, ``tasks/`` or
+    ``torch.py`` there would run in the grader (as root, often). So a grading command refuses, in
+    one line and before anything of the project is imported, unless the folder is the project or
+    Python was told not to look there (``-P``, or ``-I``). A ``course/`` package in the folder
+    runs before this can (nothing of ours is imported then): GUIDE.md says how to run."""
+    argv = sys.orig_argv
+    command = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
+    if not command.startswith("course.grading") or getattr(sys.flags, "safe_path", False):
+        return
+    here = Path(sys.path[0] or ".").resolve()
+    if here != PROJECT:
+        print(
+            f"error: python -m {command} was started in {here}, whose modules Python would "
+            f"import before the project's (a submission's minbert/ or torch.py); run it in "
+            f"{PROJECT}, or as PYTHONPATH={PROJECT} python -P -m {command} ...",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+refuse_a_foreign_current_folder()

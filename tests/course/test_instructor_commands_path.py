@@ -1,7 +1,7 @@
 """The instructor's commands, run as the GUIDE says from a folder that holds a submission's own
 ``course/`` package, run the project's code, never the folder's: ``PYTHONPATH=<project> python -P
 -m course...`` (Python 3.11+). Run plainly from that folder, the folder's package is what runs,
-which is why the GUIDE says so."""
+which is why the GUIDE says so; started in a folder without one, a grading command refuses."""
 
 from __future__ import annotations
 
@@ -47,6 +47,24 @@ def test_the_guides_way_runs_the_projects_command(submission_folder, command):
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"usage: python -m {command}" in done.stdout
     assert "ran" not in done.stderr
+
+
+GRADING = [c for c in COMMANDS if c.startswith("course.grading")]
+
+
+@pytest.mark.parametrize("command", GRADING)
+def test_a_grading_command_started_in_a_foreign_folder_refuses_in_one_line(tmp_path, command):
+    """A submission's folder holding ``minbert/`` (a student tree: its grader is packed, so it has
+    no ``course/``): the project's command, found through PYTHONPATH, refuses before the folder's
+    ``minbert`` can be imported; from the project's root, or with -P, it runs."""
+    (tmp_path / "minbert").mkdir()
+    (tmp_path / "minbert" / "__init__.py").write_text(HOSTILE, encoding="utf-8")
+    done = run_in(tmp_path, "-m", command, "--help", path=str(ROOT))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and done.stdout == "" and len(lines) == 1, done.stderr
+    assert str(tmp_path) in lines[0] and "-P" in lines[0] and "ran" not in lines[0]
+    done = run_in(ROOT, "-m", command, "--help")
+    assert done.returncode == 0 and f"usage: python -m {command}" in done.stdout, done.stderr
 
 
 def test_run_plainly_from_that_folder_its_own_course_runs(submission_folder):
