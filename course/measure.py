@@ -20,7 +20,7 @@ import torch
 from course import seal
 from course.dropout import eval_mode_mistakes, explain_calls
 from course.observed import Observed, _axis_names, _position
-from course.shapes import case_shapes
+from course.shapes import Given, case_shapes
 
 # The axes of a tensor output where a check names none: a batch of token vectors.
 DEFAULT_AXES = ("sentence", "token", "dim")
@@ -146,6 +146,7 @@ def grade(
     axes: tuple[str, ...] = (),
     calls: list | None = None,
     names: dict[str, str] | None = None,
+    given: Given | None = None,
 ) -> Measurement:
     """What the student's code computed (``got``: name -> tensor) against a stored case:
     ``case["expected"]`` (name -> the sealed output, ``course/seal.py``) and
@@ -158,7 +159,8 @@ def grade(
     (``DropoutRecorder.calls``); where they drew other masks than the reference's, the message
     says how they differ (``explain_calls``), and active calls in eval mode name that mistake
     (``eval_mode_mistakes``). An output is called ``label`` + its name in the messages, or
-    ``names[name]`` (the student's words for it, where its stored name would not be)."""
+    ``names[name]`` (the student's words for it, where its stored name would not be);
+    ``given``: what the outputs are built on, for the shapes of an error (``shapes.Given``)."""
     expected: dict[str, dict] = case["expected"]
     names = names or {}
     seen = {name: Observed(name, got.get(name), sealed) for name, sealed in expected.items()}
@@ -173,7 +175,7 @@ def grade(
     ]
     worst = worst_of(found)
     if worst.max_abs_diff > 0.0:
-        worst.shapes = case_shapes(expected, got, axes or DEFAULT_AXES)
+        worst.shapes = case_shapes(expected, got, axes or DEFAULT_AXES, given)
     worst.mistakes = {
         mistake: max(seen[name].distance(outputs.get(name, expected[name])) for name in expected)
         for mistake, outputs in case.get("mistakes", {}).items()

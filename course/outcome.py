@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from course.measure import Measurement, grade, worst_of
+from course.shapes import Given
 
 Outputs = dict  # what ``compute`` returns: plain data (see the module docstring)
 
@@ -68,20 +69,23 @@ def stored(data: dict, path: Sequence[str]) -> dict:
     return data
 
 
-def stored_cases(*paths: tuple[str, ...]) -> Callable:
+def stored_cases(*paths: tuple[str, ...], given: Callable[[dict], Given] | None = None) -> Callable:
     """The judgement of a check that grades the stored cases at ``paths``: the worst of its cases
     (``grade``). The paths are the check's own, never the runner's: outputs cannot choose the
-    case they are compared with."""
+    case they are compared with. ``given``: what the outputs are built on, read from the stored
+    data (``Context.course_data``), for the shapes of an error (``course/shapes.py``)."""
 
     def judge(ctx, out: Outputs) -> Measurement:
         cases = out["cases"]
         if len(cases) != len(paths):
             raise ValueError(f"{len(cases)} cases computed, {len(paths)} expected")
+        built_on = given(ctx.course_data) if given is not None else None
         found = []
         for path, case in zip(paths, cases):
             expected = stored(ctx.course_data, path)
             label, axes, calls = case["label"], tuple(case["axes"]), case["calls"]
-            found.append(grade(expected, case["got"], label, axes, calls, case.get("names")))
+            names = case.get("names")
+            found.append(grade(expected, case["got"], label, axes, calls, names, built_on))
         return worst_of(found)
 
     return judge

@@ -4,7 +4,10 @@ of the check's catalogue matches it.
 A sum where a mean belongs, a missing or inverted scale or the wrong normaliser make the output k
 times the expected (a normaliser that depends on the sentence: its own k for each); an off-by-one
 position, row or layer shifts it by one along an axis; a transposition swaps two axes; a mistake
-at the edges leaves all right but the first or last position of an axis. Each candidate transform
+at the edges leaves all right but the first or last position of an axis. Where the check says
+what an output is built on (``Given``: the residual stream h it adds to, a shift b, each sentence's
+count of real tokens), also: what is added to h is k times the expected (its sign flipped, its
+scale off), and a mean over one token more or less, or a sum for it. Each candidate transform
 is applied to the student's output and measured against the sealed expected output
 (``course/seal.py``) as a known mistake's output is: nothing of the reference is revealed beyond
 what the check's message says. ``diagnose`` (``course/measure.py``) names the nearest within the
@@ -14,6 +17,7 @@ tolerance when no known mistake is near.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,12 +28,24 @@ SCALAR_FACTORS = 64  # a number k times the expected: k (or 1/k) from 2 to this
 SCALE_EXPLAINED = "a sum where a mean belongs, a missing or inverted scale, or the wrong normaliser"
 
 
+@dataclass
+class Given:
+    """What a check says an output is built on, read by the judge from the stored case (never
+    from the runner): ``bases``, output name -> (its words, the tensor the output adds to: the
+    residual stream h, the shift b); ``counts``, output name -> each leading index's count (a
+    sentence's real tokens) that a mean divides by."""
+
+    bases: dict[str, tuple[str, torch.Tensor]] = field(default_factory=dict)
+    counts: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
 def error_shapes(
-    name: str, got: torch.Tensor, sealed: dict, axes: tuple[str, ...]
+    name: str, got: torch.Tensor, sealed: dict, axes: tuple[str, ...], given: Given | None = None
 ) -> dict[str, float]:
     """Diagnosis -> how far the transformed output is from the expected (in the sealed form), for
     each candidate transform of ``got`` (the student's output ``name``, whose axes are named by
-    ``axes``: the last ones, as the messages name them). Empty for an exact output."""
+    ``axes``: the last ones, as the messages name them; ``given``: what it is built on). Empty
+    for an exact output."""
     if (
         sealed["kind"] == "exact"
         or not isinstance(got, torch.Tensor)
@@ -40,7 +56,9 @@ def error_shapes(
         return {}
     names = _axis_names(axes, got.ndim) if got.ndim else ()
     found: dict[str, float] = {}
-    for said, transformed, wrapped in candidates(name, got, sealed, names):
+    given = given or Given()
+    built_on = [*update_scales(name, got, sealed, given), *count_scales(name, got, names, given)]
+    for said, transformed, wrapped in [*candidates(name, got, sealed, names), *built_on]:
         distance = distance_but(name, transformed, sealed, wrapped)
         if distance < found.get(said, math.inf):
             found[said] = distance
@@ -85,6 +103,63 @@ def candidates(name: str, got: torch.Tensor, sealed: dict, names: tuple[str, ...
             if got.shape[a] == got.shape[b] and got.shape[a] > 1:
                 said = f"your output has its {names[a]} and {names[b]} axes swapped (transposed)"
                 yield said, got.transpose(a, b), None
+
+
+def update_scales(name: str, got: torch.Tensor, sealed: dict, given: Given):
+    """An output that is a base plus an update (h + W_up·GELU(W_down·h), b + a·cos) whose update
+    is k times the expected one: a sign flipped (k = −1), a scale applied twice or left out. From
+    a projection, the least-squares k of the student's update against the stored one (both
+    projected); for a small output, k among ±2 to ±8, their inverses, and −1."""
+    if name not in given.bases:
+        return
+    word, base = given.bases[name]
+    base = base.detach().to(got.dtype).expand(got.shape)
+    if sealed["kind"] == "projection":
+        projected = seal.project(name, base)
+        mine, stored = seal.project(name, got) - projected, sealed["values"] - projected
+        denominator = float((stored * stored).sum())
+        factor = float((mine * stored).sum()) / denominator if denominator else math.nan
+        if not math.isfinite(factor) or factor == 0 or math.isclose(factor, 1.0, rel_tol=1e-3):
+            return
+        factors = [factor]
+    else:
+        sizes = [float(n) for n in range(2, 9)] + [1 / n for n in range(2, 9)]
+        factors = [-1.0, *sizes, *(-k for k in sizes)]
+    for factor in factors:
+        if math.isclose(factor, -1.0, rel_tol=1e-4):
+            size = "the negative of"
+        else:
+            size = ("minus " if factor < 0 else "") + times(abs(factor))
+        said = (
+            f"your output minus {word} is {size} what it should be (what is added to {word} has "
+            "its sign or its scale off)"
+        )
+        yield said, base + (got - base) / factor, None
+
+
+# A mean of a sentence's n values divided by another count: (what the output is, k(n)), where the
+# student's output is k(n) times the expected at each sentence.
+COUNT_MISTAKES = (
+    ("a mean over one more than it has (n + 1)", lambda n: n / (n + 1)),
+    ("a mean over one fewer than it has (n − 1)", lambda n: n / (n - 1)),
+    ("a sum where the mean belongs (not divided by n)", lambda n: n),
+)
+
+
+def count_scales(name: str, got: torch.Tensor, names: tuple[str, ...], given: Given):
+    """An output averaged, at each index of its first axis, over that index's n values
+    (``given.counts``: a sentence's real tokens), but divided by another count: n + 1, n − 1,
+    or not at all."""
+    counts = given.counts.get(name)
+    if counts is None or got.ndim == 0 or tuple(counts.shape) != tuple(got.shape[:1]):
+        return
+    n = counts.detach().double().reshape(-1, *[1] * (got.ndim - 1))
+    for what, factor in COUNT_MISTAKES:
+        k = factor(n)
+        if not bool(torch.isfinite(k).all()) or bool((k == 0).any()):
+            continue
+        said = f"at each {names[0]} your output is {what}, n the {names[0]}'s count"
+        yield said, (got.double() / k).to(got.dtype), None
 
 
 def slice_scales(name: str, got: torch.Tensor, sealed: dict, names: tuple[str, ...]):
@@ -230,7 +305,9 @@ def edge_shapes(
     return found
 
 
-def case_shapes(expected: dict[str, dict], got: dict, axes: tuple[str, ...]) -> dict[str, float]:
+def case_shapes(
+    expected: dict[str, dict], got: dict, axes: tuple[str, ...], given: Given | None = None
+) -> dict[str, float]:
     """The shapes of a stored case's error: for every output outside the tolerance, its
     ``error_shapes``; a shape counts at its largest distance over those outputs, and at inf
     where one of them lacks it (a diagnosis must explain every wrong output)."""
@@ -241,6 +318,6 @@ def case_shapes(expected: dict[str, dict], got: dict, axes: tuple[str, ...]) -> 
             continue
         if seen.distance(sealed) <= seal.WINDOW * sealed["q"] and None not in seen.offsets(sealed):
             continue  # this output is right
-        found.append(error_shapes(name, got[name], sealed, axes))
+        found.append(error_shapes(name, got[name], sealed, axes, given))
     names = {said for shapes in found for said in shapes}
     return {said: max(shapes.get(said, math.inf) for shapes in found) for said in names}

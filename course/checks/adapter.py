@@ -11,6 +11,7 @@ from course.gradients import gradient_failure
 from course.measure import site_backward_problem
 from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
 from course.registry import PLUGIN_TASKS, Context, check
+from course.shapes import Given
 from course.untouched import Untouched
 
 ADAPTER_OPTIONS = {"size": 4}
@@ -19,7 +20,10 @@ ADAPTER_OPTIONS = {"size": 4}
 @check(
     "adapter: Houlsby adapter vs h + W_up·GELU(W_down·h)",
     tolerance=1e-5,
-    judge=stored_cases(("adapter", "eval")),
+    judge=stored_cases(
+        ("adapter", "eval"),
+        given=lambda data: Given({k: ("h", h) for k, h in data["adapter"]["h"].items()}),
+    ),
     hint="a bottleneck (down-projection, GELU, up-projection) added to its input h",
     exercises=("adapter",),
 )

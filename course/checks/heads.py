@@ -12,6 +12,7 @@ from course.dropout import MODES, mode
 from course.gradients import GRADIENT_CUT, gradient_failure
 from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
 from course.registry import Context, check
+from course.shapes import Given
 from course.untouched import Untouched
 
 # The stored inputs: mean pooling of (B, T, D) hidden states with these sentence lengths;
@@ -30,7 +31,12 @@ HEADS_TOLERANCE = 1e-5
 @check(
     "pooling: mean pooling vs Σ m_t h_t / Σ m_t",
     tolerance=HEADS_TOLERANCE,
-    judge=stored_cases(("heads", "pooling", "eval")),
+    judge=stored_cases(
+        ("heads", "pooling", "eval"),
+        given=lambda data: Given(
+            counts={"mean pooling r": data["heads"]["pooling"]["attention_mask"].sum(1)}
+        ),
+    ),
     hint="weight each token's hidden state by its mask value (0 for padding), sum over the tokens "
     "and divide each sentence by its own number of real tokens",
     exercises=("pooling",),
@@ -121,7 +127,10 @@ def check_pair_features(ctx: Context) -> Outputs:
 @check(
     "cosine-head: CosineSimilarityHead vs a·cos(u, v) + b",
     tolerance=HEADS_TOLERANCE,
-    judge=stored_cases(("heads", "cosine", "eval")),
+    judge=stored_cases(
+        ("heads", "cosine", "eval"),
+        given=lambda data: Given({"ŷ": ("the shift b", data["heads"]["cosine"]["state"]["shift"])}),
+    ),
     hint="the cosine of each pair over the hidden axis (the last), scaled by self.scale and "
     "shifted by self.shift, as a (B, 1) column",
     exercises=("cosine-head",),

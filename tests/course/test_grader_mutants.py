@@ -1550,6 +1550,7 @@ SHAPED_MUTANTS = [
         "cosine-head",
         HEADS,
         ("self.scale * cosine + self.shift", "2 * self.scale * cosine + self.shift"),
+        named="your output minus the shift b is 2 times what it should be",
     ),
 ]
 MUTANTS += SHAPED_MUTANTS
