@@ -57,6 +57,11 @@ def test_a_class_is_graded_each_submission_alone(tmp_path, capsys):
     peek += "_ = torch.load(io.BytesIO(_), weights_only=False)\n"
     submit(subs / "frank", {OPT: solution(OPT) + peek, SAMPLING: solution(SAMPLING)})
     submit(subs / "zed", good)
+    own_grader = {  # a course/ of the student's, beside the tree's packed grader: never used
+        "course/__init__.py": "raise SystemExit('a course/ of the submission ran')\n",
+        "course/checks/__init__.py": "CHECKS = []\n",
+    }
+    submit(subs / "gus", good | own_grader)
     with zipfile.ZipFile(subs / "yan.zip", "w") as archive:  # a zip, files at its top
         archive.writestr("optimizer.py", solution(OPT))
         archive.writestr("sampling.py", solution(SAMPLING))
@@ -66,7 +71,7 @@ def test_a_class_is_graded_each_submission_alone(tmp_path, capsys):
     assert grade.main([*argv, "--only", "adamw", "--only", "sampler"]) == 0
     rows = {r["student"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
     full = {"adamw": "10", "sampler": "5"}
-    for student in ("alice", "frank", "yan", "zed"):
+    for student in ("alice", "frank", "gus", "yan", "zed"):
         assert rows[student]["status"] == "graded", rows[student]
         assert {e: rows[student][e] for e in full} == full and rows[student]["total"] == "15"
     assert (rows["bob"]["adamw"], rows["bob"]["sampler"]) == ("0", "5")
