@@ -10,24 +10,26 @@ so ``grade`` and ``autograder`` import ``course.authoring.scaffold``; nothing he
 what ships (``course/``).
 """
 
+import os
 import sys
-from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[2]
+# The project: three folders up from here (os only, see below)
+PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 
 def refuse_a_foreign_current_folder() -> None:
     """Run as ``python -m course.grading.X`` from a folder that is not the project's, Python
-    imports every module from that folder first: a submission's ``minbert/``, ``tasks/`` or
-    ``torch.py`` there would run in the grader (as root, often). So a grading command refuses, in
-    one line and before anything of the project is imported, unless the folder is the project or
-    Python was told not to look there (``-P``, or ``-I``). A ``course/`` package in the folder
-    runs before this can (nothing of ours is imported then): GUIDE.md says how to run."""
+    imports every module from that folder first: a submission's ``minbert/``, ``tasks/``,
+    ``torch.py`` or ``pathlib.py`` there would run in the grader (as root, often). So a grading
+    command refuses, in one line, unless the folder is the project or Python was told not to
+    look there (``-P``, or ``-I``). It uses ``sys`` and ``os`` only, which Python loaded before
+    any folder's module could be. A ``course/`` package in the folder runs before this can
+    (nothing of ours is imported then): GUIDE.md says how to run."""
     argv = sys.orig_argv
     command = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
     if not command.startswith("course.grading") or getattr(sys.flags, "safe_path", False):
         return
-    here = Path(sys.path[0] or ".").resolve()
+    here = os.path.realpath(sys.path[0] or ".")
     if here != PROJECT:
         print(
             f"error: python -m {command} was started in {here}, whose modules Python would "

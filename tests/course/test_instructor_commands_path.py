@@ -55,10 +55,11 @@ GRADING = [c for c in COMMANDS if c.startswith("course.grading")]
 @pytest.mark.parametrize("command", GRADING)
 def test_a_grading_command_started_in_a_foreign_folder_refuses_in_one_line(tmp_path, command):
     """A submission's folder holding ``minbert/`` (a student tree: its grader is packed, so it has
-    no ``course/``): the project's command, found through PYTHONPATH, refuses before the folder's
-    ``minbert`` can be imported; from the project's root, or with -P, it runs."""
+    no ``course/``) and a ``pathlib.py``: the project's command, found through PYTHONPATH, refuses
+    before either can be imported; from the project's root, or with -P, it runs."""
     (tmp_path / "minbert").mkdir()
     (tmp_path / "minbert" / "__init__.py").write_text(HOSTILE, encoding="utf-8")
+    (tmp_path / "pathlib.py").write_text(HOSTILE, encoding="utf-8")  # not loaded at start-up
     done = run_in(tmp_path, "-m", command, "--help", path=str(ROOT))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and done.stdout == "" and len(lines) == 1, done.stderr
