@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import _common
 
-from course.authoring.pack import ARCHIVE
+from course.authoring.pack import ARCHIVE, inside
 from course.authoring.scaffold import project_files, read_source, student_files, student_source
 
 AIM_FILES, AIM_LINES = 70, 10_500
@@ -93,8 +93,8 @@ def student_tree() -> tuple[dict[str, str], dict[str, str]]:
     seen, packed = {}, {}
     for target, rel in student_files(root).items():
         text = student_source(read_source(root, rel), rel) if rel.endswith(".py") else ""
-        if target.startswith(f"{ARCHIVE}/"):
-            packed[target.removeprefix(f"{ARCHIVE}/")] = text
+        if (path := inside(target)) is not None:
+            packed[path] = text
             seen[ARCHIVE] = ""
         else:
             seen[target] = text

@@ -26,6 +26,13 @@ MAIN = (
 FIXED_DATE = (1980, 1, 1, 0, 0, 0)  # the earliest a zip entry holds
 
 
+def inside(target: str) -> str | None:
+    """The path inside the archive of a student-tree file the scaffold names
+    ``grader.pyz/<path>`` (a packed file), else None."""
+    prefix = f"{ARCHIVE}/"
+    return target.removeprefix(prefix) if target.startswith(prefix) else None
+
+
 def packed(files: dict[str, bytes]) -> bytes:
     """The archive of ``files`` (path inside it -> bytes), with the runner's ``__main__.py``."""
     buffer = io.BytesIO()

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from course.authoring.pack import ARCHIVE, packed
+from course.authoring.pack import ARCHIVE, inside, packed
 from course.authoring.unused_names import mark_unused
 from minbert.checkpoint import WriteError, atomic_write
 from minbert.flags import ArgumentParser, nonempty_path
@@ -481,8 +481,8 @@ def student_tree(root: Path, remove: Iterable[str] | None) -> dict[str, bytes]:
             data = (student_part(student) if rel.endswith(".md") else student).encode()
         else:
             data = (root / rel).read_bytes()
-        if target.startswith(f"{ARCHIVE}/"):
-            archived[target.removeprefix(f"{ARCHIVE}/")] = data
+        if (path := inside(target)) is not None:
+            archived[path] = data
         else:
             tree[target] = data
     if archived:

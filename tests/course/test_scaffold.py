@@ -220,8 +220,8 @@ def test_student_tree_is_the_manifest_with_only_the_regions_replaced(student_tre
     copied = (on_disk - {pack.ARCHIVE}) | {f"{pack.ARCHIVE}/{name}" for name in packed}
 
     def written(target: str) -> bytes:
-        inside = target.removeprefix(f"{pack.ARCHIVE}/")
-        return packed[inside] if inside != target else (student_tree / target).read_bytes()
+        path = pack.inside(target)
+        return packed[path] if path is not None else (student_tree / target).read_bytes()
 
     # Files that appeared, vanished or changed in this checkout since the tree was written (by
     # someone editing it while the tests run) are not held against the scaffold.
