@@ -175,7 +175,7 @@ def grade(
     ]
     worst = worst_of(found)
     if worst.max_abs_diff > 0.0:
-        worst.shapes = case_shapes(expected, got, axes or DEFAULT_AXES, given)
+        worst.shapes = case_shapes(expected, seen, axes or DEFAULT_AXES, given)
     worst.mistakes = {
         mistake: max(seen[name].distance(outputs.get(name, expected[name])) for name in expected)
         for mistake, outputs in case.get("mistakes", {}).items()

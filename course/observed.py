@@ -43,48 +43,38 @@ def _distance(got: torch.Tensor, other: torch.Tensor) -> float:
 
 class Observed:
     """The student's output ``got`` in the sealed form of the stored output ``name``
-    (``seal.py``): its projection, its digest, or the digests of the buckets around its values;
-    ``form`` is None when it is not a tensor of the stored shape."""
+    (``seal.py``): its projection, its digest, or its values, whose buckets are digested when
+    they are measured (``rounded``); ``form`` is None when it is not a tensor of the stored
+    shape."""
 
     def __init__(self, name: str, got: object, sealed: dict) -> None:
         self.name, self.got, self.kind, self.form = name, got, sealed["kind"], None
-        self._near: list | None = None
-        self._buckets: dict[float, list[list[str]]] = {}
+        self._offsets: dict[tuple[float, int], list[int | None]] = {}
         if not isinstance(got, torch.Tensor) or list(got.shape) != list(sealed["shape"]):
             return
         got = got.detach()
         if self.kind == "projection":
             self.form = seal.project(name, got)
         elif self.kind == "rounded":
-            self.form = self._rounded(sealed["q"])
+            self.form = got.double().reshape(-1).tolist()
         else:
             integral = got.is_floating_point() and bool((got == got.round()).all())
             self.form = seal.exact_digest(name, got.to(torch.int64) if integral else got)
 
-    def _rounded(self, q: float) -> list[list[str]]:
-        """Per value, the digests of the buckets of width q around it (``rounded``), nearest
-        first; kept per q."""
-        if q not in self._buckets:
-            values = self.got.detach().double().reshape(-1).tolist()
-            self._buckets[q] = [
-                seal.nearby_digests(self.name, i, x, q) for i, x in enumerate(values)
-            ]
-        return self._buckets[q]
-
     def offsets(self, sealed: dict) -> list[int | None]:
         """Per value, how many buckets it is from the stored one (0 to 2; None: farther), by the
-        digests (``rounded``, or a ``projection`` that holds them: an expected output)."""
-        if self.kind == "rounded":  # a mistake's buckets may be wider (``seal.MISTAKE_ULPS``)
-            near, stored = self._rounded(sealed["q"]), sealed["digests"]
-        else:
-            if self._near is None:
-                values = self.got.detach().double().reshape(-1).tolist()
-                self._near = seal.value_digests(self.name, values, sealed["q"], near=True)
-            near, stored = self._near, sealed["digests"].tolist()
-        found = [
-            next((j for j, d in enumerate(row) if d == s), None) for row, s in zip(near, stored)
-        ]
-        return [None if j is None else (j + 1) // 2 for j in found]  # nearest first: 0, ±1, ±2
+        digests (``rounded``, or a ``projection`` that holds them: an expected output); kept per
+        stored output (a mistake's buckets may be wider: ``seal.MISTAKE_ULPS``)."""
+        key = (sealed["q"], id(sealed["digests"]))
+        if key not in self._offsets:
+            values = self.got.detach().double().reshape(-1).tolist()
+            if self.kind == "rounded":
+                stored, digest = list(sealed["digests"]), seal.bucket_digest
+            else:
+                stored, digest = sealed["digests"].tolist(), seal.value_digest
+            found = seal.bucket_offsets(self.name, values, sealed["q"], stored, digest)
+            self._offsets[key] = found
+        return self._offsets[key]
 
     def distance(self, sealed: dict) -> float:
         """How far the output is from a stored one, in the stored form: the largest projected

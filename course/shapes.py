@@ -40,12 +40,13 @@ class Given:
 
 
 def error_shapes(
-    name: str, got: torch.Tensor, sealed: dict, axes: tuple[str, ...], given: Given | None = None
+    seen: Observed, sealed: dict, axes: tuple[str, ...], given: Given | None = None
 ) -> dict[str, float]:
     """Diagnosis -> how far the transformed output is from the expected (in the sealed form), for
-    each candidate transform of ``got`` (the student's output ``name``, whose axes are named by
-    ``axes``: the last ones, as the messages name them; ``given``: what it is built on). Empty
-    for an exact output."""
+    each candidate transform of the student's output (``seen``: ``got``, named ``name``, whose
+    axes are named by ``axes``: the last ones, as the messages name them; ``given``: what it is
+    built on). Empty for an exact output."""
+    name, got = seen.name, seen.got
     if (
         sealed["kind"] == "exact"
         or not isinstance(got, torch.Tensor)
@@ -62,7 +63,7 @@ def error_shapes(
         distance = distance_but(name, transformed, sealed, wrapped)
         if distance < found.get(said, math.inf):
             found[said] = distance
-    found |= edge_shapes(name, got, sealed, names)
+    found |= edge_shapes(seen, sealed, names)
     return found
 
 
@@ -244,8 +245,14 @@ def rounded_within(
 
 
 def times(factor: float) -> str:
-    """ "2 times", "1/8 of", "2.83 times" (√8) for a factor."""
-    for n in range(2, 10_000):
+    """ "2 times", "1/8 of", "2.83 times" (√8) for a factor: the smallest n (2 to 9,999; a root
+    up to √999) with the factor within a relative 1e-4 of n, 1/n, √n or 1/√n, in that order. Only
+    the n next to what the factor, its inverse or their squares round to can be that near."""
+    guesses = set()
+    if math.isfinite(factor) and factor > 0:
+        near = (factor, 1 / factor, factor * factor, 1 / (factor * factor))
+        guesses = {round(g) + d for g in near if g < 20_000 for d in (-1, 0, 1)}
+    for n in sorted(n for n in guesses if 2 <= n < 10_000):
         if math.isclose(factor, n, rel_tol=1e-4):
             return f"{n} times"
         if math.isclose(factor, 1 / n, rel_tol=1e-4):
@@ -283,14 +290,13 @@ def scale_factors(name: str, got: torch.Tensor, sealed: dict) -> list[float]:
     return sorted(sizes | {1.0 / s for s in sizes})
 
 
-def edge_shapes(
-    name: str, got: torch.Tensor, sealed: dict, names: tuple[str, ...]
-) -> dict[str, float]:
+def edge_shapes(seen: Observed, sealed: dict, names: tuple[str, ...]) -> dict[str, float]:
     """ "right everywhere but the first (last) <axis>": when every value outside the tolerance
     (by the digests) lies at index 0 (the last index) of one axis, at distance 0."""
+    got = seen.got
     if "digests" not in sealed or got.ndim == 0:
         return {}
-    offsets = Observed(name, got, sealed).offsets(sealed)
+    offsets = seen.offsets(sealed)
     outside = torch.tensor([o is None for o in offsets]).reshape(got.shape)
     if not bool(outside.any()):
         return {}
@@ -306,18 +312,23 @@ def edge_shapes(
 
 
 def case_shapes(
-    expected: dict[str, dict], got: dict, axes: tuple[str, ...], given: Given | None = None
+    expected: dict[str, dict],
+    seen: dict[str, Observed],
+    axes: tuple[str, ...],
+    given: Given | None = None,
 ) -> dict[str, float]:
-    """The shapes of a stored case's error: for every output outside the tolerance, its
-    ``error_shapes``; a shape counts at its largest distance over those outputs, and at inf
-    where one of them lacks it (a diagnosis must explain every wrong output)."""
+    """The shapes of a stored case's error: for every output outside the tolerance (``seen``: each
+    output as ``measure.grade`` observed it), its ``error_shapes``; a shape counts at its largest
+    distance over those outputs, and at inf where one of them lacks it (a diagnosis must explain
+    every wrong output)."""
     found: list[dict[str, float]] = []
     for name, sealed in expected.items():
-        seen = Observed(name, got.get(name), sealed)
-        if seen.form is None or sealed["kind"] == "exact":
+        output = seen[name]
+        if output.form is None or sealed["kind"] == "exact":
             continue
-        if seen.distance(sealed) <= seal.WINDOW * sealed["q"] and None not in seen.offsets(sealed):
+        near = output.distance(sealed) <= seal.WINDOW * sealed["q"]
+        if near and None not in output.offsets(sealed):
             continue  # this output is right
-        found.append(error_shapes(name, got[name], sealed, axes, given))
+        found.append(error_shapes(output, sealed, axes, given))
     names = {said for shapes in found for said in shapes}
     return {said: max(shapes.get(said, math.inf) for shapes in found) for said in names}
