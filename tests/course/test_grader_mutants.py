@@ -18,7 +18,6 @@ import ast
 import contextlib
 import importlib
 import re
-import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from course.checks import CHECKS
 from course.observed import Observed
 from course.registry import COURSE_DATA, FAIL, PASS, Context, run_check
 from minbert.plugins.kinds import available, plugin_class
+from tests.course.forked_pytest import ForkedPytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -2327,25 +2327,29 @@ def solved_tree(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def student_tree_pytest(solved_tree: Path) -> Iterator[ForkedPytest]:
+    """pytest runs in the solved tree, each forked from one process that imported torch."""
+    with ForkedPytest(solved_tree) as runs:
+        yield runs
+
+
 @pytest.mark.parametrize("variant", CORRECT, ids=lambda m: m.id)
-def test_every_correct_form_passes_the_student_trees_own_tests(variant: Mutant, solved_tree):
+def test_every_correct_form_passes_the_student_trees_own_tests(
+    variant: Mutant, solved_tree: Path, student_tree_pytest: ForkedPytest
+) -> None:
     """One truth per exercise: each form the grader accepts, written into the student tree,
     passes the student tree's own tests of that file (run there, as the student runs them)."""
     path = solved_tree / variant.path
     original = path.read_text(encoding="utf-8")
     path.write_text(mutated_source(variant), encoding="utf-8")
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
-            + [STUDENT_TEST_FILES[variant.exercise]],
-            cwd=solved_tree,
-            capture_output=True,
-            text=True,
-            timeout=900,
+        returncode, output = student_tree_pytest.run(
+            ["-q", "-x", "-p", "no:cacheprovider", STUDENT_TEST_FILES[variant.exercise]]
         )
     finally:
         path.write_text(original, encoding="utf-8")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
+    assert returncode == 0, output[-4000:]
 
 
 def test_an_error_in_student_code_is_located_at_the_students_line(ctx, monkeypatch) -> None:
