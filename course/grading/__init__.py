@@ -24,7 +24,7 @@ def refuse_a_foreign_current_folder() -> None:
     command refuses, in one line, unless the folder is the project or Python was told not to
     look there (``-P``, or ``-I``). It uses ``sys`` and ``os`` only, which Python loaded before
     any folder's module could be. A ``course/`` package in the folder runs before this can
-    (nothing of ours is imported then): GUIDE.md says how to run."""
+    (nothing of ours is imported then); ``instructor.py``, run as a file, never looks there."""
     argv = sys.orig_argv
     command = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
     if not command.startswith("course.grading") or getattr(sys.flags, "safe_path", False):
@@ -34,7 +34,8 @@ def refuse_a_foreign_current_folder() -> None:
         print(
             f"error: python -m {command} was started in {here}, whose modules Python would "
             f"import before the project's (a submission's minbert/ or torch.py); run it in "
-            f"{PROJECT}, or as PYTHONPATH={PROJECT} python -P -m {command} ...",
+            f"{PROJECT}, or from any folder as python {PROJECT}/instructor.py "
+            f"{command.rsplit('.', 1)[-1]} ...",
             file=sys.stderr,
         )
         raise SystemExit(2)

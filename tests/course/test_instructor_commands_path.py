@@ -1,7 +1,8 @@
 """The instructor's commands, run as the GUIDE says from a folder that holds a submission's own
 ``course/`` package, run the project's code, never the folder's: ``PYTHONPATH=<project> python -P
--m course...`` (Python 3.11+). Run plainly from that folder, the folder's package is what runs,
-which is why the GUIDE says so; started in a folder without one, a grading command refuses."""
+-m course...`` (Python 3.11+), or ``python /path/to/instructor.py COMMAND``. Run plainly with
+``python -m`` from that folder, the folder's package is what runs, which is why the GUIDE says so;
+started in a folder without one, a grading command refuses."""
 
 from __future__ import annotations
 
@@ -63,7 +64,9 @@ def test_a_grading_command_started_in_a_foreign_folder_refuses_in_one_line(tmp_p
     done = run_in(tmp_path, "-m", command, "--help", path=str(ROOT))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and done.stdout == "" and len(lines) == 1, done.stderr
-    assert str(tmp_path) in lines[0] and "-P" in lines[0] and "ran" not in lines[0]
+    assert str(tmp_path) in lines[0] and "ran" not in lines[0]
+    said = lines[0].split(" as python ")[-1].split()
+    assert said[:2] == [str(ROOT / "instructor.py"), command.rsplit(".", 1)[-1]], lines[0]
     done = run_in(ROOT, "-m", command, "--help")
     assert done.returncode == 0 and f"usage: python -m {command}" in done.stdout, done.stderr
 
@@ -82,3 +85,30 @@ def test_safe_path_alone_finds_no_course(submission_folder):
 def test_the_guide_says_the_way_that_works():
     guide = (ROOT / "GUIDE.md").read_text(encoding="utf-8")
     assert "`PYTHONPATH=/path/to/minbert python -P -m course.grading.grade ...`" in guide
+
+
+INSTRUCTOR = str(ROOT / "instructor.py")
+
+
+@pytest.mark.parametrize("command", ["grade", "report", "leaderboard", "autograder", "scaffold"])
+def test_instructor_py_runs_the_projects_command_from_a_hostile_folder(tmp_path, command):
+    """``python /path/to/instructor.py COMMAND``, started in a folder holding its own ``course/``,
+    ``minbert/``, ``torch.py`` and ``pathlib.py``, with no PYTHONPATH and no -P: none of them is
+    imported, the project's command runs."""
+    for package in ("course", "minbert"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(HOSTILE, encoding="utf-8")
+    for module in ("torch.py", "pathlib.py", "importlib.py"):
+        (tmp_path / module).write_text(HOSTILE, encoding="utf-8")
+    done = run_in(tmp_path, INSTRUCTOR, command, "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage: python -m course." in done.stdout and "ran" not in done.stderr
+
+
+def test_instructor_py_names_its_commands(tmp_path):
+    done = run_in(tmp_path, INSTRUCTOR, "grades")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "'grades'" in lines[0], done.stderr
+    assert "grade, report, leaderboard, autograder, scaffold" in lines[0]
+    done = run_in(tmp_path, INSTRUCTOR, "--help")
+    assert done.returncode == 0 and "python /path/to/minbert/instructor.py COMMAND" in done.stdout
