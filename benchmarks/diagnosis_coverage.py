@@ -4,11 +4,11 @@ in this process, and for each whether a check FAILs and whether a FAIL carries a
 known mistake of the catalogue, or the shape of the error: k times the expected, shifted,
 transposed, right but at the edges).
 
-    python benchmarks/diagnosis_coverage.py            # the fresh set, the shapes, the catalogued
+    python benchmarks/diagnosis_coverage.py            # the fresh sets, the shapes, the catalogued
     python benchmarks/diagnosis_coverage.py --all      # every mistake that changes an output
 
-The fresh set was written after the catalogue and the shapes and is left as it was found: it
-measures what the grader names of mistakes nobody wrote a diagnosis for. Writes
+The fresh sets were written after the catalogue and the shapes and are left as found: they
+measure what the grader names of mistakes nobody wrote a diagnosis for. Writes
 benchmarks/results/diagnosis-coverage.md (command, commit, machine; per group the counts, per
 mutant the first diagnosis).
 """
@@ -26,6 +26,7 @@ from tests.course import test_grader_mutants as corpus
 
 GROUPS = {
     "fresh": "written after the catalogue and the shapes, left as found",
+    "fresh, second set": "written after every shape of course/shapes.py, left as found",
     "shaped": "no known mistake: named, where at all, by the shape of the error",
     "catalogued": "typical mistakes first planted unnamed, then put in the catalogue",
 }
@@ -36,6 +37,7 @@ def groups(every: bool) -> dict[str, list]:
     output (the gradient-only mistakes are left out: their FAIL is a cut graph, not a value)."""
     found = {
         "fresh": corpus.FRESH_MUTANTS,
+        "fresh, second set": corpus.FRESH_MUTANTS_2,
         "shaped": corpus.SHAPED_MUTANTS,
         "catalogued": corpus.CATALOGUED_MUTANTS,
     }

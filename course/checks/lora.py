@@ -18,7 +18,7 @@ from course.dropout import MODES, mode
 from course.gradients import gradient_failure
 from course.measure import Measurement, compare, site_backward_problem, worst_of
 from course.outcome import Outputs, graded, outputs, problem, stored_cases, with_gradient
-from course.registry import PLUGIN_TASKS, Context, check
+from course.registry import PLUGIN_TASKS, Context, calling, check
 from course.untouched import Untouched
 
 LORA_OPTIONS = {
@@ -92,7 +92,10 @@ def check_lora_linear(ctx: Context) -> Outputs:
                 y = torch.nn.functional.linear(x, base.weight, base.bias)
                 arguments = {"x": x.clone(), "y": y}
                 kept = Untouched(arguments, torch.nn.ModuleList([plugin, base]), LINEAR_AXES)
-                got[key] = plugin.linear(int(layer), task, target, base, *kept.arguments.values())
+                with calling("LoRA.linear"):  # the update ran alone above: an error is linear's
+                    got[key] = plugin.linear(
+                        int(layer), task, target, base, *kept.arguments.values()
+                    )
                 if said := kept.problem():
                     return problem(f"linear ({key}, {name} mode) {said}")
         found.append(graded(got, f"({name} mode) ", calls=recorder.calls))

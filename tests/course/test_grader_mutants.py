@@ -1632,6 +1632,115 @@ FRESH_MUTANTS = [
 ]
 MUTANTS += FRESH_MUTANTS
 
+# A second fresh set, written after every shape of course/shapes.py (the first fresh set was
+# written before two of them) and left as it was found: typical mistakes, one or two an exercise,
+# none of them in the corpus above. Measured like the first (benchmarks/diagnosis_coverage.py).
+FRESH_MUTANTS_2 = [
+    m("fresh2-mask-multiplied", "attention", BERT, (SCORES, SCORES.replace("+ mask", "* mask"))),
+    m(
+        "fresh2-scale-by-length",
+        "attention",
+        BERT,
+        ("math.sqrt(q.size(-1))", "math.sqrt(q.size(-2))"),
+    ),
+    m(
+        "fresh2-types-after-norm",
+        "embeddings",
+        BERT,
+        ("            + self.token_type_embeddings(token_type_ids)\n", ""),
+        (
+            "return self.dropout(self.LayerNorm(x))",
+            "return self.dropout(self.LayerNorm(x) + self.token_type_embeddings(token_type_ids))",
+        ),
+    ),
+    m(
+        "fresh2-norm-of-x-only",
+        "layer",
+        BERT,
+        (
+            "return self.LayerNorm(x + self.dropout(self.dense(heads)))",
+            "return self.LayerNorm(x) + self.dropout(self.dense(heads))",
+        ),
+    ),
+    m(
+        "fresh2-eps-inside-root",
+        "adamw",
+        OPT,
+        (
+            "denom = (v.sqrt() / math.sqrt(bias_correction2)).add_(eps)",
+            "denom = (v + eps).sqrt() / math.sqrt(bias_correction2)",
+        ),
+    ),
+    m(
+        "fresh2-total-is-count",
+        "sampler",
+        SAMPLING,
+        ("total = sum(weights.values())", "total = len(weights)"),
+    ),
+    m("fresh2-gelu-before-down", "adapter", ADAPTER, (ADAPTER_Z, "z = self.down(gelu(h))")),
+    m("fresh2-lhuc-tanh", "lhuc", LHUC, ("2.0 * torch.sigmoid(r)", "2.0 * torch.tanh(r)")),
+    m("fresh2-lora-on-output", "lora", LORA, (LORA_ADD, LORA_ADD.replace("(x))", "(y))"))),
+    m(
+        "fresh2-pals-no-mask",
+        "pals",
+        PALS,
+        ("z = pal.layers[layer](z, mask,", "z = pal.layers[layer](z, None,"),
+    ),
+    m(
+        "fresh2-project-always-scales",
+        "smart",
+        SMART,
+        (
+            'return delta * (epsilon / _token_norm(delta, "l2").clamp_min(epsilon))',
+            'return delta * (epsilon / _token_norm(delta, "l2"))',
+        ),
+    ),
+    m(
+        "fresh2-normalise-whole-tensor",
+        "smart",
+        SMART,
+        (
+            "return g / _token_norm(g, norm).clamp_min(torch.finfo(g.dtype).tiny)",
+            "return g / g.norm().clamp_min(torch.finfo(g.dtype).tiny)",
+        ),
+    ),
+    m(
+        "fresh2-draw-inverted",
+        "masking",
+        MLM,
+        ("candidates & (draw < probability)", "candidates & (draw > probability)"),
+    ),
+    m(
+        "fresh2-mlm-mean-over-all",
+        "mlm-loss",
+        MLM,
+        (
+            "labels.flatten(), ignore_index=IGNORE)",
+            'labels.flatten(), ignore_index=IGNORE, reduction="none").mean()',
+        ),
+    ),
+    m(
+        "fresh2-pool-batch-count",
+        "pooling",
+        HEADS,
+        ("m.sum(1).clamp(min=1.0)", "m.sum().clamp(min=1.0)"),
+    ),
+    m("fresh2-pair-squared", "pair-features", HEADS, ("(u - v).abs()", "(u - v) ** 2")),
+    m(
+        "fresh2-scale-shift-swapped",
+        "cosine-head",
+        HEADS,
+        ("self.scale * cosine + self.shift", "self.shift * cosine + self.scale"),
+    ),
+    m(
+        "fresh2-similarity-scaled-to-one",
+        "task-losses",
+        BASE,
+        (MSE, MSE.replace("labels.float())", "labels.float() / 5)")),
+    ),
+]
+MUTANTS += FRESH_MUTANTS_2
+
 ALGORITHM_2 = """\
                 state["step"] += 1
                 t = float(state["step"])
