@@ -111,6 +111,20 @@ def pivot_into(new_root: str) -> None:
     os.chdir("/")
 
 
+def close_system_v_ipc() -> None:
+    """No System V shared memory, message queue or semaphore set can be made in the runner's IPC
+    namespace (its own: ``unshare --ipc``): memory written into a segment and detached is in no
+    process's Pss, so the grader's memory watch would not see it. Set by the namespace's root
+    before it gives root up; the own-user level refuses the calls in its seccomp filter instead."""
+    for name in ("shmmni", "msgmni"):  # the most segments, the most queues
+        with open(f"/proc/sys/kernel/{name}", "w", encoding="ascii") as limit:
+            limit.write("0")
+    with open("/proc/sys/kernel/sem", encoding="ascii") as limit:
+        sizes = limit.read().split()  # SEMMSL SEMMNS SEMOPM SEMMNI
+    with open("/proc/sys/kernel/sem", "w", encoding="ascii") as limit:
+        limit.write(" ".join([*sizes[:3], "0"]))
+
+
 def give(tree: str, uid: int) -> None:
     """The runner's copy of the tree to its user: it writes there and in /tmp, nowhere else."""
     for folder, _, files in os.walk(tree):
@@ -130,6 +144,7 @@ def become_runner(settings: dict) -> None:
     """The child, init of the new PID namespace: steps 1-3 of the design notes, then exec."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # ends with the jail that waits for it
     build_root(settings["expose"], settings["links"], settings["tree"])
+    close_system_v_ipc()
     for capability in range(64):  # none after exec, even as a user namespace's root: no unmount
         libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
     limits = {resource.RLIMIT_AS: settings["memory"], resource.RLIMIT_FSIZE: settings["file_size"]}
