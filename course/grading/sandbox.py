@@ -238,8 +238,9 @@ def members(uid: int | None, namespace: str | None) -> list[str]:
 def resident_bytes(pids: list[str]) -> int:
     """The memory ``pids`` hold together: each one's proportional share (Pss: a page shared by n
     processes counts 1/n in each, so forked children are not counted again), else its RSS; and
-    the memory files they hold open (``memfd_bytes``)."""
-    total = memfd_bytes(pids)
+    the memory files they hold open (``memfd_bytes``) and what is written in a jail's root
+    (``jailed_root_bytes``)."""
+    total = memfd_bytes(pids) + jailed_root_bytes(pids)
     for pid in pids:
         try:
             text = Path(f"/proc/{pid}/smaps_rollup").read_text()
@@ -270,6 +271,23 @@ def memfd_bytes(pids: list[str]) -> int:
             except OSError:  # closed meanwhile
                 continue
     return sum(files.values())
+
+
+def jailed_root_bytes(pids: list[str]) -> int:
+    """The bytes stored in the root the jail made for ``pids`` (``jail.build_root``), a tmpfs of
+    their own: the tree, /tmp and whatever the runner writes live in memory that no process's Pss
+    counts. 0 where their root is the machine's (the ``own user`` level, a jail before it moves
+    in)."""
+    machine = os.stat("/").st_dev
+    for pid in pids:
+        root = f"/proc/{pid}/root"
+        try:
+            if os.stat(root).st_dev != machine:
+                info = os.statvfs(root)
+                return (info.f_blocks - info.f_bfree) * info.f_frsize
+        except OSError:  # ended meanwhile
+            continue
+    return 0
 
 
 def within(path: str, folder: str) -> bool:

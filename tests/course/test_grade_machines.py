@@ -316,3 +316,38 @@ def test_memory_written_to_a_memfd_counts_toward_a_runners_memory():
     finally:
         holder.kill()
         holder.wait()
+
+
+# Moves into a root of its own, a tmpfs (as the jail's runner does, unshare --mount run as root),
+# and writes 48 MiB there: memory in no process's Pss.
+TMPFS_ROOT_HOLDER = """
+import os, sys, tempfile
+root = tempfile.mkdtemp()
+os.system(f"mount -t tmpfs -o size=64m tmpfs {root}")
+with open(f"{root}/held", "wb") as held:
+    held.write(b"x" * (48 * 2**20))
+os.chroot(root)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@as_root
+@with_unshare
+def test_memory_written_in_a_jails_root_counts_toward_a_runners_memory():
+    """At the namespace levels a runner's root is a tmpfs of its own (``jail.build_root``): what
+    it writes there (its /tmp, its tree) is memory no process's Pss counts. The watch adds the
+    bytes stored in that root, and nothing where a process's root is the machine's."""
+    command = ["unshare", "--mount", "--propagation", "private", sys.executable, "-c"]
+    holder = subprocess.Popen(
+        [*command, TMPFS_ROOT_HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout.readline().strip() == b"ready"
+        pid = str(holder.pid)
+        assert 48 * 2**20 <= sandbox.jailed_root_bytes([pid]) < 49 * 2**20
+        assert sandbox.resident_bytes([pid]) >= 48 * 2**20
+        assert sandbox.jailed_root_bytes([str(os.getpid())]) == 0
+    finally:
+        holder.kill()
+        holder.wait()
