@@ -368,8 +368,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument(
         "--trusted",
         action="store_true",
-        help="where the machine offers no containment (not root, no namespaces), run the "
-        "submissions as plain processes of your user (only for code you trust)",
+        help="run the submissions uncontained, as plain processes of your user, whatever the "
+        "machine offers (only for code you trust); without it the grader refuses where it cannot "
+        "contain them",
     )
     return p
 
@@ -427,7 +428,7 @@ def set_up(argv: list[str] | None) -> object:
         raise UsageError(f"--only: {err}") from None
     args.results = args.out.parent / f"{args.out.stem}-results"
     check_paths(args)
-    args.level = sandbox.containment()
+    args.level = None if args.trusted else sandbox.containment()
     if args.level is None and not args.trusted:
         raise UsageError(
             "this machine offers no containment for submissions (not root, and no user "
@@ -446,8 +447,23 @@ def set_up(argv: list[str] | None) -> object:
         runnable_by_others(mine)
     elif args.level == sandbox.ROOT:
         python_for_runners(mine, sandbox.ROOT)
+    if args.level in (sandbox.ROOT, sandbox.USER_NAMESPACE):
+        system_v_ipc_closes(args.level)
     args.private = [*mine, args.results, Path.home(), Path.cwd()]
     return args
+
+
+def system_v_ipc_closes(level: str) -> None:
+    """With namespaces the jail closes System V IPC in each runner's IPC namespace, so that no
+    memory kept there escapes the watch; a kernel that will not let it is refused (fail closed)
+    here, once, rather than as a runner that never starts for every student."""
+    if (refused := sandbox.system_v_ipc_refused(level)) is not None:
+        raise UsageError(
+            f"the kernel will not close System V IPC in a runner's own IPC namespace ({refused}): "
+            "memory a runner kept there would escape --memory_gb; grade as root without "
+            "namespaces (MINBERT_CONTAINMENT='own user'), or pass --trusted to run the "
+            "submissions uncontained"
+        )
 
 
 def runnable_by_others(private: list[Path]) -> None:

@@ -21,6 +21,7 @@ TREE = "/tmp/submission"  # where the runner sees its copy of the tree
 ROOT_BYTES = 512 * 2**20  # the new root's file system: what the runner writes there is bounded
 BUILD_AT = "/tmp"  # a folder every machine has; the new root is mounted over it, in here only
 DEVICES = ("null", "zero", "urandom", "random")
+CLOSE_IPC_ONLY = "--close-system-v-ipc-only"  # the probe: close the IPC, run nothing
 OWN_CPU_LIMIT = 125  # the jail's exit code: the runner was killed at a CPU limit it set itself
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -175,7 +176,12 @@ def end_as(status: int) -> None:
 
 def main() -> None:
     """Fork the runner into the new PID namespace (``unshare --pid`` without ``--fork``), wait
-    for it, and end as it ended."""
+    for it, and end as it ended. With ``CLOSE_IPC_ONLY`` in place of the settings, only close
+    System V IPC and exit: the grader's probe of whether this kernel lets it (in
+    ``course/grading/sandbox.py``)."""
+    if sys.argv[1] == CLOSE_IPC_ONLY:
+        close_system_v_ipc()
+        return
     settings = json.loads(sys.argv[1])
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # ends with the grader
     go_on, go = os.pipe()  # the child waits until its /proc folder is open here

@@ -29,7 +29,15 @@ from pathlib import Path
 
 from course.authoring.pack import ARCHIVE
 from course.grading import landlock, seccomp
-from course.grading.jail import DEVICES, PR_SET_NO_NEW_PRIVS, ROOT_BYTES, TREE, give, libc
+from course.grading.jail import (
+    CLOSE_IPC_ONLY,
+    DEVICES,
+    PR_SET_NO_NEW_PRIVS,
+    ROOT_BYTES,
+    TREE,
+    give,
+    libc,
+)
 
 JAIL = Path(__file__).resolve().with_name("jail.py")
 RUNNER_UIDS = range(61_000, 62_000)  # runners' users where the grader is root (checked: no account)
@@ -102,6 +110,26 @@ def _works(command: list[str]) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
+
+
+def system_v_ipc_refused(level: str) -> str | None:
+    """Why this kernel will not let the jail close System V IPC in a runner's IPC namespace of
+    its own (``jail.close_system_v_ipc``), or None where it does. Asked once, before grading: a
+    kernel that refuses those sysctls (in a user namespace, some do) would stop every runner from
+    starting, and every student would be withheld; the grader refuses in one line instead."""
+    user = ["--user", "--map-root-user"] if level == USER_NAMESPACE else []
+    unshare = shutil.which("unshare") or "unshare"
+    probe = [sys.executable, "-I", "-B", str(JAIL), CLOSE_IPC_ONLY]
+    try:  # --ipc always: the machine's own limits are never touched
+        done = subprocess.run(
+            [unshare, "--ipc", *user, "--", *probe], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return str(err)
+    if done.returncode == 0:
+        return None
+    said = done.stderr.strip().splitlines()
+    return said[-1] if said else f"exit code {done.returncode}"
 
 
 class NoUserId(Exception):

@@ -356,6 +356,51 @@ def test_without_namespaces_a_missing_confinement_is_refused_in_one_line(
     err = careless_machine(tmp_path, monkeypatch, capsys, sandbox.OWN_USER)
     assert len(err) == 1 and said in err[0]
     assert err[0].endswith("or pass --trusted to run the submissions uncontained")
+    assert_trusted_grades_anyway(tmp_path, capsys)
+
+
+def assert_trusted_grades_anyway(tmp_path: Path, capsys) -> None:
+    """The flag a refusal names does what it says: the class is graded, uncontained."""
+    out = tmp_path / "trusted.csv"
+    argv = [str(tmp_path / "subs"), "--out", str(out), "--only", "sampler", "--trusted"]
+    assert grade.main(argv) == 0
+    assert rows_of(out)["alice"]["sampler"] == "5"
+    assert "uncontained" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("level", [sandbox.ROOT, sandbox.USER_NAMESPACE])
+def test_with_namespaces_a_kernel_that_keeps_system_v_ipc_open_is_refused_in_one_line(
+    level, tmp_path, monkeypatch, capsys
+):
+    """Fail closed: where the kernel will not let the jail close System V IPC in a runner's
+    IPC namespace (memory kept there escapes the watch), the grader grades nothing, says so in
+    one line before anyone is graded (not as a runner that never starts, every student
+    withheld), and names the flag that grades anyway."""
+    if level == sandbox.ROOT and not AS_ROOT:
+        pytest.skip("the root level's runner ids are root's")
+    refused = "PermissionError: [Errno 1] Operation not permitted: '/proc/sys/kernel/shmmni'"
+    monkeypatch.setattr(sandbox, "system_v_ipc_refused", lambda asked: refused)
+    monkeypatch.setattr(sandbox, "python_closed_to_runners", lambda private, level: None)
+    err = careless_machine(tmp_path, monkeypatch, capsys, level)
+    assert len(err) == 1 and f"IPC namespace ({refused})" in err[0]
+    assert err[0].endswith("or pass --trusted to run the submissions uncontained")
+    assert_trusted_grades_anyway(tmp_path, capsys)
+
+
+def system_v_ipc_limits() -> list[str]:
+    return [Path(f"/proc/sys/kernel/{name}").read_text() for name in ("shmmni", "msgmni", "sem")]
+
+
+def test_the_system_v_ipc_probe_passes_here_and_leaves_the_machines_limits_alone():
+    """The probe the grader asks before grading with namespaces: on this kernel the jail can
+    close System V IPC at every namespace level the machine offers, and it does so in an IPC
+    namespace of its own (as root, a user namespace's root may write the machine's limits)."""
+    levels = [lv for lv in sandbox.offered() if lv in (sandbox.ROOT, sandbox.USER_NAMESPACE)]
+    if not levels:
+        pytest.skip("no namespaces here")
+    before = system_v_ipc_limits()
+    assert {lv: sandbox.system_v_ipc_refused(lv) for lv in levels} == dict.fromkeys(levels)
+    assert system_v_ipc_limits() == before
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="planting another user's link needs root")
