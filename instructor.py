@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    from minbert.flags import ArgumentParser
+
+    ArgumentParser.started_as = f"python {__file__} {name}"  # what its usage line names
     return importlib.import_module(COMMANDS[name]).main(options)
 
 

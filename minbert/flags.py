@@ -167,7 +167,11 @@ def _default(f: dataclasses.Field) -> Any:
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, whose mistakes (an unknown flag, a value of the wrong type, a missing
     argument) end as every other mistake of a command does: one line ``error: ...`` on standard
-    error and exit code 2, instead of a usage block followed by the message."""
+    error and exit code 2, instead of a usage block followed by the message. ``started_as``, where
+    a dispatcher set it (``instructor.py grade``), is the command's name in its usage and errors
+    in place of the ``prog`` its module gives."""
+
+    started_as: str | None = None
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
@@ -176,6 +180,8 @@ class ArgumentParser(argparse.ArgumentParser):
         """``merged``: comma-separated list flags whose every occurrence counts (such a flag
         given ``a=x`` and again ``b=y`` reads ``a=x,b=y``; a value given twice counts once), where
         argparse would keep the last and drop the others silently."""
+        if ArgumentParser.started_as is not None:
+            kwargs["prog"] = ArgumentParser.started_as
         super().__init__(*args, **kwargs)
         self.merged = merged
 
