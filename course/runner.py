@@ -51,6 +51,26 @@ def grader_objects() -> dict[str, object]:
     return found
 
 
+CODE_PARTS = ("__code__", "__defaults__", "__kwdefaults__")
+
+
+def watch_rewrites(objects: dict[str, object]) -> list[str]:
+    """A list that Python's audit hook (PEP 578, which no code can remove) fills with the name
+    of every function among ``objects`` whose code or defaults are set from now on: a patch
+    that puts the grader's function back before its check ends (its code replaced by one that
+    restores the original when called) is seen all the same. Python 3.11 audits these, not a
+    class's or a module's attributes: those are compared only once the check has ended."""
+    functions = {id(value): key for key, value in objects.items() if hasattr(value, "__code__")}
+    seen: list[str] = []
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "object.__setattr__" and args[1] in CODE_PARTS and id(args[0]) in functions:
+            seen.append(f"{functions[id(args[0])]}.{args[1]}")
+
+    sys.addaudithook(hook)
+    return seen
+
+
 def replaced(before: dict[str, object]) -> str:
     """The first of the grader's objects (``grader_objects``) that is no longer what it was."""
     now = grader_objects()
@@ -69,6 +89,7 @@ def main() -> None:
     checks = {check.name: check for check in CHECKS}
     ctx = Context(None, ROOT / "sanity_check_reference.pt")
     intact = grader_objects()  # before any of the submission's code has run
+    rewritten = watch_rewrites(intact)  # its objects stay alive in intact: their ids stay theirs
     wire.write_frame(answers, {"ready": True})
     for line in sys.stdin:
         name = line.rstrip("\n")
@@ -77,7 +98,7 @@ def main() -> None:
             continue
         print(f"-- {name}", flush=True)
         answer = compute_check(checks[name], ctx)
-        if changed := replaced(intact):
+        if changed := replaced(intact) or next(iter(rewritten), ""):
             said = f"the submission's code replaced the grader's {changed}: nothing graded here"
             answer = {"error": said, "not_implemented": False, "restart": True}
         answer["check"] = name  # what the judge asked: an answer written ahead is not this one

@@ -443,3 +443,36 @@ def test_a_submission_that_silences_the_side_effect_probe_scores_nothing_there(t
     assert "replaced the grader's course.untouched.Untouched.problem" in said
     said = (tmp_path / "grades-results" / "slier.log").read_text()
     assert "replaced the grader's course.untouched.unchanged_problem.__code__" in said
+
+
+# The probe's code replaced by code that says "unchanged" and, on its first call, puts the
+# grader's own code back: by the check's end the probe is the grader's again.
+PUT_BACK = """
+import course.untouched
+course.untouched.grader_code = course.untouched.unchanged_problem.__code__
+def says_unchanged(name, before, after, axes=(), what="argument"):
+    unchanged_problem.__code__ = grader_code  # run as the probe: its module's names
+    return None
+course.untouched.unchanged_problem.__code__ = says_unchanged.__code__
+"""
+
+
+@contained
+def test_a_patch_of_the_probe_put_back_before_its_check_ends_scores_nothing_there(tmp_path):
+    """A correct LHUC whose module rewrites the side-effect probe's code, which the probe's
+    first call puts back: compared after the check, the grader's objects are all as they were,
+    yet the runner's audit hook saw the rewrite; no points there, said in the log. The same
+    LHUC without the patch gets its points."""
+    from course.grading import grade
+
+    lhuc = "minbert/plugins/lhuc.py"
+    subs = tmp_path / "subs"
+    for name, patch in {"honest": "", "puts-back": PUT_BACK}.items():
+        (subs / name / "minbert" / "plugins").mkdir(parents=True)
+        (subs / name / lhuc).write_text(solution(lhuc) + patch, encoding="utf-8")
+    out = tmp_path / "grades.csv"
+    assert grade.main([str(subs), "--out", str(out), "--only", "lhuc"]) == 0
+    rows = {r["student"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
+    assert float(rows["honest"]["lhuc"]) > 0 and rows["puts-back"]["lhuc"] == "0"
+    said = (tmp_path / "grades-results" / "puts-back.log").read_text()
+    assert "replaced the grader's course.untouched.unchanged_problem.__code__" in said
