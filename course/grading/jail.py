@@ -22,6 +22,7 @@ ROOT_BYTES = 512 * 2**20  # the new root's file system: what the runner writes t
 BUILD_AT = "/tmp"  # a folder every machine has; the new root is mounted over it, in here only
 DEVICES = ("null", "zero", "urandom", "random")
 CLOSE_IPC_ONLY = "--close-system-v-ipc-only"  # the probe: close the IPC, run nothing
+IPC_REFUSED = 123  # the probe's exit code where the kernel refused to close it
 OWN_CPU_LIMIT = 125  # the jail's exit code: the runner was killed at a CPU limit it set itself
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -180,7 +181,11 @@ def main() -> None:
     System V IPC and exit: the grader's probe of whether this kernel lets it (in
     ``course/grading/sandbox.py``)."""
     if sys.argv[1] == CLOSE_IPC_ONLY:
-        close_system_v_ipc()
+        try:
+            close_system_v_ipc()
+        except OSError as err:
+            print(err, file=sys.stderr)
+            sys.exit(IPC_REFUSED)
         return
     settings = json.loads(sys.argv[1])
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # ends with the grader

@@ -32,6 +32,7 @@ from course.grading import landlock, seccomp
 from course.grading.jail import (
     CLOSE_IPC_ONLY,
     DEVICES,
+    IPC_REFUSED,
     PR_SET_NO_NEW_PRIVS,
     ROOT_BYTES,
     TREE,
@@ -116,20 +117,24 @@ def system_v_ipc_refused(level: str) -> str | None:
     """Why this kernel will not let the jail close System V IPC in a runner's IPC namespace of
     its own (``jail.close_system_v_ipc``), or None where it does. Asked once, before grading: a
     kernel that refuses those sysctls (in a user namespace, some do) would stop every runner from
-    starting, and every student would be withheld; the grader refuses in one line instead."""
+    starting, and every student would be withheld; the grader refuses in one line instead. An
+    ``unshare`` that does not start (on a loaded machine it sometimes fails once) is asked again;
+    one that never starts is no answer here, as for a runner (tried again, then withheld)."""
     user = ["--user", "--map-root-user"] if level == USER_NAMESPACE else []
     unshare = shutil.which("unshare") or "unshare"
     probe = [sys.executable, "-I", "-B", str(JAIL), CLOSE_IPC_ONLY]
-    try:  # --ipc always: the machine's own limits are never touched
-        done = subprocess.run(
-            [unshare, "--ipc", *user, "--", *probe], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return str(err)
-    if done.returncode == 0:
-        return None
-    said = done.stderr.strip().splitlines()
-    return said[-1] if said else f"exit code {done.returncode}"
+    for _ in range(3):
+        try:  # --ipc always: the machine's own limits are never touched
+            done = subprocess.run(
+                [unshare, "--ipc", *user, "--", *probe], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return None
+        if done.returncode == IPC_REFUSED:
+            return (done.stderr.strip().splitlines() or ["no message"])[-1]
+    return None
 
 
 class NoUserId(Exception):

@@ -387,6 +387,29 @@ def test_with_namespaces_a_kernel_that_keeps_system_v_ipc_open_is_refused_in_one
     assert_trusted_grades_anyway(tmp_path, capsys)
 
 
+@pytest.mark.skipif(not AS_ROOT, reason="runs the probe as another user")
+def test_the_probe_says_what_the_kernel_refused_with_its_own_exit_code():
+    """The jail's probe run where the limits are not its to set (the machine's IPC namespace, as
+    nobody): the kernel's refusal in one line and the exit code the grader reads as a refusal,
+    never one an ``unshare`` that did not start gives."""
+    from course.grading import jail
+
+    before = system_v_ipc_limits()
+    done = subprocess.run(
+        [sys.executable, "-I", "-B", str(sandbox.JAIL), jail.CLOSE_IPC_ONLY],
+        capture_output=True,
+        text=True,
+        user=65534,
+        group=65534,
+        extra_groups=[],
+    )
+    assert done.returncode == jail.IPC_REFUSED
+    assert done.stderr.strip().splitlines() == [
+        "[Errno 13] Permission denied: '/proc/sys/kernel/shmmni'"
+    ]
+    assert system_v_ipc_limits() == before
+
+
 def system_v_ipc_limits() -> list[str]:
     return [Path(f"/proc/sys/kernel/{name}").read_text() for name in ("shmmni", "msgmni", "sem")]
 

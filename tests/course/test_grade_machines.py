@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from course.grading import grade, sandbox
-from course.grading.jail import TREE
+from course.grading.jail import CLOSE_IPC_ONLY, TREE
 from tests.course.containment import (
     as_root,
     at_root_level,
@@ -196,15 +196,26 @@ def test_a_runner_killed_from_outside_once_is_tried_again_and_every_time_is_scor
     assert f"{said}: an end that repeats is the submission's" in row["notes"]
 
 
+# The unshare a fault hits, by its last argument: a runner's (the jail's settings), or the
+# grader's System V IPC probe before grading (the level probe's ``true`` is never hit).
+FAILING = {
+    "a runner": f'[ "$last" != true ] && [ "$last" != {CLOSE_IPC_ONLY} ]',
+    "the IPC probe": f'[ "$last" = {CLOSE_IPC_ONLY} ]',
+}
+
+
 @with_unshare
-def test_an_unshare_that_fails_once_is_tried_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize("hit", sorted(FAILING))
+def test_an_unshare_that_fails_once_is_tried_again(hit, tmp_path, monkeypatch):
     """The fault seen on a loaded machine (``unshare: sigprocmask unblock failed``): the first
-    runner does not start; the second does, and the student loses nothing."""
+    runner does not start, or the grader's probe of System V IPC does not; the second does, the
+    grader grades (no refusal) and the student loses nothing."""
     real, fake = sandbox.shutil.which("unshare"), tmp_path / "bin"
     fake.mkdir()
     (fake / "unshare").write_text(
         "#!/bin/sh\n"
-        f'if [ ! -e "{tmp_path}/failed" ] && [ "$(eval echo \\${{$#}})" != true ]; then\n'
+        'last="$(eval echo \\${$#})"\n'
+        f'if [ ! -e "{tmp_path}/failed" ] && {FAILING[hit]}; then\n'
         f'    touch "{tmp_path}/failed"\n'
         "    echo 'unshare: sigprocmask unblock failed: Invalid argument' >&2\n"
         "    exit 1\n"
