@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     from minbert.flags import ArgumentParser
 
     ArgumentParser.started_as = f"python {__file__} {name}"  # what its usage line names
-    return importlib.import_module(COMMANDS[name]).main(options)
+    try:
+        return importlib.import_module(COMMANDS[name]).main(options)
+    finally:
+        ArgumentParser.started_as = None
 
 
 if __name__ == "__main__":
