@@ -168,8 +168,8 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, whose mistakes (an unknown flag, a value of the wrong type, a missing
     argument) end as every other mistake of a command does: one line ``error: ...`` on standard
     error and exit code 2, instead of a usage block followed by the message. ``started_as``, where
-    a dispatcher set it (``instructor.py grade``), is the command's name in its usage and errors
-    in place of the ``prog`` its module gives."""
+    a command is run by another that dispatches to it, is the name it was started by, in its usage
+    and errors in place of the ``prog`` its module gives."""
 
     started_as: str | None = None
 
