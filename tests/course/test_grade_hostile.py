@@ -378,7 +378,7 @@ def test_with_namespaces_a_kernel_that_keeps_system_v_ipc_open_is_refused_in_one
     withheld), and names the flag that grades anyway."""
     if level == sandbox.ROOT and not AS_ROOT:
         pytest.skip("the root level's runner ids are root's")
-    refused = "PermissionError: [Errno 1] Operation not permitted: '/proc/sys/kernel/shmmni'"
+    refused = "[Errno 1] Operation not permitted: '/proc/sys/kernel/shmmni'"  # as the probe says it
     monkeypatch.setattr(sandbox, "system_v_ipc_refused", lambda asked: refused)
     monkeypatch.setattr(sandbox, "python_closed_to_runners", lambda private, level: None)
     err = careless_machine(tmp_path, monkeypatch, capsys, level)
