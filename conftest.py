@@ -126,6 +126,7 @@ TIERS: dict[str, str] = {
     "tests/benchmarks/test_results_writer.py": FAST,
     "tests/benchmarks/test_suite_runner.py": SLOW,
     "tests/benchmarks/test_suites.py": BY_FIXTURE,
+    "tests/benchmarks/test_test_times.py": FAST,
     "tests/model/test_attention.py": BY_FIXTURE,
     "tests/model/test_bert.py": FAST,
     "tests/model/test_bert_given.py": FAST,

@@ -57,6 +57,42 @@ def test_times(junit_xml: Path) -> list[tuple[str, float, str]]:
     return rows
 
 
+def cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, all) clock ticks of every core since boot, from /proc/stat (Linux); None
+    elsewhere. Idle and waiting for I/O count as not busy."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(n) for n in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + ticks[4]
+    return sum(ticks) - idle, sum(ticks)
+
+
+def busy_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> str:
+    """How busy the machine's cores were between two ``cpu_jiffies`` readings, in words."""
+    if before is None or after is None or after[1] == before[1]:
+        return "the cores' busy share is unknown here (no /proc/stat)"
+    share = 100 * (after[0] - before[0]) / (after[1] - before[1])
+    return f"the machine's cores were busy {share:.0f}% of that time (/proc/stat)"
+
+
+def group_line(rows: list[tuple[str, float, str]]) -> str:
+    """The tests of each pytest-xdist load group (``@group`` in their ids): one worker runs a
+    group's tests one after another, so its sum is a floor under the wall time."""
+    seconds: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for test_id, duration, _ in rows:
+        if "@" in test_id:
+            group = test_id.rsplit("@", 1)[1]
+            seconds[group] += duration
+            counts[group] += 1
+    return "".join(
+        f" The load group `{g}` (one worker): {counts[g]} tests, {seconds[g]:.0f} s."
+        for g in sorted(seconds)
+    )
+
+
 def folder_of(test_id: str) -> str:
     path = test_id.split("::")[0]
     return str(Path(path).parent)
@@ -120,9 +156,10 @@ def main() -> None:
         junit = Path(scratch) / "junit.xml"
         command = [sys.executable, "-m", "pytest", "-q", f"--junitxml={junit}"]
         command += tier_args + workers + args.pytest_args
-        started = time.monotonic()
+        started, jiffies = time.monotonic(), cpu_jiffies()
         result = subprocess.run(command, cwd=_common.ROOT)
         wall = time.monotonic() - started
+        busy = busy_share(jiffies, cpu_jiffies())
         rows = test_times(junit)
     outcomes = defaultdict(int)
     for _, _, outcome in rows:
@@ -130,7 +167,8 @@ def main() -> None:
     summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items()))
     report.add(
         f"## Wall time\n\n`pytest {' '.join(tier_args + workers + args.pytest_args)}`: "
-        f"{wall:.0f} s ({wall / 60:.1f} min), exit {result.returncode}; {summary}."
+        f"{wall:.0f} s ({wall / 60:.1f} min), exit {result.returncode}; {summary}; {busy}."
+        + group_line(rows)
     )
     report.add("## Per folder\n\n" + per_folder_table(rows))
     report.add(f"## The {SLOWEST} slowest files\n\n" + per_file_table(rows, SLOWEST))
