@@ -45,7 +45,9 @@ ONE_PER_EXERCISE = "one per exercise"  # a test parametrized by mutants or corre
 
 # Fixtures that train, grade or copy a tree, in the files whose tier is BY_FIXTURE or
 # ONE_PER_EXERCISE: whatever uses them there (itself or through another fixture) is slow.
-SLOW_FIXTURES = frozenset({"finished_run", "made", "run_store", "solved_tree", "runs"})
+SLOW_FIXTURES = frozenset(
+    {"finished_run", "made", "run_store", "solved_tree", "runs", "regenerated"}
+)
 # Arguments that make a test slow there when it takes them itself: a driver test that takes the
 # tiny data files runs the driver on them; model_and_batch's in-process batch is fast.
 SLOW_ARGUMENTS = frozenset({"tiny_data"})
@@ -85,6 +87,7 @@ TIERS: dict[str, str] = {
     "tests/course/test_grade_hostile.py": SLOW,
     "tests/course/test_grade_machines.py": SLOW,
     "tests/course/test_grader_mutants.py": ONE_PER_EXERCISE,
+    "tests/course/test_operator_mistakes.py": BY_FIXTURE,
     "tests/course/test_grader_store.py": SLOW,
     "tests/course/test_gradescope.py": SLOW,
     "tests/course/test_judge_messages.py": FAST,

@@ -2,7 +2,8 @@
 (tests/course/test_grader_mutants.py) planted in its exercise's file, that exercise's checks run
 in this process, and for each whether a check FAILs and whether a FAIL carries a diagnosis (a
 known mistake of the catalogue, or the shape of the error: k times the expected, shifted,
-transposed, right but at the edges).
+transposed, right but at the edges); then the same with the operator mistakes added, as the
+class grader's judge adds them (course/authoring/operator_mistakes.py).
 
     python benchmarks/diagnosis_coverage.py            # the fresh sets, the shapes, the catalogued
     python benchmarks/diagnosis_coverage.py --all      # every mistake that changes an output
@@ -16,17 +17,21 @@ mutant the first diagnosis).
 from __future__ import annotations
 
 import argparse
+import sys
 
 import _common
 import pytest
 import torch
 
+from course.grading.grade import OPERATOR_MISTAKES
 from course.registry import FAIL, Context
 from tests.course import test_grader_mutants as corpus
 
 GROUPS = {
     "fresh": "written after the catalogue and the shapes, left as found",
     "fresh, second set": "written after every shape of course/shapes.py, left as found",
+    "fresh, third set": "written blind (without reading the diagnoses), left as found",
+    "fresh, fourth set": "written blind after the operator mistakes were built, left as found",
     "shaped": "no known mistake: named, where at all, by the shape of the error",
     "catalogued": "typical mistakes first planted unnamed, then put in the catalogue",
 }
@@ -38,6 +43,8 @@ def groups(every: bool) -> dict[str, list]:
     found = {
         "fresh": corpus.FRESH_MUTANTS,
         "fresh, second set": corpus.FRESH_MUTANTS_2,
+        "fresh, third set": corpus.FRESH_MUTANTS_3,
+        "fresh, fourth set": corpus.FRESH_MUTANTS_4,
         "shaped": corpus.SHAPED_MUTANTS,
         "catalogued": corpus.CATALOGUED_MUTANTS,
     }
@@ -64,29 +71,43 @@ def main() -> None:
         "--all", action="store_true", help="also every other value mistake of the corpus"
     )
     args = parser.parse_args()
+    if not OPERATOR_MISTAKES.is_file():
+        sys.exit(f"{OPERATOR_MISTAKES} is missing: python -m course.authoring.operator_mistakes")
     torch.set_num_threads(1)  # as the stored references were made
-    ctx = Context(None, corpus.ROOT / "sanity_check_reference.pt")
+    reference = corpus.ROOT / "sanity_check_reference.pt"
+    contexts = (Context(None, reference), Context(None, reference, OPERATOR_MISTAKES))
     report = _common.Report(
         "diagnosis-coverage",
         "How many planted mistakes the grader names",
         "Each mutant planted in its exercise's file, that exercise's checks run. Caught: some "
-        "check FAILs. Named: a FAIL carries a diagnosis (a known mistake, or the error's shape).",
+        "check FAILs. Named: a FAIL carries a diagnosis (a known mistake, or the error's shape); "
+        "with operators: also the operator mistakes, as the class grader adds them.",
     )
-    totals = ["| group | what | mutants | caught | named |", "| --- | --- | ---: | ---: | ---: |"]
+    totals = [
+        "| group | what | mutants | caught | named | named with operators |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
     details = []
     for group, mutants in groups(args.all).items():
-        rows = ["| mutant | exercise | caught | diagnosis |", "| --- | --- | --- | --- |"]
-        caught = named = 0
+        rows = [
+            "| mutant | exercise | caught | diagnosis | with the operator mistakes |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        caught = named = with_operators = 0
         for mutant in mutants:
             print(f"[diagnosis_coverage] {group}: {mutant.id}", flush=True)
-            failed, said = measure(mutant, ctx)
+            (failed, said), (_, operated) = (measure(mutant, ctx) for ctx in contexts)
             caught, named = caught + failed, named + bool(said)
-            shown = said.replace("|", "\\|")[:140] or "-"
+            with_operators += bool(operated)
+            shown = [text.replace("|", "\\|")[:140] or "-" for text in (said, operated)]
             rows.append(
-                f"| {mutant.id} | {mutant.exercise} | {'yes' if failed else 'NO'} | {shown} |"
+                f"| {mutant.id} | {mutant.exercise} | {'yes' if failed else 'NO'} | "
+                f"{shown[0]} | {'same' if operated == said else shown[1]} |"
             )
         what = GROUPS.get(group, "every other mistake that changes an output")
-        totals.append(f"| {group} | {what} | {len(mutants)} | {caught} | {named} |")
+        totals.append(
+            f"| {group} | {what} | {len(mutants)} | {caught} | {named} | {with_operators} |"
+        )
         details.append(f"### {group}\n\n" + "\n".join(rows))
     report.add("## Counts\n\n" + "\n".join(totals))
     report.add("## Each mutant\n\n" + "\n\n".join(details))

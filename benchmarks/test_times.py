@@ -51,8 +51,10 @@ def test_times(junit_xml: Path) -> list[tuple[str, float, str]]:
             if child.tag in ("failure", "error", "skipped"):
                 outcome = child.tag
         name = ascii(case.get("name", ""))[1:-1].replace("|", "\\|")
+        name, group = name.rsplit("@", 1) if "@" in name else (name, "")
         if len(name) > 100:
             name = name[:97] + "..."
+        name += f"@{group}" if group else ""  # the load group whole: group_line reads it
         rows.append((f"{path}::{name}", float(case.get("time", 0.0)), outcome))
     return rows
 

@@ -271,8 +271,8 @@ def diagnose(measurement: Measurement, tolerance: float) -> str:
         for name, distance in measurement.mistakes.items()
         if distance <= 10 * tolerance and not distance >= measurement.max_abs_diff
     ]
-    if near:
-        return min(near)[1]
+    if near:  # of two as near, the first: a check's own before the operator mistakes
+        return min(near, key=lambda pair: pair[0])[1]
     shaped = [
         (distance, name)
         for name, distance in measurement.shapes.items()

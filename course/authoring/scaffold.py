@@ -64,6 +64,7 @@ INSTRUCTOR_ONLY = (
     "tests/course/test_exercise_isolation.py",  # runs the scaffold
     "course/authoring/course_references.py",
     "course/authoring/make_course_references.py",
+    "course/authoring/operator_mistakes.py",
 )
 
 # Without git: directories and files that are not part of the project.

@@ -49,6 +49,9 @@ from multitask.errors import UsageError, run_command
 
 OUTPUT_LIMIT = 64_000  # bytes of a submission's output kept in its log
 REFERENCE = PROJECT_ROOT / "sanity_check_reference.pt"  # the judge's, never a submission's
+# The judge's names for mistakes nobody listed (course/authoring/operator_mistakes.py): they quote
+# the reference's code, so no runner and no student tree has them; graded without where missing.
+OPERATOR_MISTAKES = PROJECT_ROOT / "course" / "authoring" / "operator_mistakes.pt"
 
 
 @dataclass
@@ -440,7 +443,7 @@ def set_up(argv: list[str] | None) -> object:
             sandbox.UserIds()
         except sandbox.NoUserId as err:
             raise UsageError(f"the runners cannot have user ids of their own: {err}") from None
-    args.ctx = Context(None, REFERENCE)
+    args.ctx = Context(None, REFERENCE, OPERATOR_MISTAKES if OPERATOR_MISTAKES.is_file() else None)
     mine = [PROJECT_ROOT, args.submissions, args.out.parent, args.points.parent, *args.hide]
     if args.level == sandbox.OWN_USER:
         must_be_private(mine)

@@ -330,3 +330,27 @@ def test_the_sanity_reference_replaces_only_its_own_file_unless_told(tmp_path, m
     assert script.main(["--out", str(notes), "--overwrite"]) == 0
     assert script.is_reference(own) and script.is_reference(notes)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "reference.pt"]
+
+
+def test_the_operator_mistakes_replace_their_own_file_and_refuse_another(
+    tmp_path, monkeypatch, capsys
+):
+    """operator_mistakes (its computation stubbed) writes over its own earlier file, refuses a
+    file of the user's in one line before computing, and replaces it with --overwrite."""
+    from course.authoring import operator_mistakes
+
+    made = {"operator mistakes": {("lhuc", "eval"): {}}}
+    monkeypatch.setattr(operator_mistakes, "make", lambda: made)
+    own, notes = tmp_path / "ops.pt", tmp_path / "notes.txt"
+    own.write_bytes(operator_mistakes.OUT.read_bytes())
+    notes.write_text("the user's own\n")
+    assert operator_mistakes.main(["--out", str(own)]) == 0
+    assert operator_mistakes.written_here(own)
+    capsys.readouterr()
+    assert operator_mistakes.main(["--out", str(notes)]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "is not a file of operator mistakes this script wrote" in said[0]
+    assert notes.read_text() == "the user's own\n"
+    assert operator_mistakes.main(["--out", str(notes), "--overwrite"]) == 0
+    assert operator_mistakes.written_here(notes)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "ops.pt"]

@@ -502,6 +502,8 @@ def test_a_python_closed_to_other_users_is_found_at_each_level(tmp_path, monkeyp
         folder.chmod(0o755)
     home.chmod(0o700)
     monkeypatch.setattr(sandbox, "python_paths", lambda private: [str(packages)])
+    # this machine's interpreter out of the way: it may itself be closed (pyenv's in a home)
+    monkeypatch.setattr(sandbox.sys, "executable", str(tmp_path / "no-such-python"))
     assert sandbox.python_closed_to_runners([], sandbox.ROOT) is None
     assert sandbox.python_closed_to_runners([], sandbox.OWN_USER) == str(packages)
     packages.chmod(0o700)

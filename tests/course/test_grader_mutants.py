@@ -1741,6 +1741,345 @@ FRESH_MUTANTS_2 = [
 ]
 MUTANTS += FRESH_MUTANTS_2
 
+# A third fresh set, written blind: by someone who read the solutions and the corpus's format
+# but not the grader's diagnoses, its catalogue of known mistakes or its shapes; left as found.
+# Measured like the first two (benchmarks/diagnosis_coverage.py).
+FRESH_MUTANTS_3 = [
+    m(  # the token types looked up in the wrong table, the position embeddings
+        "fresh3-types-in-position-table",
+        "embeddings",
+        BERT,
+        (
+            "self.token_type_embeddings(token_type_ids)",
+            "self.position_embeddings(token_type_ids)",
+        ),
+    ),
+    m(  # the softmax over the heads axis of (B, nh, T, T)
+        "fresh3-softmax-over-heads",
+        "attention",
+        BERT,
+        (PROBS, "probs = F.dropout(scores.softmax(dim=1), p=dropout_p)"),
+    ),
+    m(
+        "fresh3-scale-multiplied",
+        "attention",
+        BERT,
+        (SCORES, SCORES.replace("/ math.sqrt", "* math.sqrt")),
+    ),
+    m(  # dropout_p taken as a keep probability (TensorFlow's keep_prob): p = 1 − dropout_p
+        "fresh3-dropout-keep-prob",
+        "attention",
+        BERT,
+        (PROBS, "probs = F.dropout(scores.softmax(dim=-1), p=1 - dropout_p)"),
+    ),
+    m(  # the residual added in the layer as well as in BertSelfOutput
+        "fresh3-attention-residual-twice",
+        "layer",
+        BERT,
+        ("a = self.attention(x, mask)", "a = x + self.attention(x, mask)"),
+    ),
+    m(  # dropout on the input of the dense projection instead of on its output
+        "fresh3-dropout-before-dense",
+        "layer",
+        BERT,
+        (OUT1, "return self.LayerNorm(x + self.dense(self.dropout(heads)))"),
+        (OUT2, "return self.LayerNorm(x + self.dense(self.dropout(h)))"),
+    ),
+    m(  # m ← β₁·m + g: the (1 − β₁) factor left out
+        "fresh3-adamw-m-no-one-minus",
+        "adamw",
+        OPT,
+        ("m.lerp_(grad, 1 - beta1)", "m.mul_(beta1).add_(grad)"),
+    ),
+    m(  # t = step + 1 computed but never stored: every step is bias-corrected as the first
+        "fresh3-adamw-step-not-stored",
+        "adamw",
+        OPT,
+        (
+            'state["step"] += 1\n                t = float(state["step"])',
+            't = float(state["step"]) + 1',
+        ),
+    ),
+    m(  # the update added instead of subtracted: gradient ascent
+        "fresh3-adamw-update-sign",
+        "adamw",
+        OPT,
+        ("p.addcdiv_(m, denom, value=-step_size)", "p.addcdiv_(m, denom, value=step_size)"),
+    ),
+    m(  # Σ N_j^α read as (Σ N_j)^α
+        "fresh3-power-of-total",
+        "sampler",
+        SAMPLING,
+        ("total = sum(weights.values())", "total = sum(sizes.values()) ** alpha"),
+    ),
+    m(
+        "fresh3-adapter-gelu-on-sum",
+        "adapter",
+        ADAPTER,
+        (ADAPTER_OUT, "return gelu(h + self.up(z))"),
+    ),
+    m(  # σ taken as a softmax over the D units: the amplitudes sum to 2
+        "fresh3-lhuc-softmax",
+        "lhuc",
+        LHUC,
+        (LHUC_SCALE, "h * (2.0 * torch.softmax(r, dim=-1))"),
+    ),
+    m(  # α/r scales the base output too
+        "fresh3-lora-scales-base",
+        "lora",
+        LORA,
+        (LORA_ADD, "return self.scale * (y + update(self.dropout(x)))"),
+    ),
+    m(  # a GELU of one's own after the encoder V_E
+        "fresh3-pals-gelu-after-encoder",
+        "pals",
+        PALS,
+        ("z = pal.encoder(x)", "z = gelu(pal.encoder(x))"),
+    ),
+    m(  # the l2 rule for both norms: linf scales a token down by its largest entry, no clamp
+        "fresh3-project-linf-rescaled",
+        "smart",
+        SMART,
+        (
+            '    if norm == "linf":\n        return delta.clamp(-epsilon, epsilon)\n'
+            '    return delta * (epsilon / _token_norm(delta, "l2").clamp_min(epsilon))',
+            "    return delta * (epsilon / _token_norm(delta, norm).clamp_min(epsilon))",
+        ),
+    ),
+    m(  # off by one: K − 1 ascent steps (none for the default K = 1)
+        "fresh3-smart-one-step-short",
+        "smart",
+        SMART,
+        ("range(config.ascent_steps)", "range(config.ascent_steps - 1)"),
+    ),
+    m(  # mean over the classes, sum over the batch
+        "fresh3-kl-reductions-swapped",
+        "smart",
+        SMART,
+        (KL, KL.replace(".sum(-1).mean()", ".mean(-1).sum()")),
+    ),
+    m(  # the random replacement forgets `chosen`: 10% of every token replaced
+        "fresh3-random-unchosen",
+        "masking",
+        MLM,
+        (TO_RANDOM, "masked = torch.where((action >= 0.8) & (action < 0.9), random_ids, masked)"),
+    ),
+    m(  # no lower bound: the [MASK]ed 80% are overwritten with random ids too
+        "fresh3-random-overwrites-mask",
+        "masking",
+        MLM,
+        (TO_RANDOM, "masked = torch.where(chosen & (action < 0.9), random_ids, masked)"),
+    ),
+    m(  # the log-softmax over the positions, not the vocabulary
+        "fresh3-log-softmax-over-positions",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "return F.nll_loss(logits.flatten(0, -2).float().log_softmax(dim=0), "
+            "labels.flatten(), ignore_index=IGNORE)",
+        ),
+    ),
+    m(  # sentence-transformers' mean_sqrt_len_tokens: divided by √(number of tokens)
+        "fresh3-pool-sqrt-length",
+        "pooling",
+        HEADS,
+        ("m.sum(1).clamp(min=1.0)", "m.sum(1).clamp(min=1.0).sqrt()"),
+    ),
+    m(  # |u − v| read as |u| − |v|
+        "fresh3-pair-abs-difference",
+        "pair-features",
+        HEADS,
+        ("(u - v).abs()", "(u.abs() - v.abs())"),
+    ),
+    m(  # cosine written out with the norms of the whole batch, not of each vector
+        "fresh3-cosine-batch-norms",
+        "cosine-head",
+        HEADS,
+        (COSINE, "cosine = (u * v).sum(-1) / (u.norm() * v.norm())"),
+    ),
+    m(  # logits and targets swapped
+        "fresh3-bce-arguments-swapped",
+        "task-losses",
+        BASE,
+        (BCE, "return F.binary_cross_entropy_with_logits(labels.float(), outputs[:, 0].float())"),
+    ),
+]
+MUTANTS += FRESH_MUTANTS_3
+# A fourth fresh set, written blind after the operator mistakes were built: by someone who read
+# the solutions and the corpus's format but nothing of the grader; left as found. Measured like
+# the others (benchmarks/diagnosis_coverage.py).
+FRESH_MUTANTS_4 = [
+    m(  # copy-paste slip: the token types looked up in the word-embedding table
+        "fresh4-types-in-word-table",
+        "embeddings",
+        BERT,
+        (
+            "self.token_type_embeddings(token_type_ids)",
+            "self.word_embeddings(token_type_ids)",
+        ),
+    ),
+    m(  # copy-paste slip in the equation: Q Qᵀ instead of Q Kᵀ
+        "fresh4-scores-q-q",
+        "attention",
+        BERT,
+        (SCORES, SCORES.replace("q @ k.transpose", "q @ q.transpose")),
+    ),
+    m(  # the training test inverted: attention dropout in eval mode, none in training
+        "fresh4-dropout-condition-inverted",
+        "attention",
+        BERT,
+        (TRAIN_P, "dropout_p = 0.0 if self.training else self.dropout_p"),
+    ),
+    m(  # heads merged with the Kᵀ habit: the last two axes transposed, not heads and tokens
+        "fresh4-merge-transpose-last-axes",
+        "attention",
+        BERT,
+        (MERGE, "y.transpose(-2, -1).reshape(B, T, D)"),
+    ),
+    m(  # the attention output projection applied to the residual x instead of the heads
+        "fresh4-dense-of-x",
+        "layer",
+        BERT,
+        (OUT1, "return self.LayerNorm(x + self.dropout(self.dense(x)))"),
+    ),
+    m(  # the second moment of the (just updated) first moment m, not of the gradient g
+        "fresh4-adamw-v-of-m",
+        "adamw",
+        OPT,
+        (
+            "v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)",
+            "v.mul_(beta2).addcmul_(m, m, value=1 - beta2)",
+        ),
+    ),
+    m(  # the update steps along the raw gradient g instead of the first moment m
+        "fresh4-adamw-update-uses-grad",
+        "adamw",
+        OPT,
+        ("p.addcdiv_(m, denom, value=-step_size)", "p.addcdiv_(grad, denom, value=-step_size)"),
+    ),
+    m(  # "from 1 to 0.2" read as a fall of 0.2: α ends at 0.8
+        "fresh4-alpha-ends-at-0-8",
+        "sampler",
+        SAMPLING,
+        (ALPHA, "return 1.0 - 0.2 * (epoch - 1) / (epochs - 1)"),
+    ),
+    m(  # GELU mistaken for SiLU (swish), x·σ(x)
+        "fresh4-adapter-silu",
+        "adapter",
+        ADAPTER,
+        (ADAPTER_Z, "z = torch.nn.functional.silu(self.down(h))"),
+    ),
+    m(  # σ written out with the sign of the exponent lost: 2 / (1 + e^r) = 2·σ(−r)
+        "fresh4-lhuc-sigmoid-sign",
+        "lhuc",
+        LHUC,
+        (LHUC_SCALE, "h * (2.0 / (1.0 + torch.exp(r)))"),
+    ),
+    m(  # "scaled by α": the update multiplied by α, not α/r
+        "fresh4-lora-scale-alpha-only",
+        "lora",
+        LORA,
+        (LORA_ADD, "return y + self.alpha * update(self.dropout(x))"),
+    ),
+    m(  # g_l called but its result not assigned: V_D · V_E · x, the attention lost
+        "fresh4-pals-attention-discarded",
+        "pals",
+        PALS,
+        (
+            "z = pal.layers[layer](z, mask, dropout_p, self.use_fast_path)",
+            "pal.layers[layer](z, mask, dropout_p, self.use_fast_path)",
+        ),
+    ),
+    m(  # copy-paste slip: log Q from p_logits, so the divergence is always 0
+        "fresh4-kl-q-from-p",
+        "smart",
+        SMART,
+        (LOG_Q, "log_q = F.log_softmax(p_logits.float(), dim=-1)"),
+    ),
+    m(  # clamp_max for clamp_min: long vectors kept, short ones stretched to length ε
+        "fresh4-project-clamp-max",
+        "smart",
+        SMART,
+        (
+            'return delta * (epsilon / _token_norm(delta, "l2").clamp_min(epsilon))',
+            'return delta * (epsilon / _token_norm(delta, "l2").clamp_max(epsilon))',
+        ),
+    ),
+    m(  # η and ε confused: the ascent step is ε long instead of η
+        "fresh4-ascent-step-epsilon",
+        "smart",
+        SMART,
+        (SMART_STEP, "config.epsilon * _normalise(grad, config.norm)"),
+    ),
+    m(  # generator= forgotten on the last draw: the random ids do not follow the seed
+        "fresh4-random-ids-unseeded",
+        "masking",
+        MLM,
+        (RANDOM_IDS, "random_ids = torch.randint(vocab_size, (B, T))"),
+    ),
+    m(  # whole-word branch without `candidates &`: specials and padding can be chosen
+        "fresh4-whole-word-not-candidates",
+        "masking",
+        MLM,
+        (
+            "chosen = candidates & (torch.gather(draw, 1, starts) < probability)",
+            "chosen = torch.gather(draw, 1, starts) < probability",
+        ),
+    ),
+    m(  # written out, −(1/|M|) Σ log softmax with its minus sign lost: the negated loss
+        "fresh4-mlm-minus-sign-lost",
+        "mlm-loss",
+        MLM,
+        (
+            f"return {LOSS}",
+            "flat, y = logits.flatten(0, -2).float(), labels.flatten()\n"
+            "    keep = y != IGNORE\n"
+            "    return flat[keep].log_softmax(-1).gather(1, y[keep][:, None]).mean()",
+        ),
+    ),
+    m(  # the attention mask read as 1 = padding: the mean over the padding
+        "fresh4-pool-mask-inverted",
+        "pooling",
+        HEADS,
+        (
+            "m = attention_mask.unsqueeze(-1).to(hidden.dtype)",
+            "m = (1 - attention_mask).unsqueeze(-1).to(hidden.dtype)",
+        ),
+    ),
+    m(  # copy-paste slip: [u; u; |u − v|; u ⊙ v]
+        "fresh4-pair-u-twice",
+        "pair-features",
+        HEADS,
+        (FEATURES, "torch.cat([u, u, (u - v).abs(), u * v], dim=-1)"),
+    ),
+    m(  # the cosine written out with ‖u‖² ‖v‖² (no square roots) in the denominator
+        "fresh4-cosine-squared-norms",
+        "cosine-head",
+        HEADS,
+        (COSINE, "cosine = (u * v).sum(-1) / ((u * u).sum(-1) * (v * v).sum(-1))"),
+    ),
+    m(  # brackets misplaced: a · (cos + b)
+        "fresh4-cosine-shift-inside",
+        "cosine-head",
+        HEADS,
+        (AFFINE, "return (self.scale * (cosine + self.shift)).unsqueeze(-1)"),
+    ),
+    m(  # the ½(ŷ − y)² convention: half the mean squared error
+        "fresh4-mse-halved",
+        "task-losses",
+        BASE,
+        (MSE, "return 0.5 * F.mse_loss(outputs[:, 0].float(), labels.float())"),
+    ),
+    m(  # the log-softmax over the batch axis (dim 0), not over the classes
+        "fresh4-ce-log-softmax-over-batch",
+        "task-losses",
+        BASE,
+        (CE, "return F.nll_loss(outputs.float().log_softmax(dim=0), labels)"),
+    ),
+]
+MUTANTS += FRESH_MUTANTS_4
+
 ALGORITHM_2 = """\
                 state["step"] += 1
                 t = float(state["step"])

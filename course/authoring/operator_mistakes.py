@@ -1,0 +1,620 @@
+"""Mistakes nobody listed, named anyway: each equation of ``course_references.py`` with one
+operator changed (mutation testing's operators, DeMillo, Lipton & Sayward 1978, chosen for tensor
+code: + − × ÷ replaced, operands swapped, a term or a line left out; one element-wise
+function for another or left out; nested calls in the other order; f(a + b) → f(a) + b; sum for
+mean or over every axis; another attribute of the same object; a small integer (an axis, an
+index) for another, a count one off; a comparison turned; two names of a line swapped), run on
+the stored cases and sealed as a known mistake's outputs are. A student's matching output is
+named by the change: "`scores * mask` where the reference has `scores + mask`".
+
+INSTRUCTOR ONLY, and so is what it writes (``operator_mistakes.pt`` beside it): the descriptions
+quote the reference's code, so only the class grader's judge reads them (``grade.py``); neither
+the student tree nor its ``grader.pyz`` holds them.
+
+    python -m course.authoring.operator_mistakes   # writes course/authoring/operator_mistakes.pt
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import functools
+import inspect
+import itertools
+import math
+import signal
+import sys
+import textwrap
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from course.authoring import course_references as ref
+from course.authoring import make_course_references as references
+from minbert.checkpoint import atomic_write, load_trusted
+from minbert.flags import ArgumentParser, nonempty_path
+from multitask.errors import run_command
+
+OUT = Path(__file__).resolve().parent / "operator_mistakes.pt"
+
+# Element-wise functions a student may put one for another (torch.X(t) or t.X()), and
+# reductions (t.X(dim)) whose kind or axis a student may get wrong.
+ELEMENTWISE = ("sigmoid", "tanh", "relu", "exp", "sqrt", "abs", "square", "log")
+REDUCTIONS = ("sum", "mean", "amax", "norm", "logsumexp")
+SMALL_INTEGERS = (-3, -2, -1, 0, 1, 2, 3)  # an axis or an index: each may be written for another
+MODULES = ("torch", "math", "F")  # names of modules, never swapped or replaced
+ARITHMETIC = {
+    ast.Add: (ast.Sub, ast.Mult),
+    ast.Sub: (ast.Add,),
+    ast.Mult: (ast.Div, ast.Add),
+    ast.Div: (ast.Mult,),
+    ast.Pow: (ast.Mult,),
+}
+TURNED = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
+ZERO = 1e-6  # an output this small everywhere is zero: float32 rounding of values of order 1
+VARIANT_SECONDS = 10.0  # a variant's call that runs longer is dropped (the equations take < 1 s)
+STATEMENT_CHARS = 90  # a description quotes the whole line up to this length, else the change
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One equation (``function``, a name in course_references) with one change: the
+    ``index``-th node of its syntax tree (``ast.walk`` order) replaced by the ``choice``-th of
+    its ``changes``. Passed where a check's data takes a known mistake's key, it compares
+    unequal to every key the equations test for, so each runs its correct branch."""
+
+    function: str
+    index: int
+    choice: int
+    description: str
+
+
+def mentions(node: ast.AST, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+
+
+def is_module_call(call: ast.Call) -> bool:
+    """torch.X(...), math.X(...), F.X(...) or a plain function's call: not a method's."""
+    func = call.func
+    return isinstance(func, ast.Name) or (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id in MODULES
+    )
+
+
+def call_name(call: ast.Call) -> str | None:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else None
+
+
+def with_name(call: ast.Call, name: str) -> ast.Call:
+    new = copy.deepcopy(call)
+    if isinstance(new.func, ast.Attribute):
+        new.func.attr = name
+    else:
+        new.func.id = name
+    return new
+
+
+def arithmetic_changes(node: ast.BinOp) -> Iterator[ast.AST]:
+    for op in ARITHMETIC.get(type(node.op), ()):
+        yield ast.BinOp(node.left, op(), node.right)
+    if isinstance(node.op, (ast.Sub, ast.Div, ast.MatMult, ast.Pow)):
+        yield ast.BinOp(node.right, node.op, node.left)
+    if isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        yield node.left
+    if isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+        yield node.right
+
+
+def attribute_changes(node: ast.Attribute, siblings: dict[str, list[str]]) -> Iterator[ast.AST]:
+    """``obj.a`` read as another attribute that the equation reads of the same ``obj``: the
+    wrong table, weight or layer (``siblings``: the attributes read of each name)."""
+    if isinstance(node.value, ast.Name) and node.value.id not in MODULES:
+        for other in siblings.get(node.value.id, []):
+            if other != node.attr:
+                yield ast.Attribute(node.value, other, node.ctx)
+
+
+def call_changes(node: ast.Call) -> Iterator[ast.AST]:
+    name = call_name(node)
+    method = isinstance(node.func, ast.Attribute) and not is_module_call(node)
+    if name in ELEMENTWISE:
+        for other in ELEMENTWISE:
+            if other != name:
+                yield with_name(node, other)
+        yield node.func.value if method else node.args[0]
+    if name in REDUCTIONS and method:
+        yield from reduction_changes(node, name)
+    if name in ("clamp", "clamp_min", "clamp_max") and method:
+        yield node.func.value
+    if name == "sum" and not method:
+        yield with_name(node, "len")
+    if node.args and isinstance(node.args[0], ast.BinOp) and isinstance(node.args[0].op, ast.Add):
+        inner = node.args[0]  # f(a + b, ...) -> f(a, ...) + b and f(b, ...) + a
+        for kept, moved in ((inner.left, inner.right), (inner.right, inner.left)):
+            yield ast.BinOp(
+                ast.Call(node.func, [kept, *node.args[1:]], node.keywords), ast.Add(), moved
+            )
+    if is_module_call(node) and node.args and isinstance(node.args[0], ast.Call):
+        inner = node.args[0]  # f(g(x, ...), ...) -> g(f(x, ...), ...)
+        if is_module_call(inner) and inner.args:
+            outer = ast.Call(node.func, [inner.args[0], *node.args[1:]], node.keywords)
+            yield ast.Call(inner.func, [outer, *inner.args[1:]], inner.keywords)
+
+
+def reduction_changes(node: ast.Call, name: str) -> Iterator[ast.AST]:
+    """Sum for mean and back, and over every axis (another axis is another integer: ``changes``
+    of the constant)."""
+    if name in ("sum", "mean"):
+        yield with_name(node, "mean" if name == "sum" else "sum")
+    if name in ("sum", "mean", "amax") and (node.args or node.keywords):
+        yield ast.Call(node.func, [], [])
+
+
+def changes(node: ast.AST, siblings: dict[str, list[str]]) -> list[ast.AST]:
+    """What ``node`` may be replaced by: a node of the same place (an expression, or the
+    statement for an augmented assignment). ``siblings``: ``attributes_read``."""
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+        return list(attribute_changes(node, siblings))
+    if isinstance(node, ast.BinOp):
+        return list(arithmetic_changes(node))
+    if isinstance(node, ast.AugAssign):
+        turned = [ast.AugAssign(node.target, op(), node.value) for op in ARITHMETIC[type(node.op)]]
+        return [ast.Pass(), *turned]  # the step left out, or another operator
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        return [ast.Pass()]  # an in-place step (m.mul_(β).add_(g)) left out
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        if isinstance(node.operand, ast.Constant) and type(node.operand.value) is int:
+            return [integer(n) for n in other_integers(-node.operand.value)]  # -n: one constant
+        return [node.operand]
+    if isinstance(node, ast.Call):
+        return list(call_changes(node))
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in TURNED:
+        return [ast.Compare(node.left, [TURNED[type(node.ops[0])]()], node.comparators)]
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return [integer(n) for n in other_integers(node.value)]
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Name):
+        return [
+            ast.Subscript(node.value, ast.BinOp(node.slice, op(), ast.Constant(1)), node.ctx)
+            for op in (ast.Sub, ast.Add)
+        ]
+    if isinstance(node, (ast.Assign, ast.Return)) and node.value is not None:
+        return list(swapped_names(node))
+    return []
+
+
+def attributes_read(tree: ast.AST) -> dict[str, list[str]]:
+    """name -> the attributes the function reads of it (``module.dense`` -> module: [dense]),
+    but methods it calls."""
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    found: dict[str, list[str]] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and id(n) not in called:
+            if n.attr not in found.setdefault(n.value.id, []):
+                found[n.value.id].append(n.attr)
+    return found
+
+
+def other_integers(value: int) -> list[int]:
+    """What a student may write for the integer ``value``: any other of the small ones where it
+    is small (an axis, an index: -3 to 3), else one off either way (a count)."""
+    if value in SMALL_INTEGERS:
+        return [n for n in SMALL_INTEGERS if n != value]
+    return [value + 1, value - 1]
+
+
+def integer(value: int) -> ast.expr:
+    return ast.Constant(value) if value >= 0 else ast.UnaryOp(ast.USub(), ast.Constant(-value))
+
+
+def swapped_names(statement: ast.Assign | ast.Return) -> Iterator[ast.AST]:
+    """The statement with two of the names that its arithmetic reads swapped everywhere in it."""
+    names = []
+    for n in ast.walk(statement.value):
+        if isinstance(n, ast.BinOp):
+            for operand in (n.left, n.right):
+                if isinstance(operand, ast.Name) and operand.id not in names:
+                    names.append(operand.id)
+    for a, b in itertools.combinations(names, 2):
+        new = copy.deepcopy(statement)
+        for n in ast.walk(new.value):
+            if isinstance(n, ast.Name) and n.id in (a, b):
+                n.id = b if n.id == a else a
+        yield new
+
+
+def parse(function: Callable) -> ast.Module:
+    """The syntax tree of ``function`` (of the equation, where it is ``Generation.wrapped``)."""
+    return ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(function))))
+
+
+def mutable(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """Whether a change of ``node`` can be a student's: on the equation's correct path (not in
+    a branch that only a known mistake takes, nor in a test of the ``mistake`` argument), and
+    not in a docstring or a default."""
+    chain = [node]
+    while id(chain[-1]) in parents:
+        chain.append(parents[id(chain[-1])])
+    for inner, outer in zip(chain, chain[1:]):
+        if isinstance(outer, ast.arguments):
+            return False
+        if isinstance(outer, ast.Expr) and isinstance(outer.value, ast.Constant):
+            return False
+        if isinstance(outer, (ast.If, ast.IfExp)) and mentions(outer.test, "mistake"):
+            if inner is outer.test or not_taken(outer, inner):
+                return False
+    if isinstance(node, ast.Constant) and isinstance(parents.get(id(node)), ast.UnaryOp):
+        return False  # changed with its sign, as one constant
+    return not (isinstance(node, ast.Compare) and mentions(node, "mistake"))
+
+
+def not_taken(branching: ast.If | ast.IfExp, inner: ast.AST) -> bool:
+    """Whether ``inner`` (the body or the else of ``branching``, or a statement of them) is the
+    branch not taken when the ``mistake`` argument is None; False when the test reads more than
+    ``mistake`` (both branches may run)."""
+    names = {n.id for n in ast.walk(branching.test) if isinstance(n, ast.Name)}
+    if names != {"mistake"}:
+        return False
+    taken = eval(compile(ast.Expression(branching.test), "<test>", "eval"), {"mistake": None})  # noqa: S307
+    body = branching.body if isinstance(branching.body, list) else [branching.body]
+    return (inner in body) != bool(taken)
+
+
+def parents_of(tree: ast.AST) -> dict[int, ast.AST]:
+    return {
+        id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)
+    }
+
+
+def statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
+    while not isinstance(node, ast.stmt) and id(node) in parents:
+        node = parents[id(node)]
+    return node
+
+
+def variants(name: str) -> list[Variant]:
+    """Every one-change variant of the equation ``name``, described by the line it changes
+    (the variant's, then the reference's); the plainest change first (``plainness``), so that
+    of two variants with the same outputs the plainer is the one kept."""
+    tree = parse(getattr(ref, name))
+    parents, siblings = parents_of(tree), attributes_read(tree)
+    found = []
+    for index, node in enumerate(ast.walk(tree)):
+        if not mutable(node, parents):
+            continue
+        for choice, replacement in enumerate(changes(node, siblings)):
+            before, after = quoted(tree, index, choice)
+            if before != after:
+                text = f"{after} where the reference has {before}"
+                if isinstance(replacement, ast.Pass):
+                    text = f"no {before}: the line left out"
+                found.append((plainness(node, replacement), Variant(name, index, choice, text)))
+    return [variant for _, variant in sorted(found, key=lambda pair: pair[0])]
+
+
+def plainness(node: ast.AST, replacement: ast.AST) -> int:
+    """0 for a line left out or changed (``p += x`` for ``p -= x``), 1 for a part left out, 2
+    for an operator replaced, 3 for a function replaced, 4 for the rest (swaps, shifts, axes)."""
+    if isinstance(node, (ast.AugAssign, ast.Expr)):
+        return 0
+    if any(replacement is child for child in ast.iter_child_nodes(node)):
+        return 1
+    if isinstance(node, ast.BinOp) and isinstance(replacement, ast.BinOp):
+        if replacement.left is node.left and replacement.right is node.right:
+            return 2
+    if isinstance(node, ast.Call) and isinstance(replacement, ast.Call):
+        if replacement.args == node.args and call_name(replacement) != call_name(node):
+            return 3
+    return 4
+
+
+def replaced(tree: ast.AST, index: int, choice: int) -> tuple[ast.AST, ast.AST]:
+    """A copy of ``tree`` with the change made, and the changed node's statement in it."""
+    new_tree = copy.deepcopy(tree)
+    node = list(ast.walk(new_tree))[index]
+    parents = parents_of(new_tree)
+    replacement = changes(node, attributes_read(new_tree))[choice]
+    parent = parents[id(node)]
+    for name, value in ast.iter_fields(parent):
+        if value is node:
+            setattr(parent, name, replacement)
+        elif isinstance(value, list) and any(v is node for v in value):
+            value[[id(v) for v in value].index(id(node))] = replacement
+    return ast.fix_missing_locations(new_tree), statement_of(replacement, parents_of(new_tree))
+
+
+def quoted(tree: ast.AST, index: int, choice: int) -> tuple[str, str]:
+    """`before` and `after`: the changed line, or the changed expression where the line is long."""
+    node = list(ast.walk(tree))[index]
+    new_tree, new_statement = replaced(tree, index, choice)
+    statement = statement_of(node, parents_of(tree))
+    before, after = (ast.unparse(correct_path(s)) for s in (statement, new_statement))
+    if max(len(before), len(after)) > STATEMENT_CHARS or "\n" in before + after:
+        before = ast.unparse(correct_path(node))
+        after = ast.unparse(correct_path(changes(node, attributes_read(tree))[choice]))
+    return f"`{before}`", f"`{after}`"
+
+
+def correct_path(statement: ast.AST) -> ast.AST:
+    """A copy of ``statement`` (or of an expression) as the equation runs it when ``mistake`` is
+    None: each choice made on ``mistake`` alone (``a if mistake == "k" else b``,
+    ``{...}.get(mistake, b)``) replaced by the branch taken, and ``mistake`` passed on to an
+    equation left out, so that a quote shows no known mistake's branch."""
+
+    class Taken(ast.NodeTransformer):
+        def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+            self.generic_visit(node)
+            names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+            if names != {"mistake"}:
+                return node
+            test = compile(ast.Expression(node.test), "<test>", "eval")
+            return node.body if eval(test, {"mistake": None}) else node.orelse  # noqa: S307
+
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "get" and len(node.args) == 2:
+                if isinstance(node.args[0], ast.Name) and node.args[0].id == "mistake":
+                    return node.args[1]
+            passed = node.args[-1:]  # an equation given the mistake, None: as if left out
+            if passed and isinstance(passed[0], ast.Name) and passed[0].id == "mistake":
+                node.args = node.args[:-1]
+            return node
+
+    return Taken().visit(copy.deepcopy(statement))
+
+
+def compiled(variant: Variant) -> Callable:
+    """The variant as a function of course_references (its globals, so that the equations it
+    calls are looked up there)."""
+    new_tree, _ = replaced(parse(getattr(ref, variant.function)), variant.index, variant.choice)
+    made: dict = {}
+    exec(compile(new_tree, f"<{variant.function}, changed>", "exec"), vars(ref), made)  # noqa: S102
+    return made[variant.function]
+
+
+# ----------------------------------------------------------------------------------------------
+# Running the variants on the stored cases
+
+
+@dataclass
+class Generation:
+    """What one run of ``make`` has seen: the equations called since the last component's
+    mistakes were asked for, the variants offered (by description), each variant's function,
+    and the variants that raised or gave a value that is not finite (dropped)."""
+
+    called: set[str] = field(default_factory=set)
+    offered: dict[str, Variant] = field(default_factory=dict)
+    code: dict[Variant, Callable] = field(default_factory=dict)
+    failed: set[Variant] = field(default_factory=set)
+    active: list[Variant] = field(default_factory=list)
+
+    def mistakes_of(self, component: str) -> dict[Variant, str]:
+        """``make_course_references.more_mistakes``: the variants of the equations that the
+        component's expected outputs were computed with."""
+        names, found = sorted(self.called), {}
+        self.called.clear()
+        for name in names:
+            for variant in variants(name):
+                found.setdefault(variant.description, variant)
+        self.offered |= found
+        print(f"[operator_mistakes] {component}: {len(found)} variants of {', '.join(names)}")
+        return {variant: text for text, variant in found.items()}
+
+    def wrapped(self, name: str, original: Callable) -> Callable:
+        """The equation ``name`` as the stored cases call it: where its ``mistake`` is a
+        variant (and none is in play), that variant's function takes the equation's place in
+        course_references for the call."""
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def equation(*args, **kwargs):
+            variant = signature.bind(*args, **kwargs).arguments.get("mistake")
+            if self.active or not isinstance(variant, Variant):
+                if variant is None and not self.active:  # the expected outputs' equations
+                    self.called.add(name)
+                return original(*args, **kwargs)
+            if variant not in self.code:
+                self.code[variant] = compiled(variant)
+            changed, held = self.code[variant], vars(ref)[variant.function]
+            vars(ref)[variant.function] = changed
+            self.active.append(variant)
+            try:
+                with time_limit(VARIANT_SECONDS), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # a variant's misuse of torch, dropped anyway
+                    out = (changed if name == variant.function else original)(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - a variant that raises is dropped
+                out = None
+            finally:
+                vars(ref)[variant.function] = held
+                self.active.pop()
+            if out is None:  # the equation as it is, for outputs of the right shape
+                self.failed.add(variant)
+                return self.unchanged(original, variant, args, kwargs)
+            if (
+                not finite(out)
+                or zeros(out)
+                and not zeros(self.unchanged(original, variant, args, kwargs))
+            ):
+                self.failed.add(variant)
+            return out
+
+        return equation
+
+    def unchanged(self, original: Callable, variant: Variant, args, kwargs) -> object:
+        """The equation's outputs without the variant (passed ``variant`` as its mistake)."""
+        self.active.append(variant)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            self.active.pop()
+
+
+class OutOfTime(Exception):
+    """A variant's call ran past ``VARIANT_SECONDS``."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``OutOfTime`` in the block once it has run ``seconds`` (a real-time timer)."""
+
+    def expired(signum, frame):
+        raise OutOfTime(f"past {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def zeros(out: object) -> bool:
+    """Whether every floating-point value of an equation's output is 0, up to float32 rounding
+    (``ZERO``): a variant that gives zeros where the equation does not names nothing (any code
+    that computes nothing, or 1 − 1, gives them), and is dropped."""
+    floats = [t for t in tensors(out) if t.is_floating_point()]
+    return bool(floats) and all(bool((t.abs() <= ZERO).all()) for t in floats)
+
+
+def tensors(out: object) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in tensors(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in tensors(o)]
+    return []
+
+
+def finite(out: object) -> bool:
+    if isinstance(out, torch.Tensor):
+        return not out.is_floating_point() or bool(out.isfinite().all())
+    if isinstance(out, (tuple, list)):
+        return all(finite(o) for o in out)
+    if isinstance(out, dict):
+        return all(finite(o) for o in out.values())
+    return not isinstance(out, float) or math.isfinite(out)
+
+
+def equations() -> dict[str, Callable]:
+    """The equations of course_references: its functions that take a ``mistake``."""
+    return {
+        name: f
+        for name, f in vars(ref).items()
+        if inspect.isfunction(f) and "mistake" in inspect.signature(f).parameters
+    }
+
+
+def make() -> dict:
+    """{"operator mistakes": {path of a stored case: {description: sealed outputs}}}: every
+    variant that changes a case's outputs, raises nothing, and gives outputs of its own (not
+    those of a known mistake or of an earlier, plainer variant)."""
+    data, kept = run_variants()
+    return {"operator mistakes": dict(cases_of(data, (), kept, distinct=True))}
+
+
+def run_variants() -> tuple[dict, set[str]]:
+    """The stored data as ``make_course_references`` makes it, with the variants of the
+    equations each case ran among its mistakes; and the descriptions of the variants kept
+    (those that raised nothing and gave finite values)."""
+    run = Generation()
+    originals = equations()
+    try:
+        for name, original in originals.items():
+            vars(ref)[name] = run.wrapped(name, original)
+        references.more_mistakes = run.mistakes_of
+        data = references.make()
+    finally:
+        vars(ref).update(originals)
+        references.more_mistakes = references.no_more_mistakes
+    return data, {text for text, variant in run.offered.items() if variant not in run.failed}
+
+
+def cases_of(
+    data: dict, path: tuple, kept: set[str], distinct: bool
+) -> Iterator[tuple[tuple, dict]]:
+    """(path, {description: sealed outputs}) of the variants ``kept`` in each stored case that
+    change its outputs and not their shapes; with ``distinct``, only those whose outputs are
+    not a known mistake's or an earlier variant's (compared by ``fingerprint``)."""
+    if "expected" in data and "mistakes" in data:
+        seen = {fingerprint(s) for t, s in data["mistakes"].items() if t not in kept}
+        found = {}
+        for text, sealed in data["mistakes"].items():
+            if text not in kept or not sealed or not same_form(sealed, data["expected"]):
+                continue
+            if distinct and fingerprint(sealed) in seen:
+                continue
+            seen.add(fingerprint(sealed))
+            found[text] = sealed
+        if found:
+            yield path, found
+        return
+    for key, value in data.items():
+        if isinstance(value, dict):
+            yield from cases_of(value, (*path, key), kept, distinct)
+
+
+def same_form(sealed: dict, expected: dict) -> bool:
+    """Whether each of a mistake's outputs has the shape and the sealed kind of the expected
+    one (a student's output of another shape fails on its shape, and needs no name)."""
+    return all(
+        (s["shape"], s["kind"]) == (expected[n]["shape"], expected[n]["kind"])
+        for n, s in sealed.items()
+    )
+
+
+def fingerprint(sealed: dict) -> tuple:
+    """A mistake's sealed outputs as one comparable value (projections to 6 digits)."""
+    parts = []
+    for name in sorted(sealed):
+        s = sealed[name]
+        if s["kind"] == "projection":
+            parts.append((name, tuple(f"{x:.6g}" for x in s["values"].reshape(-1).tolist())))
+        else:
+            parts.append((name, str(s.get("digest", s.get("digests")))))
+    return tuple(parts)
+
+
+def written_here(path: Path) -> bool:
+    try:
+        data = load_trusted(path)
+    except Exception:  # noqa: BLE001 - anything that is not such a file is not ours
+        return False
+    return isinstance(data, dict) and set(data) == {"operator mistakes"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(
+        prog="python -m course.authoring.operator_mistakes",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("--out", type=nonempty_path, default=OUT, help="the file to write")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out that this script did not write",
+    )
+
+    def body() -> None:
+        args = parser.parse_args(argv)
+        references.check_out(args.out, args.overwrite, written_here, "a file of operator mistakes")
+        data = make()
+        atomic_write(args.out, lambda stream: torch.save(data, stream))
+        count = sum(len(m) for m in data["operator mistakes"].values())
+        print(f"wrote {args.out}: {count} mistakes ({args.out.stat().st_size / 1024:.0f} KiB)")
+
+    return run_command(body, "--out is as it was")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The operator mistakes (course/authoring/operator_mistakes.py): each equation of the reference
+with one operator changed, sealed as a known mistake, read by the class grader's judge alone.
+
+Asserted: a variant is the equation with exactly the change its description quotes, computed on
+hand-made input; no description shows a known mistake's branch; the judge adds them after a
+check's own mistakes and names a planted mistake nobody listed by its change; the stored file
+is what the script makes now; neither the student tree nor its grader.pyz holds it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course.authoring import course_references as ref
+from course.authoring import operator_mistakes as om
+from course.authoring.scaffold import student_files
+from course.grading.grade import OPERATOR_MISTAKES
+from course.registry import FAIL, Context, add_mistakes
+from minbert.checkpoint import load_trusted
+from tests.course.test_grader_mutants import ROOT, run_own_checks
+
+SWAPPED = "`y = shift * cosine + scale` where the reference has `y = scale * cosine + shift`"
+
+
+def variant(function: str, description: str) -> om.Variant:
+    found = [v for v in om.variants(function) if v.description == description]
+    assert len(found) == 1, [v.description for v in om.variants(function)]
+    return found[0]
+
+
+def test_a_variant_computes_the_line_its_description_quotes():
+    u, v = torch.tensor([[1.0, 2.0], [0.0, 3.0]]), torch.tensor([[2.0, 1.0], [4.0, 0.0]])
+    scale, shift = torch.tensor(3.0), torch.tensor(-0.5)
+    cosine = torch.tensor([4 / 5, 0.0])  # by hand: (1·2 + 2·1) / (√5 √5), 0 / (3 · 4)
+    changed = om.compiled(variant("cosine_head", SWAPPED))
+    torch.testing.assert_close(changed(u, v, scale, shift), (shift * cosine + scale)[:, None])
+    torch.testing.assert_close(
+        ref.cosine_head(u, v, scale, shift), (scale * cosine + shift)[:, None]
+    )
+
+
+def test_a_variant_left_out_and_one_turned_are_described_by_their_lines():
+    pooled = [v.description for v in om.variants("mean_pooling")]
+    assert any("m.sum()" in text for text in pooled), pooled  # over every axis
+    lhuc = om.compiled(
+        variant(
+            "lhuc",
+            "`return h + 2.0 / (1.0 + torch.exp(-r))` where the "
+            "reference has `return h * (2.0 / (1.0 + torch.exp(-r)))`",
+        )
+    )
+    rows = torch.tensor([[0.0, math.log(3.0)]])  # 2σ(r) = 1 and 1.5
+    h = torch.tensor([[2.0, 4.0]])
+    torch.testing.assert_close(lhuc(h, rows, 0), torch.tensor([[3.0, 5.5]]))
+
+
+def test_no_description_shows_a_known_mistakes_branch():
+    for name in om.equations():
+        for v in om.variants(name):
+            assert "mistake" not in v.description, (name, v.description)
+
+
+def test_the_judge_adds_them_after_a_checks_own_mistakes():
+    data = {
+        "lhuc": {"eval": {"expected": {}, "mistakes": {"own": {"a": 1}, "shared": {"b": 2}}}},
+        "other": {"no case here": 0},
+    }
+    more = {
+        ("lhuc", "eval"): {"shared": {"b": 3}, "added": {"c": 4}},
+        ("lhuc", "train"): {"lost": {"d": 5}},  # a case the data does not have: not used
+    }
+    add_mistakes(data, more)
+    assert data["lhuc"]["eval"]["mistakes"] == {
+        "own": {"a": 1},
+        "shared": {"b": 2},
+        "added": {"c": 4},
+    }
+    assert "train" not in data["lhuc"]
+
+
+@pytest.mark.parametrize(
+    ("mutant_id", "named"),
+    [
+        ("fresh2-scale-shift-swapped", SWAPPED),
+        ("fresh2-pool-batch-count", "`return total / m.sum()`"),
+    ],
+)
+def test_a_mistake_nobody_listed_is_named_by_its_change(mutant_id, named, monkeypatch):
+    from tests.course.test_grader_mutants import MUTANTS
+
+    mutant = next(m for m in MUTANTS if m.id == mutant_id)
+    reference = ROOT / "sanity_check_reference.pt"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        said = {}
+        for label, ctx in (
+            ("without", Context(None, reference)),
+            ("with", Context(None, reference, OPERATOR_MISTAKES)),
+        ):
+            with monkeypatch.context() as patch:
+                results = run_own_checks(mutant, ctx, patch)
+            said[label] = [r.diagnosis for r in results.values() if r.status == FAIL]
+    finally:
+        torch.set_num_threads(threads)
+    assert said["without"] and not any(said["without"])
+    assert any(named in text for text in said["with"]), said["with"]
+
+
+@pytest.fixture
+def regenerated() -> dict:
+    """Every variant that the script keeps, made now (about 30 s), not yet deduplicated."""
+    data, kept = om.run_variants()
+    return dict(om.cases_of(data, (), kept, distinct=False))
+
+
+@pytest.mark.numerics
+def test_the_stored_operator_mistakes_are_up_to_date(regenerated):
+    """course/authoring/operator_mistakes.pt is what the script makes now, on this machine:
+    each stored mistake is made again, its outputs within float32 rounding of another CPU (the
+    sealed projections, as for the reference data). Which of two near-equal variants is kept
+    may differ with that rounding, so the stored ones are looked up among all that are made."""
+    fresh = regenerated
+    stored = load_trusted(OPERATOR_MISTAKES)["operator mistakes"]
+    assert stored and set(stored) <= set(fresh)
+    for path, mistakes in stored.items():
+        for text, sealed in mistakes.items():
+            assert text in fresh[path], (path, text)
+            again = fresh[path][text]
+            assert again.keys() == sealed.keys(), (path, text)
+            for name, s in sealed.items():
+                where = f"{path} {text} {name}"
+                assert (again[name]["kind"], again[name]["shape"]) == (s["kind"], s["shape"])
+                if "values" in s:
+                    torch.testing.assert_close(
+                        again[name]["values"], s["values"], rtol=1e-5, atol=1e-6, msg=where
+                    )
+
+
+def test_neither_the_student_tree_nor_its_grader_holds_them():
+    assert OPERATOR_MISTAKES.is_file()
+    shipped = student_files(ROOT)
+    for target, source in shipped.items():
+        assert "operator_mistakes" not in target + source, (target, source)
