@@ -249,8 +249,10 @@ def non_finite_problem() -> str:
         "(torch.nan_to_num first)",
     },
     raises={
-        "does not require grad": "δ's gradient is taken with gradients off (the caller may run "
-        "under torch.no_grad()): take it inside torch.enable_grad()",
+        "does not require grad": "the divergence has no gradient with respect to δ: either it is "
+        "taken with gradients off (the caller may run under torch.no_grad(): take it inside "
+        "torch.enable_grad()), or it does not read δ (a divergence of the clean outputs with "
+        "themselves is 0 whatever δ)",
         "appears to not have been used in the graph": "an embedding the outputs do not read has "
         "no gradient: ask torch.autograd.grad with allow_unused=True, and step 0 there",
         "not NoneType": "the gradient of an embedding the outputs do not read is None: take a "
