@@ -195,7 +195,29 @@ def kl_gradient_failure(ctx: Context) -> Outputs | None:
     data = ctx.course_data["smart"]["kl"]
     logits = {"p_logits": data["p"], "q_logits": data["q"]}
     divergence = lambda _, p, q: symmetric_kl(p, q)
-    return gradient_failure(divergence, logits, where="symmetric_kl")
+    return gradient_failure(divergence, logits, where="symmetric_kl") or ignored_logits(logits)
+
+
+def ignored_logits(logits: dict[str, torch.Tensor]) -> Outputs | None:
+    """The failing outputs when symmetric_kl's value does not move with one of its logits (it
+    reads one distribution twice, or neither: the ascent then has nothing to differentiate),
+    else None. Each is moved along a fixed direction; a divergence of both always moves."""
+    from minbert.smart import symmetric_kl
+
+    with torch.no_grad():
+        base = symmetric_kl(*(t.clone() for t in logits.values()))
+        for name in logits:
+            bump = torch.randn(logits[name].shape, generator=torch.Generator().manual_seed(5))
+            moved = {n: t.clone() + (bump if n == name else 0) for n, t in logits.items()}
+            if torch.equal(symmetric_kl(*moved.values()), base):
+                return problem(
+                    f"symmetric_kl's value does not change when {name} does (it stays "
+                    f"{base.item():.6g}): the divergence must read both distributions, P from "
+                    "p_logits and Q from q_logits",
+                    "",
+                    ("symmetric_kl",),
+                )
+    return None
 
 
 def noting_graphs(forward: Callable, graphs: list[int]) -> Callable:

@@ -8,6 +8,8 @@ is what the script makes now; neither the student tree nor its grader.pyz holds 
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 
 import pytest
@@ -144,3 +146,28 @@ def test_neither_the_student_tree_nor_its_grader_holds_them():
     shipped = student_files(ROOT)
     for target, source in shipped.items():
         assert "operator_mistakes" not in target + source, (target, source)
+
+
+def test_the_class_grader_names_it_in_a_students_results(tmp_path):
+    """Graded as a class (``--trusted``: one runner, no containment to set up), a pooling that
+    divides by the whole batch's count gets its FAIL named by the operator mistake in the
+    student's results and the instructor's CSV."""
+    from course.grading import grade
+
+    text = (ROOT / "tasks/heads.py").read_text(encoding="utf-8")
+    assert text.count("m.sum(1).clamp(min=1.0)") == 1
+    student = tmp_path / "class" / "ada" / "tasks"
+    student.mkdir(parents=True)
+    (student / "heads.py").write_text(
+        text.replace("m.sum(1).clamp(min=1.0)", "m.sum().clamp(min=1.0)")
+    )
+    out = tmp_path / "grades.csv"
+    assert (
+        grade.main([str(tmp_path / "class"), "--out", str(out), "--only", "pooling", "--trusted"])
+        == 0
+    )
+    results = json.loads((tmp_path / "grades-results" / "ada.json").read_text(encoding="utf-8"))
+    said = [t["extra_data"]["diagnosis"] for t in results["tests"] if t["status"] == "failed"]
+    assert any("`return total / m.sum()` where the reference has" in d for d in said), said
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert "`return total / m.sum()`" in rows[0]["notes"], rows[0]["notes"]
