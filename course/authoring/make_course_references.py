@@ -1057,16 +1057,22 @@ def check_out(
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="python -m course.authoring.make_course_references",
-        description=__doc__.split("\n\n")[0],
-    )
-    parser.add_argument("--out", type=nonempty_path, default=COURSE_DATA, help="the file to write")
+def writer_parser(module: str, description: str, default: Path) -> ArgumentParser:
+    """The command line of a script that writes one file (``--out``, ``--overwrite``, checked by
+    ``check_out``): this one's and ``operator_mistakes.py``'s."""
+    parser = ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("--out", type=nonempty_path, default=default, help="the file to write")
     parser.add_argument(
         "--overwrite",
         action="store_true",
         help="replace an existing --out that this script did not write",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = writer_parser(
+        "course.authoring.make_course_references", __doc__.split("\n\n")[0], COURSE_DATA
     )
 
     def body() -> None:

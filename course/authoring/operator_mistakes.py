@@ -36,7 +36,6 @@ import torch
 from course.authoring import course_references as ref
 from course.authoring import make_course_references as references
 from minbert.checkpoint import atomic_write, load_trusted
-from minbert.flags import ArgumentParser, nonempty_path
 from multitask.errors import run_command
 
 OUT = Path(__file__).resolve().parent / "operator_mistakes.pt"
@@ -280,7 +279,8 @@ def statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
     return node
 
 
-def variants(name: str) -> list[Variant]:
+@functools.cache
+def variants(name: str) -> tuple[Variant, ...]:
     """Every one-change variant of the equation ``name``, described by the line it changes
     (the variant's, then the reference's); the plainest change first (``plainness``), so that
     of two variants with the same outputs the plainer is the one kept."""
@@ -297,7 +297,7 @@ def variants(name: str) -> list[Variant]:
                 if isinstance(replacement, ast.Pass):
                     text = f"no {before}: the line left out"
                 found.append((plainness(node, replacement), Variant(name, index, choice, text)))
-    return [variant for _, variant in sorted(found, key=lambda pair: pair[0])]
+    return tuple(variant for _, variant in sorted(found, key=lambda pair: pair[0]))
 
 
 def plainness(node: ast.AST, replacement: ast.AST) -> int:
@@ -389,7 +389,8 @@ def compiled(variant: Variant) -> Callable:
 class Generation:
     """What one run of ``make`` has seen: the equations called since the last component's
     mistakes were asked for, the variants offered (by description), each variant's function,
-    and the variants that raised or gave a value that is not finite (dropped)."""
+    and the variants dropped: those that raised, ran too long, or gave a value that is not finite
+    or zeros where the equation gives none (``zeros``)."""
 
     called: set[str] = field(default_factory=set)
     offered: dict[str, Variant] = field(default_factory=dict)
@@ -594,15 +595,8 @@ def written_here(path: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="python -m course.authoring.operator_mistakes",
-        description=__doc__.split("\n\n")[0],
-    )
-    parser.add_argument("--out", type=nonempty_path, default=OUT, help="the file to write")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an existing --out that this script did not write",
+    parser = references.writer_parser(
+        "course.authoring.operator_mistakes", __doc__.split("\n\n")[0], OUT
     )
 
     def body() -> None:
