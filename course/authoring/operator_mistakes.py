@@ -23,8 +23,11 @@ import functools
 import inspect
 import itertools
 import math
+import os
 import signal
+import subprocess
 import sys
+import tempfile
 import textwrap
 import warnings
 from collections.abc import Callable, Iterator
@@ -54,6 +57,7 @@ ARITHMETIC = {
     ast.Pow: (ast.Mult,),
 }
 TURNED = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
+CONDITIONED = 100.0  # a variant whose outputs are larger than this times the expected is dropped
 ZERO = 1e-6  # an output this small everywhere is zero: float32 rounding of values of order 1
 VARIANT_SECONDS = 10.0  # a variant's call that runs longer is dropped (the equations take < 1 s)
 STATEMENT_CHARS = 90  # a description quotes the whole line up to this length, else the change
@@ -519,9 +523,58 @@ def equations() -> dict[str, Callable]:
 def make() -> dict:
     """{"operator mistakes": {path of a stored case: {description: sealed outputs}}}: every
     variant that changes a case's outputs, raises nothing, and gives outputs of its own (not
-    those of a known mistake or of an earlier, plainer variant)."""
+    those of a known mistake or of an earlier, plainer variant), the same on torch's plain CPU
+    kernels (``on_plain_kernels``: another CPU's rounding must not move what names a mistake)."""
     data, kept = run_variants()
-    return {"operator mistakes": dict(cases_of(data, (), kept, distinct=True))}
+    found = dict(cases_of(data, (), kept, distinct=True))
+    plain = on_plain_kernels()
+    return {
+        "operator mistakes": {
+            path: kept_here
+            for path, mistakes in found.items()
+            if (kept_here := {t: s for t, s in mistakes.items() if agree(s, plain, path, t)})
+        }
+    }
+
+
+def on_plain_kernels() -> dict:
+    """Every kept variant, made again in a process on torch's plain CPU kernels
+    (``ATEN_CPU_CAPABILITY=default``, as ``make test``'s second pass runs)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "plain.pt"
+        made = (
+            "import sys, torch; from course.authoring import operator_mistakes as om; "
+            "data, kept = om.run_variants(); "
+            "torch.save(dict(om.cases_of(data, (), kept, distinct=False)), sys.argv[1])"
+        )
+        env = os.environ | {"ATEN_CPU_CAPABILITY": "default"}
+        subprocess.run(
+            [sys.executable, "-c", made, str(out)],
+            cwd=Path(__file__).resolve().parents[2],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        return load_trusted(out)
+
+
+def agree(sealed: dict, other: dict, path: tuple, text: str) -> bool:
+    """Whether the variant ``text`` of the case ``path`` was made with the same sealed outputs
+    in ``other`` (kind, shape and projections within float32 rounding: ``same_seal``)."""
+    again = other.get(path, {}).get(text)
+    return again is not None and all(
+        name in again and same_seal(s, again[name]) for name, s in sealed.items()
+    )
+
+
+def same_seal(a: dict, b: dict) -> bool:
+    """Two seals of one output alike up to float32 rounding on another CPU: kind and shape, and
+    projections within 1e-6 + 1e-5·|p| (the stored reference data's own test)."""
+    if (a["kind"], a["shape"]) != (b["kind"], b["shape"]):
+        return False
+    if "values" in a:
+        return bool(torch.isclose(a["values"], b["values"], rtol=1e-5, atol=1e-6).all())
+    return True
 
 
 def run_variants() -> tuple[dict, set[str]]:
@@ -545,13 +598,15 @@ def cases_of(
     data: dict, path: tuple, kept: set[str], distinct: bool
 ) -> Iterator[tuple[tuple, dict]]:
     """(path, {description: sealed outputs}) of the variants ``kept`` in each stored case that
-    change its outputs and not their shapes; with ``distinct``, only those whose outputs are
-    not a known mistake's or an earlier variant's (compared by ``fingerprint``)."""
+    change its outputs and not their shapes, ``well_conditioned``; with ``distinct``, only
+    those whose outputs are not a known mistake's or an earlier variant's (``fingerprint``)."""
     if "expected" in data and "mistakes" in data:
         seen = {fingerprint(s) for t, s in data["mistakes"].items() if t not in kept}
         found = {}
         for text, sealed in data["mistakes"].items():
             if text not in kept or not sealed or not same_form(sealed, data["expected"]):
+                continue
+            if not well_conditioned(sealed, data["expected"]):
                 continue
             if distinct and fingerprint(sealed) in seen:
                 continue
@@ -572,6 +627,19 @@ def same_form(sealed: dict, expected: dict) -> bool:
         (s["shape"], s["kind"]) == (expected[n]["shape"], expected[n]["kind"])
         for n, s in sealed.items()
     )
+
+
+def well_conditioned(sealed: dict, expected: dict) -> bool:
+    """Whether a mistake's projected outputs stay within ``CONDITIONED`` times the expected
+    ones' scale: a change that divides by a value near zero gives outputs that float32
+    rounding on another CPU moves far (it would name a mistake on one machine and not on
+    another), and is not kept."""
+    for name, s in sealed.items():
+        if "values" in s and "values" in expected[name]:
+            scale = max(1.0, float(expected[name]["values"].abs().max()))
+            if not float(s["values"].abs().max()) <= CONDITIONED * scale:
+                return False
+    return True
 
 
 def fingerprint(sealed: dict) -> tuple:
