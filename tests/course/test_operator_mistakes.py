@@ -118,13 +118,13 @@ def regenerated() -> dict:
     return dict(om.cases_of(data, (), kept, distinct=False))
 
 
-@pytest.mark.numerics
 def test_the_stored_operator_mistakes_are_up_to_date(regenerated):
     """course/authoring/operator_mistakes.pt is what the script makes now, on this machine:
     each stored mistake is made again, its outputs within float32 rounding of another CPU
-    (``same_seal``: the script keeps only variants that agree so on torch's plain kernels). Which
-    of two near-equal variants is kept may differ with that rounding, so the stored ones are
-    looked up among all that are made."""
+    (``same_seal``: the script keeps only variants that agree so on torch's plain kernels, so
+    ``make test``'s numerics pass does not run this again on them). Which of two near-equal
+    variants is kept may differ with that rounding, so the stored ones are looked up among all
+    that are made."""
     fresh = regenerated
     stored = load_trusted(OPERATOR_MISTAKES)["operator mistakes"]
     assert stored and set(stored) <= set(fresh)
