@@ -339,7 +339,7 @@ def test_the_operator_mistakes_replace_their_own_file_and_refuse_another(
     file of the user's in one line before computing, and replaces it with --overwrite."""
     from course.authoring import operator_mistakes
 
-    made = {"operator mistakes": {("lhuc", "eval"): {}}}
+    made = {"operator mistakes": {("lhuc", "eval"): {}}, "made from": "a digest"}
     monkeypatch.setattr(operator_mistakes, "make", lambda: made)
     own, notes = tmp_path / "ops.pt", tmp_path / "notes.txt"
     own.write_bytes(operator_mistakes.OUT.read_bytes())
