@@ -32,6 +32,7 @@ GROUPS = {
     "fresh, second set": "written after every shape of course/shapes.py, left as found",
     "fresh, third set": "written blind (without reading the diagnoses), left as found",
     "fresh, fourth set": "written blind after the operator mistakes were built, left as found",
+    "fresh, fifth set": "written blind after the value and activation operators, left as found",
     "shaped": "no known mistake: named, where at all, by the shape of the error",
     "catalogued": "typical mistakes first planted unnamed, then put in the catalogue",
 }
@@ -45,6 +46,7 @@ def groups(every: bool) -> dict[str, list]:
         "fresh, second set": corpus.FRESH_MUTANTS_2,
         "fresh, third set": corpus.FRESH_MUTANTS_3,
         "fresh, fourth set": corpus.FRESH_MUTANTS_4,
+        "fresh, fifth set": corpus.FRESH_MUTANTS_5,
         "shaped": corpus.SHAPED_MUTANTS,
         "catalogued": corpus.CATALOGUED_MUTANTS,
     }

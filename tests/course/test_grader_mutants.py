@@ -2079,6 +2079,177 @@ FRESH_MUTANTS_4 = [
     ),
 ]
 MUTANTS += FRESH_MUTANTS_4
+# A fifth fresh set, written blind after the value, activation and complement operators were
+# built (by someone who read the solutions and the corpus's format but nothing of the grader);
+# left as found. Measured like the others (benchmarks/diagnosis_coverage.py).
+FRESH_MUTANTS_5 = [
+    m(  # the Transformer habit: word embeddings multiplied by √d_model before the sum
+        "fresh5-words-scaled-sqrt-d",
+        "embeddings",
+        BERT,
+        (
+            "self.word_embeddings(input_ids)\n",
+            "self.word_embeddings(input_ids) * math.sqrt(self.word_embeddings.embedding_dim)\n",
+        ),
+    ),
+    m(  # head split with the last two sizes in the wrong order: (hs, nh) for (nh, hs)
+        "fresh5-split-sizes-swapped",
+        "attention",
+        BERT,
+        (SPLIT, "t.view(B, T, D // self.num_heads, self.num_heads).transpose(1, 2)"),
+    ),
+    m(  # the values weighted by Pᵀ: each key's column of probabilities instead of each query's row
+        "fresh5-probs-transposed",
+        "attention",
+        BERT,
+        ("return probs @ v", "return probs.transpose(-2, -1) @ v"),
+    ),
+    m(  # the output projection put after the add & norm instead of before the residual
+        "fresh5-dense-after-norm",
+        "layer",
+        BERT,
+        (OUT1, "return self.dense(self.LayerNorm(x + self.dropout(heads)))"),
+    ),
+    m(  # the two sub-layers in the wrong order: feed-forward first, attention on its output
+        "fresh5-ffn-before-attention",
+        "layer",
+        BERT,
+        (
+            "a = self.attention(x, mask)\n        return self.output(self.intermediate(a), a)",
+            "f = self.output(self.intermediate(x), x)\n        return self.attention(f, mask)",
+        ),
+    ),
+    m(  # the second-moment correction multiplied in instead of divided out
+        "fresh5-adamw-v-correction-multiplied",
+        "adamw",
+        OPT,
+        (DENOM, "denom = (v.sqrt() * math.sqrt(bias_correction2)).add_(eps)"),
+    ),
+    m(  # the square root of the v correction carried over to the m correction too
+        "fresh5-adamw-m-correction-rooted",
+        "adamw",
+        OPT,
+        (STEP_SIZE, "step_size = lr / math.sqrt(bias_correction1)"),
+    ),
+    m(  # α applied to the normalised proportions instead of to the sizes before normalising
+        "fresh5-alpha-after-normalising",
+        "sampler",
+        SAMPLING,
+        ("float(size) ** alpha", "float(size)"),
+        ("weight / total for", "(weight / total) ** alpha for"),
+    ),
+    m(  # GELU written by hand as the sigmoid approximation x·σ(1.702x)
+        "fresh5-adapter-quick-gelu",
+        "adapter",
+        ADAPTER,
+        (ADAPTER_Z, "z = self.down(h) * torch.sigmoid(1.702 * self.down(h))"),
+    ),
+    m(  # layers counted from 1 when reading r: layer l scaled by row l + 1
+        "fresh5-lhuc-next-row",
+        "lhuc",
+        LHUC,
+        ("r[layer]", "r[layer + 1]"),
+    ),
+    m(  # B A x written with the factors transposed and multiplied the other way round
+        "fresh5-lora-forward-transposed",
+        "lora",
+        LORA,
+        ("F.linear(F.linear(x, self.A), self.B)", "F.linear(x, self.A.T @ self.B.T)"),
+    ),
+    m(  # a residual added inside the PAL space around the projected attention
+        "fresh5-pals-inner-residual",
+        "pals",
+        PALS,
+        (
+            "z = pal.layers[layer](z, mask, dropout_p, self.use_fast_path)",
+            "z = z + pal.layers[layer](z, mask, dropout_p, self.use_fast_path)",
+        ),
+    ),
+    m(  # the log-ratio written the other way round: the symmetric KL comes out negated
+        "fresh5-kl-log-ratio-reversed",
+        "smart",
+        SMART,
+        (KL, KL.replace("(log_p - log_q)", "(log_q - log_p)")),
+    ),
+    m(  # the ℓ∞ projection clamps only from above: large negative coordinates stay
+        "fresh5-project-linf-upper-only",
+        "smart",
+        SMART,
+        ("return delta.clamp(-epsilon, epsilon)", "return delta.clamp(max=epsilon)"),
+    ),
+    m(  # projected before the ascent step instead of after it: δ leaves the ε-ball
+        "fresh5-ascent-project-first",
+        "smart",
+        SMART,
+        (
+            "delta = delta.detach()\n    if grad is not None:\n"
+            "        delta = delta + " + SMART_STEP + "\n"
+            "    return project(delta, config.epsilon, config.norm)",
+            "delta = project(delta.detach(), config.epsilon, config.norm)\n"
+            "    if grad is not None:\n"
+            "        delta = delta + " + SMART_STEP + "\n"
+            "    return delta",
+        ),
+    ),
+    m(  # the "~" forgotten: only the special tokens are candidates for masking
+        "fresh5-candidates-specials-only",
+        "masking",
+        MLM,
+        ("~torch.isin(", "torch.isin("),
+    ),
+    m(  # whole-word starts with the where's branches swapped: pieces keep their own position
+        "fresh5-word-starts-inverted",
+        "masking",
+        MLM,
+        ("torch.where(pieces, 0, positions)", "torch.where(pieces, positions, 0)"),
+    ),
+    m(  # IGNORE labels clamped to 0 to avoid an index error: every position scored, as class 0
+        "fresh5-mlm-ignore-clamped",
+        "mlm-loss",
+        MLM,
+        (
+            LOSS,
+            LOSS.replace("labels.flatten(), ignore_index=IGNORE", "labels.flatten().clamp(min=0)"),
+        ),
+    ),
+    m(  # the masked sum taken over the hidden axis instead of the tokens
+        "fresh5-pool-sum-over-hidden",
+        "pooling",
+        HEADS,
+        ("(hidden * m).sum(1)", "(hidden * m).sum(-1)"),
+    ),
+    m(  # a precedence slip: u − |v| instead of |u − v|
+        "fresh5-pair-abs-precedence",
+        "pair-features",
+        HEADS,
+        ("(u - v).abs()", "u - v.abs()"),
+    ),
+    m(  # cosine distance 1 − cos used where the similarity is meant
+        "fresh5-cosine-distance",
+        "cosine-head",
+        HEADS,
+        (COSINE, "cosine = 1 - F.cosine_similarity(u, v, dim=-1)"),
+    ),
+    m(  # unsqueezed on the wrong side: a (1, B) row instead of a (B, 1) column
+        "fresh5-cosine-row",
+        "cosine-head",
+        HEADS,
+        (AFFINE, AFFINE.replace("unsqueeze(-1)", "unsqueeze(0)")),
+    ),
+    m(  # the summed cross-entropy divided by the number of classes, not the batch size
+        "fresh5-ce-over-classes",
+        "task-losses",
+        BASE,
+        (CE, 'return F.cross_entropy(outputs.float(), labels, reduction="sum") / outputs.size(1)'),
+    ),
+    m(  # the scores squashed into 0..5 with 5·σ(ŷ) before the squared error
+        "fresh5-mse-sigmoid-squashed",
+        "task-losses",
+        BASE,
+        (MSE, "return F.mse_loss(5 * torch.sigmoid(outputs[:, 0].float()), labels.float())"),
+    ),
+]
+MUTANTS += FRESH_MUTANTS_5
 
 ALGORITHM_2 = """\
                 state["step"] += 1
