@@ -82,6 +82,7 @@ class Variant:
     choice: int
     description: str
     names: tuple[str, ...] = ()  # a value read as another: (the equation's name, the one read)
+    complemented: str = ""  # a value read as 1 - itself: its name
 
 
 def mentions(node: ast.AST, name: str) -> bool:
@@ -217,8 +218,8 @@ def reduction_changes(node: ast.Call, name: str) -> Iterator[ast.AST]:
 
 def name_changes(node: ast.Name, reads: Reads) -> Iterator[ast.AST]:
     """A value read as another of the equation's (``q @ q.T`` for ``q @ k.T``) or as its
-    complement (``1 - mask``, ``1 - p``: a mask or a probability read the other way round),
-    and an activation read as another (``F.silu`` for ``gelu``)."""
+    complement (``1 - mask``: a mask read the other way round; kept for tensors only), and an
+    activation read as another (``F.silu`` for ``gelu``)."""
     if id(node) in reads.names:
         for other in reads.names[id(node)]:
             yield ast.Name(other, ast.Load())
@@ -389,7 +390,8 @@ def variants(name: str) -> tuple[Variant, ...]:
                     text = f"no {before}: the line left out"
                 swapped = isinstance(node, ast.Name) and isinstance(replacement, ast.Name)
                 names = (node.id, replacement.id) if swapped else ()
-                variant = Variant(name, index, choice, text, names)
+                complement = isinstance(node, ast.Name) and isinstance(replacement, ast.BinOp)
+                variant = Variant(name, index, choice, text, names, node.id if complement else "")
                 found.append((plainness(node, replacement), variant))
     return tuple(variant for _, variant in sorted(found, key=lambda pair: pair[0]))
 
@@ -584,6 +586,9 @@ class Generation:
                 out = None  # a number where the equation gives a tensor, floats for ids, ...
             if name == variant.function and not alike(passed, variant.names):
                 out = None  # a flag or a setting read where a tensor belongs
+            complemented = passed.get(variant.complemented, torch.ones(()))
+            if name == variant.function and not isinstance(complemented, torch.Tensor):
+                out = None  # 1 - eps: a number's complement (a setting) is no slip; a mask's is
             if out is None:  # the equation as it is, for outputs of the right shape
                 self.failed.add(variant)
                 return self.unchanged(original, variant, args, kwargs)
