@@ -337,7 +337,7 @@ def mutable(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
     for inner, outer in zip(chain, chain[1:]):
         if isinstance(outer, ast.arguments):
             return False
-        if isinstance(outer, ast.Expr) and isinstance(outer.value, ast.Constant):
+        if is_docstring(outer):
             return False
         if isinstance(outer, (ast.If, ast.IfExp)) and mentions(outer.test, "mistake"):
             if inner is outer.test or not_taken(outer, inner):
@@ -584,11 +584,8 @@ class Generation:
                 self.active.pop()
             if out is not None and form(out) != self.forms.get((name, form(passed))):
                 out = None  # a number where the equation gives a tensor, floats for ids, ...
-            if name == variant.function and not alike(passed, variant.names):
-                out = None  # a flag or a setting read where a tensor belongs
-            complemented = passed.get(variant.complemented, torch.ones(()))
-            if name == variant.function and not isinstance(complemented, torch.Tensor):
-                out = None  # 1 - eps: a number's complement (a setting) is no slip; a mask's is
+            if name == variant.function and not read_in_kind(passed, variant):
+                out = None  # a flag read where a tensor belongs, 1 - eps, ...
             if out is None:  # the equation as it is, for outputs of the right shape
                 self.failed.add(variant)
                 return self.unchanged(original, variant, args, kwargs)
@@ -611,11 +608,13 @@ class Generation:
             self.active.pop()
 
 
-def alike(passed: dict, names: tuple[str, ...]) -> bool:
-    """Whether the arguments among ``names`` (a value read as another) are of one ``form``: a
-    tensor for a tensor, a number for a number."""
-    forms = {form(passed[name]) for name in names if name in passed}
-    return len(forms) <= 1
+def read_in_kind(passed: dict, variant: Variant) -> bool:
+    """Whether ``variant`` reads the equation's arguments (``passed``) as a student could: a value
+    swapped for one of its own ``form`` (a tensor for a tensor, not a flag), and 1 − x only of a
+    tensor (a mask; a number's complement, 1 − eps, is a setting, no slip)."""
+    forms = {form(passed[name]) for name in variant.names if name in passed}
+    complemented = passed.get(variant.complemented, torch.ones(()))
+    return len(forms) <= 1 and isinstance(complemented, torch.Tensor)
 
 
 def copies(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
